@@ -1,0 +1,304 @@
+//! `sandboxd-agent boot`: the child side of the boot handshake (see `sandboxd_envd::boot`).
+//!
+//! Runs as PID 1 of fresh mount, pid, net, uts and ipc namespaces, still as the host's root, with the
+//! handshake socket on fd 3 and the agent's listening socket on fd 4. In order it:
+//! 1. makes every mount private, mounts the overlay root, the read-only binds, /proc, /sys, /dev, /run;
+//! 2. pivots into the new root and detaches the old one (nothing of the host is reachable by path after);
+//! 3. sets the hostname, then unshares a user namespace: the namespaces above stay owned by the host's
+//!    user namespace, so even the sandbox's root can never mount, or reconfigure its network;
+//! 4. after the runtime wrote the id maps, becomes uid 0 of that namespace, sets no_new_privs, drops
+//!    capabilities, installs the seccomp filter, and becomes the sandbox's init serving the agent.
+//!
+//! Any failure is reported to the runtime as `Failed` with the stage, and the process exits.
+
+use crate::{confine, init, server};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use nix::unistd::{pivot_root, sethostname, Gid, Uid};
+use sandboxd_envd::boot::{BindMount, BootConfig, BootMessage, AGENT_LISTEN_FD, BOOT_SYNC_FD};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::symlink;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+/// A failed boot step.
+#[derive(Debug, thiserror::Error)]
+#[error("{stage}: {message}")]
+pub struct BootError {
+    stage: &'static str,
+    message: String,
+}
+
+fn fail<E: std::fmt::Display>(stage: &'static str) -> impl FnOnce(E) -> BootError {
+    move |e| BootError {
+        stage,
+        message: e.to_string(),
+    }
+}
+
+/// Boots the sandbox and never returns: becomes its init, or exits 1 after reporting the failure.
+pub fn run() -> ! {
+    // SAFETY: the runtime hands us these two descriptors; nothing else in this process owns them.
+    let sync = unsafe { UnixStream::from_raw_fd(BOOT_SYNC_FD) };
+    let mut reader = match sync.try_clone() {
+        Ok(s) => BufReader::new(s),
+        Err(_) => std::process::exit(1),
+    };
+    let mut writer = sync;
+    match boot(&mut reader, &mut writer) {
+        Ok(config) => {
+            drop(reader);
+            drop(writer);
+            // SAFETY: see above.
+            let listener = unsafe { UnixListener::from_raw_fd(AGENT_LISTEN_FD) };
+            let _ = set_cloexec(AGENT_LISTEN_FD);
+            let agent = server::AgentConfig {
+                token: config.token,
+                default_user: config.default_user,
+                envs: config.envs,
+            };
+            init::run_as_init(move || server::run_blocking(listener, agent))
+        }
+        Err(e) => {
+            eprintln!("sandboxd-agent boot: {e}");
+            let _ = writer.write_all(
+                &BootMessage::Failed {
+                    stage: e.stage.to_string(),
+                    message: e.message,
+                }
+                .to_line(),
+            );
+            std::process::exit(1)
+        }
+    }
+}
+
+fn boot(reader: &mut impl BufRead, writer: &mut impl Write) -> Result<BootConfig, BootError> {
+    let config = match receive(reader)? {
+        BootMessage::Config(config) => *config,
+        other => return Err(unexpected("config", &other)),
+    };
+    build_root(&config)?;
+    sethostname(&config.hostname).map_err(fail("sethostname"))?;
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(fail("unshare user namespace"))?;
+    send(writer, &BootMessage::UserNamespaceReady)?;
+    match receive(reader)? {
+        BootMessage::Go => {}
+        other => return Err(unexpected("go", &other)),
+    }
+    become_root()?;
+    confine::set_no_new_privs().map_err(fail("no_new_privs"))?;
+    confine::drop_capabilities().map_err(fail("capabilities"))?;
+    confine::install_seccomp().map_err(fail("seccomp"))?;
+    // Not dumpable: sandbox processes of the same uid cannot read the agent's memory (its token).
+    // SAFETY: plain prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    send(writer, &BootMessage::Ready)?;
+    Ok(config)
+}
+
+fn receive(reader: &mut impl BufRead) -> Result<BootMessage, BootError> {
+    let mut line = Vec::new();
+    let n = reader
+        .read_until(b'\n', &mut line)
+        .map_err(fail("handshake read"))?;
+    if n == 0 {
+        return Err(BootError {
+            stage: "handshake read",
+            message: "the runtime closed the handshake".into(),
+        });
+    }
+    BootMessage::from_line(&line).map_err(fail("handshake decode"))
+}
+
+fn send(writer: &mut impl Write, msg: &BootMessage) -> Result<(), BootError> {
+    writer
+        .write_all(&msg.to_line())
+        .map_err(fail("handshake write"))
+}
+
+fn unexpected(wanted: &str, got: &BootMessage) -> BootError {
+    match got {
+        BootMessage::Failed { stage, message } => BootError {
+            stage: "runtime",
+            message: format!("the runtime gave up at {stage}: {message}"),
+        },
+        other => BootError {
+            stage: "handshake",
+            message: format!("expected {wanted}, got {other:?}"),
+        },
+    }
+}
+
+/// Mounts the whole tree under `rootfs.target` and pivots into it.
+fn build_root(config: &BootConfig) -> Result<(), BootError> {
+    let none: Option<&str> = None;
+    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
+        .map_err(fail("make mounts private"))?;
+    let plan = &config.rootfs;
+    let root = &plan.target;
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        plan.lower.display(),
+        plan.upper.display(),
+        plan.work.display()
+    );
+    mount(
+        Some("overlay"),
+        root,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(options.as_str()),
+    )
+    .map_err(fail("mount overlay"))?;
+    for bind in &config.binds {
+        bind_into(root, bind)?;
+    }
+    mount_kernel_filesystems(root, config.id_map_base)?;
+    std::env::set_current_dir(root).map_err(fail("chdir new root"))?;
+    pivot_root(".", ".").map_err(fail("pivot_root"))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(fail("detach old root"))?;
+    std::env::set_current_dir("/").map_err(fail("chdir /"))?;
+    Ok(())
+}
+
+fn inside(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn bind_into(root: &Path, bind: &BindMount) -> Result<(), BootError> {
+    let none: Option<&str> = None;
+    let target = inside(root, &bind.target);
+    let source_meta = std::fs::metadata(&bind.source).map_err(fail("stat bind source"))?;
+    if std::fs::symlink_metadata(&target).is_err() {
+        if source_meta.is_dir() {
+            std::fs::create_dir_all(&target).map_err(fail("create bind target"))?;
+        } else {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(fail("create bind target"))?;
+            }
+            std::fs::File::create(&target).map_err(fail("create bind target"))?;
+        }
+    }
+    mount(
+        Some(&bind.source),
+        &target,
+        none,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        none,
+    )
+    .map_err(fail("bind mount"))?;
+    if bind.read_only {
+        mount(
+            none,
+            &target,
+            none,
+            MsFlags::MS_BIND
+                | MsFlags::MS_REMOUNT
+                | MsFlags::MS_RDONLY
+                | MsFlags::MS_NOSUID
+                | MsFlags::MS_NODEV,
+            none,
+        )
+        .map_err(fail("remount bind read-only"))?;
+    }
+    Ok(())
+}
+
+fn mount_kernel_filesystems(root: &Path, id_base: u32) -> Result<(), BootError> {
+    let none: Option<&str> = None;
+    let hardened = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    let dir = |p: &str| -> Result<PathBuf, BootError> {
+        let path = root.join(p);
+        std::fs::create_dir_all(&path).map_err(fail("create mount point"))?;
+        Ok(path)
+    };
+    mount(Some("proc"), &dir("proc")?, Some("proc"), hardened, none)
+        .map_err(fail("mount /proc"))?;
+    mount(
+        Some("sysfs"),
+        &dir("sys")?,
+        Some("sysfs"),
+        hardened | MsFlags::MS_RDONLY,
+        none,
+    )
+    .map_err(fail("mount /sys"))?;
+    let root_owner = format!("uid={id_base},gid={id_base}");
+    let dev = dir("dev")?;
+    mount(
+        Some("tmpfs"),
+        &dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some(format!("mode=755,size=64k,{root_owner}").as_str()),
+    )
+    .map_err(fail("mount /dev"))?;
+    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let target = dev.join(node);
+        std::fs::File::create(&target).map_err(fail("create device node"))?;
+        mount(
+            Some(&Path::new("/dev").join(node)),
+            &target,
+            none,
+            MsFlags::MS_BIND,
+            none,
+        )
+        .map_err(fail("bind device node"))?;
+    }
+    let pts = dir("dev/pts")?;
+    let tty_gid = id_base + 5;
+    mount(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some(format!("newinstance,ptmxmode=0666,mode=0620,gid={tty_gid}").as_str()),
+    )
+    .map_err(fail("mount /dev/pts"))?;
+    mount(
+        Some("shm"),
+        &dir("dev/shm")?,
+        Some("tmpfs"),
+        hardened,
+        Some(format!("mode=1777,size=64m,{root_owner}").as_str()),
+    )
+    .map_err(fail("mount /dev/shm"))?;
+    for (link, to) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        symlink(to, dev.join(link)).map_err(fail("create /dev link"))?;
+    }
+    mount(
+        Some("tmpfs"),
+        &dir("run")?,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(format!("mode=755,size=64m,{root_owner}").as_str()),
+    )
+    .map_err(fail("mount /run"))?;
+    Ok(())
+}
+
+/// Becomes uid/gid 0 of the new user namespace (host ids `id_map_base`).
+fn become_root() -> Result<(), BootError> {
+    nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
+        .map_err(fail("setresgid"))?;
+    nix::unistd::setgroups(&[]).map_err(fail("setgroups"))?;
+    nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
+        .map_err(fail("setresuid"))?;
+    Ok(())
+}
+
+fn set_cloexec(fd: i32) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor we own, integer arguments only.
+    let rc = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

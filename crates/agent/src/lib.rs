@@ -1,0 +1,16 @@
+//! The in-sandbox agent.
+//!
+//! One static binary with two jobs:
+//! - [`boot`]: as PID 1 of a fresh set of namespaces, finish building the sandbox (rootfs, user namespace,
+//!   confinement) in the handshake the runtime drives, then become the sandbox's init.
+//! - [`server`]: serve the envd protocol (the E2B SDK's in-sandbox API) on the listening socket the runtime
+//!   handed over, behind the sandbox's access token.
+//!
+//! [`init`] is the PID 1 loop that ties them together: it reaps every zombie and forwards termination
+//! signals to the server. [`confine`] holds the seccomp filter and capability set every sandbox process
+//! runs under.
+
+pub mod boot;
+pub mod confine;
+pub mod init;
+pub mod server;

@@ -1,0 +1,60 @@
+//! `sandboxd-agent`: the binary the runtime bind-mounts into every sandbox and runs as its init.
+//!
+//! - `sandboxd-agent boot` is what the runtime executes as PID 1 of a new sandbox; it is not for people.
+//! - `sandboxd-agent serve --socket PATH` serves the envd protocol on a plain unix socket outside any
+//!   sandbox (for tests and debugging); the token is read from `SANDBOXD_AGENT_TOKEN`.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "sandboxd-agent", version, about = "sandboxd in-sandbox agent")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Boot a sandbox as its PID 1 (run by the runtime only).
+    Boot,
+    /// Serve the envd protocol on a unix socket, outside any sandbox.
+    Serve {
+        /// Path of the unix socket to listen on.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Access token every call must carry.
+        #[arg(long, env = "SANDBOXD_AGENT_TOKEN", hide_env_values = true)]
+        token: String,
+        /// User commands run as when the caller names none.
+        #[arg(long, default_value = "user")]
+        default_user: String,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Boot => sandboxd_agent::boot::run(),
+        Command::Serve {
+            socket,
+            token,
+            default_user,
+        } => {
+            let _ = std::fs::remove_file(&socket);
+            let listener = match std::os::unix::net::UnixListener::bind(&socket) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("sandboxd-agent: cannot listen on {}: {e}", socket.display());
+                    std::process::exit(1);
+                }
+            };
+            let config = sandboxd_agent::server::AgentConfig {
+                token,
+                default_user,
+                envs: Default::default(),
+            };
+            std::process::exit(sandboxd_agent::server::run_blocking(listener, config));
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The agent's envd protocol server: what the E2B SDK (and the daemon, through
+//! [`sandboxd_envd::EnvdClient`]) talks to inside a sandbox.
+//!
+//! Contract:
+//! - Serves HTTP/1.1 on the inherited unix socket: Connect RPCs `process.Process/{Start, List,
+//!   SendSignal, SendInput, CloseStdin}` and `filesystem.Filesystem/{Stat, ListDir, MakeDir, Move,
+//!   Remove}`, plus `GET/POST /files` and `GET /health`.
+//! - Every route but `GET /health` requires the sandbox's access token in `X-Access-Token` (compared in
+//!   constant time); `/files` alternatively accepts an E2B v1 URL signature made from that token.
+//! - Each call acts as one user: `Authorization: Basic base64("<user>:")` (or `username=` on `/files`),
+//!   else [`AgentConfig::default_user`]. Processes run with that user's uid, gid and groups; file
+//!   operations run on a thread whose fsuid/fsgid are that user's, so the kernel checks permissions and
+//!   new entries belong to the user.
+//! - Process output streams with backpressure; the agent holds a bounded amount of it per process.
+//! - On SIGTERM/SIGINT the server stops accepting, gives open calls a short grace period, kills the
+//!   process groups it started, and returns.
+
+mod auth;
+mod error;
+mod files;
+mod fs;
+mod process;
+mod rpc;
+mod users;
+
+pub use error::ServerError;
+pub use users::{User, UserDb};
+
+use axum::routing::get;
+use axum::Router;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the agent needs to serve a sandbox.
+pub struct AgentConfig {
+    /// The sandbox's access token; every call but `/health` must carry it.
+    pub token: String,
+    /// The user calls run as when they name none.
+    pub default_user: String,
+    /// Sandbox-wide environment variables for every process.
+    pub envs: HashMap<String, String>,
+}
+
+/// Tunables with production defaults; tests shorten them.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Idle time after which a process stream gets a keepalive event, unless the client asks for
+    /// another interval with `Keepalive-Ping-Interval` (default 50 s, the SDK's value).
+    pub keepalive: Duration,
+    /// How long open calls may run on after a shutdown signal (default 2 s).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            keepalive: Duration::from_secs(50),
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// State shared by every handler.
+pub(crate) struct Shared {
+    pub token: String,
+    pub default_user: String,
+    pub envs: HashMap<String, String>,
+    pub opts: ServerOptions,
+    pub processes: process::ProcessTable,
+}
+
+pub(crate) type AppState = Arc<Shared>;
+
+/// Builds a multi-thread tokio runtime (2 worker threads) and serves `listener` until SIGTERM/SIGINT;
+/// returns the process exit code.
+pub fn run_blocking(listener: std::os::unix::net::UnixListener, cfg: AgentConfig) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("agent-worker")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the agent runtime");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        if let Err(e) = listener.set_nonblocking(true) {
+            tracing::error!(error = %e, "cannot make the agent socket non-blocking");
+            return 1;
+        }
+        let listener = match tokio::net::UnixListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot register the agent socket");
+                return 1;
+            }
+        };
+        match serve(listener, cfg).await {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::error!(error = %e, "agent server failed");
+                1
+            }
+        }
+    })
+}
+
+/// Serves `listener` until SIGTERM or SIGINT.
+pub async fn serve(listener: tokio::net::UnixListener, cfg: AgentConfig) -> std::io::Result<()> {
+    serve_with(listener, cfg, ServerOptions::default(), shutdown_signal()?).await
+}
+
+/// Serves `listener` with `opts` until `shutdown` completes.
+pub async fn serve_with(
+    listener: tokio::net::UnixListener,
+    cfg: AgentConfig,
+    opts: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if cfg.token.is_empty() {
+        tracing::warn!(
+            "the agent has an empty access token: only callers sending an empty token pass"
+        );
+    }
+    let grace = opts.shutdown_grace;
+    let state: AppState = Arc::new(Shared {
+        token: cfg.token,
+        default_user: cfg.default_user,
+        envs: cfg.envs,
+        opts,
+        processes: process::ProcessTable::default(),
+    });
+    let app = router(state.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let mut stopped = stop_rx.clone();
+    let result = tokio::select! {
+        r = server => r,
+        _ = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        } => Ok(()),
+    };
+    state.processes.kill_all();
+    tracing::info!("agent server stopped");
+    result
+}
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/health",
+            get(|| async { axum::http::StatusCode::NO_CONTENT }),
+        )
+        .merge(process::routes())
+        .merge(fs::routes())
+        .merge(files::routes())
+        .fallback(rpc::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        .with_state(state)
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
+}

@@ -1,0 +1,238 @@
+//! Spawning one process as a user.
+//!
+//! Guarantees for the child, all set up between fork and exec: its own process group; `oom_score_adj`
+//! back to 0 (the agent runs at -1000 and children must be killable first); the user's supplementary
+//! groups, gid and uid (in that order, so no privilege is kept); then `chdir` to the working directory
+//! as that user. The environment is built from scratch: `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`,
+//! then the sandbox-wide variables, then the request's, each later source overriding earlier ones.
+
+use super::super::error::ServerError;
+use super::super::fs::resolve_path;
+use super::super::users::User;
+use sandboxd_envd::process::StartRequest;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use tokio::process::{Child, Command};
+
+/// `PATH` when neither the sandbox nor the request sets one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A validated request to run something.
+pub struct SpawnSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub user: User,
+    pub stdin: bool,
+}
+
+impl SpawnSpec {
+    pub fn new(
+        req: &StartRequest,
+        user: &User,
+        sandbox_envs: &HashMap<String, String>,
+    ) -> Result<Self, ServerError> {
+        let p = &req.process;
+        if p.cmd.is_empty() {
+            return Err(ServerError::InvalidArgument("process.cmd is empty".into()));
+        }
+        if p.cmd.contains('\0') || p.args.iter().any(|a| a.contains('\0')) {
+            return Err(ServerError::InvalidArgument(
+                "command contains a NUL byte".into(),
+            ));
+        }
+        let cwd = resolve_path(p.cwd.as_deref().unwrap_or(""), user)?;
+        if !cwd.is_dir() {
+            return Err(ServerError::InvalidArgument(format!(
+                "cwd '{}' does not exist",
+                cwd.display()
+            )));
+        }
+        let shell = if user.shell.is_empty() {
+            "/bin/sh"
+        } else {
+            user.shell.as_str()
+        };
+        let mut env: Vec<(String, String)> = vec![
+            ("PATH".into(), DEFAULT_PATH.into()),
+            ("HOME".into(), user.home.to_string_lossy().into_owned()),
+            ("USER".into(), user.name.clone()),
+            ("LOGNAME".into(), user.name.clone()),
+            ("SHELL".into(), shell.into()),
+        ];
+        let mut sandbox: Vec<_> = sandbox_envs.iter().collect();
+        sandbox.sort();
+        let mut request: Vec<_> = p.envs.iter().collect();
+        request.sort();
+        for (k, v) in sandbox.into_iter().chain(request) {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(ServerError::InvalidArgument(format!(
+                    "invalid environment variable '{k}'"
+                )));
+            }
+            env.retain(|(ek, _)| ek != k);
+            env.push((k.clone(), v.clone()));
+        }
+        Ok(SpawnSpec {
+            program: p.cmd.clone(),
+            args: p.args.clone(),
+            env,
+            cwd,
+            user: user.clone(),
+            // envd keeps a stdin pipe unless the caller says `stdin: false`.
+            stdin: req.stdin.unwrap_or(true),
+        })
+    }
+}
+
+/// Starts the process with piped stdout/stderr (and stdin when asked, else `/dev/null`).
+pub fn spawn(spec: SpawnSpec) -> Result<Child, ServerError> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let switch_user = euid != spec.user.uid;
+    if switch_user && euid != 0 {
+        return Err(ServerError::PermissionDenied(format!(
+            "the agent runs as uid {euid} and cannot start processes as user '{}'",
+            spec.user.name
+        )));
+    }
+    let cwd = CString::new(spec.cwd.as_os_str().as_bytes())
+        .map_err(|_| ServerError::InvalidArgument("cwd contains a NUL byte".into()))?;
+    let (uid, gid) = (spec.user.uid, spec.user.gid);
+    let mut groups: Vec<libc::gid_t> = vec![gid];
+    groups.extend(spec.user.groups.iter().copied());
+
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if spec.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // system calls (open/write/close, setgroups/setgid/setuid, chdir) on memory prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            reset_oom_score();
+            if switch_user
+                && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound
+        | std::io::ErrorKind::PermissionDenied
+        | std::io::ErrorKind::InvalidInput => ServerError::InvalidArgument(format!(
+            "error starting process '{}': {source}",
+            spec.program
+        )),
+        _ => ServerError::Io {
+            op: "start process",
+            path: spec.program.clone(),
+            source,
+        },
+    })
+}
+
+/// Sets this (forked) process's `oom_score_adj` to 0. Raising it needs no privilege.
+fn reset_oom_score() {
+    const PATH: &[u8] = b"/proc/self/oom_score_adj\0";
+    // SAFETY: PATH is NUL-terminated; the buffer outlives the write; the fd is closed once.
+    unsafe {
+        let fd = libc::open(PATH.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            let _ = libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandboxd_envd::process::ProcessConfig;
+
+    fn root() -> User {
+        User {
+            name: "root".into(),
+            uid: 0,
+            gid: 0,
+            home: "/".into(),
+            shell: "/bin/bash".into(),
+            groups: vec![],
+        }
+    }
+
+    #[test]
+    fn env_layers_override_in_order() {
+        let req = StartRequest {
+            process: ProcessConfig {
+                cmd: "env".into(),
+                envs: HashMap::from([("A".into(), "req".into()), ("PATH".into(), "/req".into())]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sandbox = HashMap::from([
+            ("A".into(), "sandbox".into()),
+            ("B".into(), "sandbox".into()),
+        ]);
+        let spec = SpawnSpec::new(&req, &root(), &sandbox).unwrap();
+        let get = |k: &str| {
+            spec.env
+                .iter()
+                .find(|(ek, _)| ek == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("A"), Some("req"));
+        assert_eq!(get("B"), Some("sandbox"));
+        assert_eq!(get("PATH"), Some("/req"));
+        assert_eq!(get("HOME"), Some("/"));
+        assert_eq!(get("USER"), Some("root"));
+        assert_eq!(get("SHELL"), Some("/bin/bash"));
+        assert_eq!(spec.env.iter().filter(|(k, _)| k == "A").count(), 1);
+        assert!(spec.stdin);
+    }
+
+    #[test]
+    fn rejects_bad_requests() {
+        let mk = |cmd: &str, cwd: Option<&str>, env: Option<(&str, &str)>| StartRequest {
+            process: ProcessConfig {
+                cmd: cmd.into(),
+                cwd: cwd.map(Into::into),
+                envs: env.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let none = HashMap::new();
+        assert!(SpawnSpec::new(&mk("", None, None), &root(), &none).is_err());
+        assert!(SpawnSpec::new(&mk("a\0b", None, None), &root(), &none).is_err());
+        assert!(SpawnSpec::new(
+            &mk("ls", Some("/definitely/not/here"), None),
+            &root(),
+            &none
+        )
+        .is_err());
+        assert!(SpawnSpec::new(&mk("ls", None, Some(("A=B", "x"))), &root(), &none).is_err());
+        assert!(SpawnSpec::new(&mk("ls", Some("/tmp"), None), &root(), &none).is_ok());
+    }
+}

@@ -1,0 +1,236 @@
+//! Bodies of the native `/v1` API, in JSON (camelCase).
+//!
+//! This crate is the contract between the daemon (`api`), the Rust client and the `sbx` CLI: a field
+//! changes here or nowhere. Requests reject unknown fields, so a typo is a 400, never silently ignored.
+//! The OpenAPI document served at `/v1/openapi.json` is generated from these types.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Unique name on this node: 1–63 of `[a-z0-9-]`, not starting or ending with '-'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Template; default `base`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// CPUs (may be fractional, e.g. 0.5); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    /// Memory limit in MiB; default 512.
+    #[serde(default, rename = "memoryMB", skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Environment of every command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Free-form labels, filterable in listings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Seconds until the daemon destroys the sandbox; default 300, 0 = never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_sec: Option<u64>,
+    /// Network posture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkPolicy>,
+}
+
+/// Network posture of a sandbox.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkPolicy {
+    /// Whether the sandbox may reach the outside world (default false).
+    #[serde(default)]
+    pub egress: bool,
+}
+
+/// A sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    /// Id, unique forever.
+    pub id: String,
+    /// Name ("" when unnamed).
+    pub name: String,
+    /// Lifecycle state: creating, starting, running, stopping, stopped, paused, deleting, failed, lost.
+    pub state: String,
+    /// Template it was made from.
+    pub template: String,
+    /// CPUs.
+    pub cpu: f64,
+    /// Memory limit in MiB.
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u64,
+    /// Creation time, RFC 3339.
+    pub created_at: String,
+    /// When the daemon will destroy it, RFC 3339; absent when never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// Labels.
+    pub metadata: BTreeMap<String, String>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+}
+
+/// A page of sandboxes.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxList {
+    /// This page.
+    pub sandboxes: Vec<Sandbox>,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/sandboxes/{id}/exec` (and `/exec/stream`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecRequest {
+    /// Program and arguments (no shell unless you run one).
+    pub cmd: Vec<String>,
+    /// Extra environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Working directory; default the user's home.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// `user` (default) or `root`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Kill the command after this many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Result of a finished command.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    /// Exit code (128 + signal when killed by one).
+    pub exit_code: i32,
+    /// Standard output (UTF-8, invalid sequences replaced).
+    pub stdout: String,
+    /// Standard error (UTF-8, invalid sequences replaced).
+    pub stderr: String,
+}
+
+/// One line of the NDJSON stream of `POST /v1/sandboxes/{id}/exec/stream`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ExecEvent {
+    /// The command started.
+    Start {
+        /// Its pid inside the sandbox.
+        pid: u32,
+    },
+    /// Bytes on standard output, base64.
+    Stdout {
+        /// base64 data.
+        data: String,
+    },
+    /// Bytes on standard error, base64.
+    Stderr {
+        /// base64 data.
+        data: String,
+    },
+    /// The command ended; always the last event of a successful stream.
+    Exit {
+        /// Exit code (128 + signal when killed by one).
+        #[serde(rename = "exitCode")]
+        exit_code: i32,
+    },
+    /// The stream broke; the command's fate is unknown.
+    Error {
+        /// What happened.
+        message: String,
+    },
+}
+
+/// An entry of a directory listing.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileEntry {
+    /// Base name.
+    pub name: String,
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// `file`, `dir` or `symlink`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission string, e.g. `-rw-r--r--`.
+    pub permissions: String,
+    /// Last modification, RFC 3339.
+    pub modified_at: String,
+}
+
+/// `GET /v1/sandboxes/{id}/files/list`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileList {
+    /// Entries, sorted by name.
+    pub entries: Vec<FileEntry>,
+}
+
+/// `POST /v1/sandboxes/{id}/ports`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExposePort {
+    /// Port inside the sandbox (1–65535).
+    pub port: u16,
+    /// `http` (default).
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+}
+
+fn default_protocol() -> String {
+    "http".into()
+}
+
+/// An exposed port.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExposedPort {
+    /// Port inside the sandbox.
+    pub port: u16,
+    /// `http`.
+    pub protocol: String,
+    /// Where to reach it.
+    pub public_url: String,
+}
+
+/// The one error shape of the native API.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct ApiError {
+    /// Stable machine-readable code, e.g. `not_found`, `name_conflict`, `invalid_request`.
+    pub code: String,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = serde_json::from_str::<CreateSandbox>(r#"{"nmae":"x"}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field"));
+    }
+
+    #[test]
+    fn create_uses_the_documented_field_names() {
+        let c: CreateSandbox =
+            serde_json::from_str(r#"{"memoryMB":256,"timeoutSec":10,"cpu":0.5}"#).unwrap();
+        assert_eq!(c.memory_mb, Some(256));
+        assert_eq!(c.timeout_sec, Some(10));
+        let e: ExecEvent = serde_json::from_str(r#"{"type":"exit","exitCode":3}"#).unwrap();
+        assert_eq!(e, ExecEvent::Exit { exit_code: 3 });
+    }
+}

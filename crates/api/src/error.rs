@@ -1,0 +1,76 @@
+//! The native API's one error shape, `{code, message}`, and the one place service errors become HTTP
+//! statuses. A client mistake is always a 4xx; a 500 means the daemon itself failed.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sandboxd_api_types::ApiError;
+use sandboxd_service::error::chain;
+use sandboxd_service::ServiceError;
+
+/// An error response of the native API.
+#[derive(Debug)]
+pub struct Error {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+impl Error {
+    /// A 400 `invalid_request`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// Any status and code.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ServiceError> for Error {
+    fn from(e: ServiceError) -> Self {
+        use StatusCode as S;
+        let (status, code) = match &e {
+            ServiceError::InvalidRequest(_) => (S::BAD_REQUEST, "invalid_request"),
+            ServiceError::NotFound(_) => (S::NOT_FOUND, "not_found"),
+            ServiceError::NameConflict(_) => (S::CONFLICT, "name_conflict"),
+            ServiceError::Conflict(_) => (S::CONFLICT, "conflict"),
+            ServiceError::PortNotListening(_) => (S::CONFLICT, "port_not_listening"),
+            ServiceError::Exhausted(_) => (S::SERVICE_UNAVAILABLE, "pool_exhausted"),
+            ServiceError::Agent(_) => (S::BAD_GATEWAY, "agent_error"),
+            ServiceError::Runtime(_) | ServiceError::Store(_) => {
+                (S::INTERNAL_SERVER_ERROR, "internal")
+            }
+        };
+        if status.is_server_error() {
+            tracing::error!(error = %chain(&e), "request failed");
+        }
+        Self::new(status, code, chain(&e))
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let body = ApiError {
+            code: self.code.to_string(),
+            message: self.message,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// Parses a JSON body, turning every way it can be wrong into a 400 that says what was wrong.
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
+    if body.is_empty() {
+        return Err(Error::invalid("the request body must be a JSON object"));
+    }
+    serde_json::from_slice(body).map_err(|e| Error::invalid(format!("invalid JSON body: {e}")))
+}

@@ -1,0 +1,118 @@
+//! The daemon's HTTP surface on one listener.
+//!
+//! Where a request goes, in order:
+//! 1. the proxy ([`sandboxd_proxy`]) takes it if its Host is `{port}-{id}.{domain}` or it carries the
+//!    E2B sandbox headers;
+//! 2. `/health`, `/metrics` and `/v1/openapi.json` answer without a token;
+//! 3. everything under `/v1` needs a token ([`auth`]) and is handled in [`v1`], which calls the
+//!    service;
+//! 4. anything else is a JSON 404.
+
+pub mod auth;
+pub mod error;
+pub mod metrics;
+pub mod v1;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
+use sandboxd_proxy::Proxy;
+use sandboxd_service::Service;
+use std::sync::Arc;
+use utoipa::OpenApi;
+
+/// The OpenAPI 3.1 document of `/v1`, generated from the handlers and the body types.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
+    paths(v1::create, v1::list, v1::get, v1::delete, v1::exec, v1::exec_stream, v1::download, v1::upload,
+          v1::list_files, v1::expose, v1::ports, v1::unexpose),
+    components(schemas(sandboxd_api_types::ApiError)),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+        };
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        openapi.security = Some(vec![SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+/// Largest JSON body accepted.
+const JSON_LIMIT: usize = 1024 * 1024;
+
+/// Builds the whole router.
+pub fn router(
+    service: Service,
+    auth: auth::Auth,
+    metrics: metrics::Metrics,
+    proxy: Arc<Proxy>,
+) -> Router {
+    let sandboxes = Router::new()
+        .route("/sandboxes", post(v1::create).get(v1::list))
+        .route("/sandboxes/{id}", get(v1::get).delete(v1::delete))
+        .route("/sandboxes/{id}/exec", post(v1::exec))
+        .route("/sandboxes/{id}/exec/stream", post(v1::exec_stream))
+        .route("/sandboxes/{id}/files/list", get(v1::list_files))
+        .route("/sandboxes/{id}/ports", post(v1::expose).get(v1::ports))
+        .route(
+            "/sandboxes/{id}/ports/{port}",
+            axum::routing::delete(v1::unexpose),
+        )
+        .layer(DefaultBodyLimit::max(JSON_LIMIT))
+        .route(
+            "/sandboxes/{id}/files",
+            get(v1::download)
+                .put(v1::upload)
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .route_layer(middleware::from_fn_with_state(auth, auth::require))
+        .with_state(service.clone());
+    let open = Router::new()
+        .route(
+            "/health",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
+        .route(
+            "/v1/openapi.json",
+            get(|| async { Json(ApiDoc::openapi()) }),
+        )
+        .route(
+            "/metrics",
+            get(metrics::render).with_state((metrics.clone(), service)),
+        );
+    Router::new()
+        .nest("/v1", sandboxes)
+        .merge(open)
+        .fallback(|| async {
+            error::Error::new(StatusCode::NOT_FOUND, "not_found", "no such route").into_response()
+        })
+        .method_not_allowed_fallback(|| async {
+            error::Error::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed here",
+            )
+            .into_response()
+        })
+        .layer(middleware::from_fn_with_state(metrics, metrics::track))
+        .layer(middleware::from_fn_with_state(
+            proxy,
+            sandboxd_proxy::middleware,
+        ))
+}

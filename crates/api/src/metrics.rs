@@ -1,0 +1,151 @@
+//! `/metrics` in the Prometheus text format: sandboxes by state, request latencies by route, and the
+//! store writer's queue depth and batching.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use sandboxd_service::Service;
+use sandboxd_store::SandboxState;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+/// The daemon's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    latency: Family<RouteLabels, Histogram>,
+    sandboxes: Family<StateLabels, Gauge>,
+    queue_depth: Gauge,
+    batches: Counter,
+    writes: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("sandboxd");
+        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+        });
+        registry.register(
+            "http_request_duration_seconds",
+            "Latency of HTTP requests by route",
+            latency.clone(),
+        );
+        let sandboxes = Family::<StateLabels, Gauge>::default();
+        registry.register("sandboxes", "Sandboxes by state", sandboxes.clone());
+        let queue_depth = Gauge::default();
+        registry.register(
+            "store_queue_depth",
+            "Writes waiting for the store writer",
+            queue_depth.clone(),
+        );
+        let batches = Counter::default();
+        registry.register(
+            "store_batches",
+            "Group-commit batches the store writer committed",
+            batches.clone(),
+        );
+        let writes = Counter::default();
+        registry.register(
+            "store_writes",
+            "Writes the store writer executed",
+            writes.clone(),
+        );
+        Self {
+            inner: Arc::new(Inner {
+                registry,
+                latency,
+                sandboxes,
+                queue_depth,
+                batches,
+                writes,
+            }),
+        }
+    }
+}
+
+/// Middleware recording each request's latency under its route template.
+pub async fn track(State(metrics): State<Metrics>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(req).await;
+    let labels = RouteLabels {
+        method,
+        route,
+        status: response.status().as_u16(),
+    };
+    metrics
+        .inner
+        .latency
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// `GET /metrics`.
+pub async fn render(State((metrics, service)): State<(Metrics, Service)>) -> Response {
+    let inner = &metrics.inner;
+    if let Ok(rows) = service
+        .reader()
+        .read(|tx| tx.sandboxes_in_states(&SandboxState::ALL))
+        .await
+    {
+        for state in SandboxState::ALL {
+            let n = rows.iter().filter(|r| r.state == state).count();
+            inner
+                .sandboxes
+                .get_or_create(&StateLabels {
+                    state: state.as_str().to_string(),
+                })
+                .set(n as i64);
+        }
+    }
+    let stats = service.writer().stats();
+    inner.queue_depth.set(stats.queue_depth as i64);
+    bump_to(&inner.batches, stats.batches_total);
+    bump_to(&inner.writes, stats.requests_total);
+    let mut body = String::new();
+    if prometheus_client::encoding::text::encode(&mut body, &inner.registry).is_err() {
+        return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// Advances a counter to an absolute value read from elsewhere.
+fn bump_to(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}

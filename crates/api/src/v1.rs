@@ -1,0 +1,247 @@
+//! The native `/v1` handlers: parse and validate, call one [`Service`] method, shape the answer.
+
+use crate::error::{parse_json, Error};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::{StreamExt, TryStreamExt};
+use sandboxd_api_types as api;
+use sandboxd_service::sandboxes::to_api;
+use sandboxd_service::Service;
+use sandboxd_store::{SandboxFilter, SandboxState};
+
+fn query_pairs(raw: &Option<String>) -> Vec<(String, String)> {
+    raw.as_deref()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+fn query_param(raw: &Option<String>, key: &str) -> Option<String> {
+    query_pairs(raw)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
+fn required_path(raw: &Option<String>) -> Result<String, Error> {
+    query_param(raw, "path").ok_or_else(|| Error::invalid("query parameter `path` is required"))
+}
+
+/// Create a sandbox.
+#[utoipa::path(post, path = "/v1/sandboxes", request_body = api::CreateSandbox,
+    responses((status = 201, body = api::Sandbox), (status = 400, body = api::ApiError),
+              (status = 409, body = api::ApiError), (status = 503, body = api::ApiError)))]
+pub async fn create(State(service): State<Service>, body: Bytes) -> Result<Response, Error> {
+    let req: api::CreateSandbox = parse_json(&body)?;
+    let sandbox = service.create(req).await?;
+    Ok((StatusCode::CREATED, Json(to_api(&sandbox))).into_response())
+}
+
+/// List sandboxes (`?metadata=k=v` repeatable, `?state=`, `?cursor=`, `?limit=`).
+#[utoipa::path(get, path = "/v1/sandboxes",
+    params(("metadata" = Option<String>, Query, description = "k=v, repeatable"),
+           ("state" = Option<String>, Query), ("cursor" = Option<String>, Query), ("limit" = Option<u32>, Query)),
+    responses((status = 200, body = api::SandboxList), (status = 400, body = api::ApiError)))]
+pub async fn list(
+    State(service): State<Service>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<api::SandboxList>, Error> {
+    let mut filter = SandboxFilter::default();
+    for (k, v) in query_pairs(&raw) {
+        match k.as_str() {
+            "metadata" => {
+                let (mk, mv) = v.split_once('=').ok_or_else(|| {
+                    Error::invalid(format!("metadata filter {v:?} must be key=value"))
+                })?;
+                filter.metadata.push((mk.to_string(), mv.to_string()));
+            }
+            "state" => {
+                for s in v.split(',') {
+                    filter.states.push(
+                        SandboxState::parse(s)
+                            .ok_or_else(|| Error::invalid(format!("unknown state {s:?}")))?,
+                    );
+                }
+            }
+            "cursor" => filter.cursor = Some(v),
+            "limit" => {
+                filter.limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| Error::invalid("limit must be between 1 and 1000"))?;
+            }
+            other => return Err(Error::invalid(format!("unknown query parameter {other:?}"))),
+        }
+    }
+    let (rows, next) = service.list(filter).await?;
+    Ok(Json(api::SandboxList {
+        sandboxes: rows.iter().map(to_api).collect(),
+        next_cursor: next,
+    }))
+}
+
+/// Get a sandbox by id or name.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", params(("id" = String, Path, description = "id or name")),
+    responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError)))]
+pub async fn get(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<Json<api::Sandbox>, Error> {
+    Ok(Json(to_api(&service.get(&id).await?)))
+}
+
+/// Destroy a sandbox.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", params(("id" = String, Path)),
+    responses((status = 204), (status = 404, body = api::ApiError)))]
+pub async fn delete(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Error> {
+    service.delete(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Run a command to completion.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", params(("id" = String, Path)), request_body = api::ExecRequest,
+    responses((status = 200, body = api::ExecResult), (status = 400, body = api::ApiError), (status = 404, body = api::ApiError)))]
+pub async fn exec(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<api::ExecResult>, Error> {
+    let req: api::ExecRequest = parse_json(&body)?;
+    Ok(Json(service.exec(&id, req).await?))
+}
+
+/// Run a command, streaming its output as NDJSON `ExecEvent`s.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec/stream", params(("id" = String, Path)), request_body = api::ExecRequest,
+    responses((status = 200, body = api::ExecEvent, content_type = "application/x-ndjson"), (status = 404, body = api::ApiError)))]
+pub async fn exec_stream(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, Error> {
+    let req: api::ExecRequest = parse_json(&body)?;
+    let events = service.exec_stream(&id, req).await?;
+    let lines = events.map(|event| {
+        let mut line = serde_json::to_vec(&event).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, std::convert::Infallible>(Bytes::from(line))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response())
+}
+
+/// Download a file (`?path=/abs/path`).
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(("id" = String, Path), ("path" = String, Query)),
+    responses((status = 200, content_type = "application/octet-stream"), (status = 404, body = api::ApiError)))]
+pub async fn download(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, Error> {
+    let path = required_path(&raw)?;
+    let user = query_param(&raw, "user");
+    let stream = service.read_file(&id, &path, user.as_deref()).await?;
+    let body = Body::from_stream(stream.map_err(std::io::Error::other));
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
+}
+
+/// Upload a file (`?path=/abs/path`, raw body).
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(("id" = String, Path), ("path" = String, Query)),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 204), (status = 400, body = api::ApiError), (status = 404, body = api::ApiError)))]
+pub async fn upload(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+    body: Body,
+) -> Result<StatusCode, Error> {
+    let path = required_path(&raw)?;
+    let user = query_param(&raw, "user");
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    // The agent client wants a Sync stream; a channel fed from the request body is one.
+    tokio::spawn(async move {
+        let mut data = body.into_data_stream();
+        while let Some(chunk) = data.next().await {
+            let failed = chunk.is_err();
+            if tx.send(chunk.map_err(std::io::Error::other)).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    let stream = tokio_stream_from(rx);
+    service
+        .write_file(&id, &path, user.as_deref(), stream)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send + Sync + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
+}
+
+/// List a directory (`?path=/dir`).
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files/list", params(("id" = String, Path), ("path" = String, Query)),
+    responses((status = 200, body = api::FileList), (status = 404, body = api::ApiError)))]
+pub async fn list_files(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<api::FileList>, Error> {
+    let path = required_path(&raw)?;
+    Ok(Json(service.list_files(&id, &path).await?))
+}
+
+/// Expose a port of the sandbox; exposing it again returns the same URL.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/ports", params(("id" = String, Path)), request_body = api::ExposePort,
+    responses((status = 201, body = api::ExposedPort), (status = 200, body = api::ExposedPort),
+              (status = 409, body = api::ApiError)))]
+pub async fn expose(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, Error> {
+    let req: api::ExposePort = parse_json(&body)?;
+    let (port, existed) = service.expose(&id, req).await?;
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(port)).into_response())
+}
+
+/// The exposed ports of a sandbox.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/ports", params(("id" = String, Path)),
+    responses((status = 200, body = Vec<api::ExposedPort>), (status = 404, body = api::ApiError)))]
+pub async fn ports(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<api::ExposedPort>>, Error> {
+    Ok(Json(service.ports(&id).await?))
+}
+
+/// Withdraw an exposure.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/ports/{port}", params(("id" = String, Path), ("port" = u16, Path)),
+    responses((status = 204), (status = 404, body = api::ApiError)))]
+pub async fn unexpose(
+    State(service): State<Service>,
+    Path((id, port)): Path<(String, String)>,
+) -> Result<StatusCode, Error> {
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| Error::invalid(format!("invalid port {port:?}")))?;
+    service.unexpose(&id, port).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

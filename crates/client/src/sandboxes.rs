@@ -1,0 +1,138 @@
+//! Sandbox lifecycle calls: create, list, get, delete.
+//!
+//! Contract: `create` sends the optional `Idempotency-Key` header untouched (the daemon replays the
+//! first answer for a repeated key); `list` fetches one page, `list_all` follows `nextCursor` until the
+//! last page and fails with [`ClientError::Protocol`] if the daemon hands back a cursor it already gave
+//! (so a buggy server cannot loop the client forever); `delete` succeeds only on a 2xx answer (404 for
+//! an unknown id is an error — see [`ClientError::is_not_found`]).
+
+use crate::{Client, ClientError};
+use reqwest::Method;
+use sandboxd_api_types::{CreateSandbox, Sandbox, SandboxList};
+use std::collections::HashSet;
+use url::Url;
+
+/// Filters and paging of `GET /v1/sandboxes`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListQuery {
+    /// Only sandboxes carrying all these labels (`metadata=k=v`, repeated).
+    pub metadata: Vec<(String, String)>,
+    /// Only sandboxes in this state.
+    pub state: Option<String>,
+    /// Continue after this cursor (from a previous page's `nextCursor`).
+    pub cursor: Option<String>,
+    /// Page size.
+    pub limit: Option<u32>,
+}
+
+impl ListQuery {
+    /// Appends this query's parameters to `url`.
+    pub fn apply(&self, url: &mut Url) {
+        let mut pairs = url.query_pairs_mut();
+        for (key, value) in &self.metadata {
+            pairs.append_pair("metadata", &format!("{key}={value}"));
+        }
+        if let Some(state) = &self.state {
+            pairs.append_pair("state", state);
+        }
+        if let Some(cursor) = &self.cursor {
+            pairs.append_pair("cursor", cursor);
+        }
+        if let Some(limit) = self.limit {
+            pairs.append_pair("limit", &limit.to_string());
+        }
+        drop(pairs);
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+    }
+}
+
+impl Client {
+    /// `POST /v1/sandboxes`.
+    pub async fn create(
+        &self,
+        body: &CreateSandbox,
+        idempotency_key: Option<&str>,
+    ) -> Result<Sandbox, ClientError> {
+        let mut request = self
+            .request(Method::POST, self.endpoint(&["sandboxes"])?)
+            .json(body);
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        self.send_json(request, "sandbox").await
+    }
+
+    /// `GET /v1/sandboxes`: one page.
+    pub async fn list(&self, query: &ListQuery) -> Result<SandboxList, ClientError> {
+        let mut url = self.endpoint(&["sandboxes"])?;
+        query.apply(&mut url);
+        self.send_json(self.request(Method::GET, url), "sandbox list")
+            .await
+    }
+
+    /// `GET /v1/sandboxes`, following cursors from `query.cursor` to the last page.
+    pub async fn list_all(&self, query: &ListQuery) -> Result<Vec<Sandbox>, ClientError> {
+        let mut query = query.clone();
+        let mut seen = HashSet::new();
+        let mut all = Vec::new();
+        loop {
+            let page = self.list(&query).await?;
+            all.extend(page.sandboxes);
+            match page.next_cursor {
+                None => return Ok(all),
+                Some(cursor) if !seen.insert(cursor.clone()) => {
+                    return Err(ClientError::Protocol(format!(
+                        "the daemon repeated the list cursor {cursor:?}"
+                    )))
+                }
+                Some(cursor) => query.cursor = Some(cursor),
+            }
+        }
+    }
+
+    /// `GET /v1/sandboxes/{idOrName}`.
+    pub async fn get(&self, id_or_name: &str) -> Result<Sandbox, ClientError> {
+        let url = self.sandbox_endpoint(id_or_name, &[])?;
+        self.send_json(self.request(Method::GET, url), "sandbox")
+            .await
+    }
+
+    /// `DELETE /v1/sandboxes/{id}`.
+    pub async fn delete(&self, id: &str) -> Result<(), ClientError> {
+        let url = self.sandbox_endpoint(id, &[])?;
+        self.send(self.request(Method::DELETE, url)).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_repeats_metadata_and_encodes_the_inner_equals_sign() {
+        let mut url = Url::parse("http://h/v1/sandboxes").expect("url");
+        ListQuery {
+            metadata: vec![("team".into(), "a b".into()), ("k2".into(), "v=2".into())],
+            state: Some("running".into()),
+            cursor: Some("c/1".into()),
+            limit: Some(5),
+        }
+        .apply(&mut url);
+        assert_eq!(
+            url.query(),
+            Some("metadata=team%3Da+b&metadata=k2%3Dv%3D2&state=running&cursor=c%2F1&limit=5")
+        );
+        let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+        assert_eq!(pairs[1], ("metadata".into(), "k2=v=2".into()));
+    }
+
+    #[test]
+    fn empty_query_leaves_no_question_mark() {
+        let mut url = Url::parse("http://h/v1/sandboxes").expect("url");
+        ListQuery::default().apply(&mut url);
+        assert_eq!(url.as_str(), "http://h/v1/sandboxes");
+    }
+}

@@ -1,0 +1,150 @@
+//! The boot handshake between the runtime (on the host) and `sandboxd-agent boot` (PID 1 of a new sandbox).
+//!
+//! The runtime clones a process into fresh mount, pid, net, uts and ipc namespaces and executes the agent
+//! with two inherited descriptors: [`BOOT_SYNC_FD`], one end of a unix stream socket carrying
+//! newline-delimited JSON [`BootMessage`]s, and [`AGENT_LISTEN_FD`], the listening socket the agent will
+//! serve on (created by the runtime in a host directory the sandbox never sees).
+//!
+//! The conversation, in order:
+//! 1. runtime → agent: [`BootMessage::Config`]; the agent builds the root filesystem, pivots into it, sets
+//!    the hostname, and unshares a user namespace;
+//! 2. agent → runtime: [`BootMessage::UserNamespaceReady`]; the runtime writes the uid/gid maps and
+//!    finishes the host side (cgroup, network);
+//! 3. runtime → agent: [`BootMessage::Go`]; the agent becomes uid 0 of its namespace, confines itself
+//!    (no_new_privs, capabilities, seccomp) and answers
+//! 4. agent → runtime: [`BootMessage::Ready`], after which no user instruction has run yet and the agent
+//!    starts serving.
+//!
+//! Either side may send [`BootMessage::Failed`] instead of its next message; the other side gives up.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// Descriptor number of the handshake socket in the booting agent.
+pub const BOOT_SYNC_FD: i32 = 3;
+/// Descriptor number of the agent's listening socket in the booting agent.
+pub const AGENT_LISTEN_FD: i32 = 4;
+
+/// Everything the agent needs to finish building its sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BootConfig {
+    /// Sandbox id, for logs.
+    pub sandbox_id: String,
+    /// Hostname inside the sandbox.
+    pub hostname: String,
+    /// The overlay root filesystem to mount and pivot into.
+    pub rootfs: RootfsPlan,
+    /// Bind mounts into the new root, in order.
+    pub binds: Vec<BindMount>,
+    /// First host uid/gid of the sandbox's id mapping (sandbox id 0 maps here).
+    pub id_map_base: u32,
+    /// The access token every agent call must carry.
+    pub token: String,
+    /// The user commands run as when a caller names none.
+    pub default_user: String,
+    /// Environment every command in the sandbox starts with.
+    pub envs: HashMap<String, String>,
+}
+
+/// Paths (on the host) of the overlay making up the sandbox's root filesystem.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RootfsPlan {
+    /// Read-only lower layer (the template).
+    pub lower: PathBuf,
+    /// The sandbox's private writable layer.
+    pub upper: PathBuf,
+    /// Overlayfs work directory, on the same filesystem as `upper`.
+    pub work: PathBuf,
+    /// Where the merged tree is mounted before `pivot_root` (an existing, empty directory).
+    pub target: PathBuf,
+}
+
+/// One bind mount from the host into the sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BindMount {
+    /// Host path.
+    pub source: PathBuf,
+    /// Absolute path inside the sandbox.
+    pub target: PathBuf,
+    /// Remount read-only after binding.
+    pub read_only: bool,
+}
+
+/// One message of the handshake (one JSON document per line).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BootMessage {
+    /// runtime → agent: the plan.
+    Config(Box<BootConfig>),
+    /// agent → runtime: the user namespace exists and waits for its id maps.
+    UserNamespaceReady,
+    /// runtime → agent: id maps, cgroup and network are in place.
+    Go,
+    /// agent → runtime: confined and about to serve.
+    Ready,
+    /// either way: the sender gave up at `stage`.
+    Failed {
+        /// The step that failed.
+        stage: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl BootMessage {
+    /// Encodes the message as one line of JSON, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        // Serializing these plain structs cannot fail.
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+
+    /// Decodes one line (with or without its newline).
+    pub fn from_line(line: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(line.strip_suffix(b"\n").unwrap_or(line))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_as_single_lines() {
+        let config = BootConfig {
+            sandbox_id: "sb1".into(),
+            hostname: "sb1".into(),
+            rootfs: RootfsPlan {
+                lower: "/l".into(),
+                upper: "/u".into(),
+                work: "/w".into(),
+                target: "/t".into(),
+            },
+            binds: vec![BindMount {
+                source: "/usr".into(),
+                target: "/usr".into(),
+                read_only: true,
+            }],
+            id_map_base: 100_000,
+            token: "tok\nen".into(),
+            default_user: "user".into(),
+            envs: HashMap::from([("A".into(), "line1\nline2".into())]),
+        };
+        for msg in [
+            BootMessage::Config(Box::new(config)),
+            BootMessage::UserNamespaceReady,
+            BootMessage::Go,
+            BootMessage::Ready,
+            BootMessage::Failed {
+                stage: "mount".into(),
+                message: "no".into(),
+            },
+        ] {
+            let line = msg.to_line();
+            assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
+            assert_eq!(BootMessage::from_line(&line).unwrap(), msg);
+        }
+    }
+}

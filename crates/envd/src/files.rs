@@ -1,0 +1,122 @@
+//! The plain-HTTP `/files` surface of envd: download with `GET /files?path=&username=`, upload with
+//! `POST /files?path=&username=` (multipart field `file`, or `application/octet-stream`), answered by
+//! a JSON array of [`WriteInfo`]; failures carry a JSON [`FilesError`] with the HTTP status.
+//!
+//! A caller without the access token may instead present a signature ([`signature`]) made from the
+//! token, exactly as the E2B SDK mints signed URLs.
+
+use base64::engine::general_purpose::STANDARD_NO_PAD;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// URL path of the files endpoint.
+pub const PATH: &str = "/files";
+/// URL path of the health endpoint.
+pub const HEALTH_PATH: &str = "/health";
+
+/// Query parameters of `/files`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilesQuery {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature_expiration: Option<i64>,
+}
+
+/// What kind of entry an upload produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteType {
+    File,
+    Dir,
+}
+
+/// One written file in the answer to an upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: WriteType,
+    pub path: String,
+}
+
+/// The JSON body of a failed `/files` or `/health` call (`message` is what the SDK shows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesError {
+    #[serde(default)]
+    pub code: u16,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Which way a signed URL may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Read,
+    Write,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Read => "read",
+            Operation::Write => "write",
+        }
+    }
+}
+
+/// The v1 signature of a `/files` URL: `v1_` + unpadded base64 of
+/// sha256(`{path}:{operation}:{user}:{token}[:{expiration}]`), `user` empty for the default user.
+pub fn signature(
+    path: &str,
+    operation: Operation,
+    user: &str,
+    token: &str,
+    expiration: Option<i64>,
+) -> String {
+    let raw = match expiration {
+        Some(exp) => format!("{path}:{}:{user}:{token}:{exp}", operation.as_str()),
+        None => format!("{path}:{}:{user}:{token}", operation.as_str()),
+    };
+    format!(
+        "v1_{}",
+        STANDARD_NO_PAD.encode(Sha256::digest(raw.as_bytes()))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_matches_sdk_algorithm() {
+        // Computed with the E2B SDK's get_signature("/a.txt", "read", None, "tok").
+        assert_eq!(
+            signature("/a.txt", Operation::Read, "", "tok", None),
+            "v1_EV/DvoS4mUiocl2RlxlZEymBC6EMYhkDL6kq8QBzt6g"
+        );
+        assert_ne!(
+            signature("/a.txt", Operation::Read, "", "tok", Some(5)),
+            signature("/a.txt", Operation::Write, "", "tok", Some(5))
+        );
+    }
+
+    #[test]
+    fn write_info_shape() {
+        let w = WriteInfo {
+            name: "a".into(),
+            kind: WriteType::File,
+            path: "/a".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&w).unwrap(),
+            r#"{"name":"a","type":"file","path":"/a"}"#
+        );
+    }
+}

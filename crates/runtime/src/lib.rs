@@ -1,0 +1,36 @@
+//! Where sandboxes actually run.
+//!
+//! [`Runtime`] is the contract the daemon programs against: create, start, stop, destroy, inspect and
+//! list sandboxes. The runtime is the *authority* for what runs (the store is the authority for what
+//! should run); [`Runtime::list`] after a restart is how a fresh daemon adopts what is already running.
+//!
+//! [`namespace::NamespaceRuntime`] is the embedded default: user, pid, mount, net, uts and ipc namespaces,
+//! an overlay root filesystem, cgroup limits ([`cgroup`], v1 and v2), seccomp, and a veth pair per sandbox,
+//! with the agent (`sandboxd-agent`) as every sandbox's init.
+
+pub mod cgroup;
+pub mod namespace;
+mod types;
+
+pub use types::*;
+
+/// The operations every isolation tier provides.
+///
+/// All methods are idempotent where that makes sense: destroying an unknown sandbox succeeds, starting a
+/// running one returns it unchanged. Implementations must be safe to call concurrently for different ids;
+/// callers serialize operations on one id.
+#[async_trait::async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    /// Prepares a sandbox (its writable layer and persisted state) without starting it.
+    async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError>;
+    /// Boots a created or stopped sandbox; returns once its agent is confined and accepting connections.
+    async fn start(&self, id: &str) -> Result<SandboxInfo, RuntimeError>;
+    /// Kills every process of the sandbox, keeping its writable layer.
+    async fn stop(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Stops the sandbox and removes everything it had. Unknown ids succeed.
+    async fn destroy(&self, id: &str) -> Result<(), RuntimeError>;
+    /// What the runtime observes about one sandbox; `None` when it has no trace of it.
+    async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError>;
+    /// Every sandbox the runtime has a trace of, running or not.
+    async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError>;
+}

@@ -1,0 +1,210 @@
+//! The host side of the boot handshake (the agent side is `sandboxd_agent::boot`).
+//!
+//! Guarantee: when [`NamespaceRuntime::boot`] returns a pid, that init runs in its cgroup, behind its
+//! veth pair, in a user namespace whose ids map to `id_map_base..+65536`, confined, and about to serve
+//! the agent on its socket; no user instruction has run yet. When it fails, everything this call made
+//! (process, cgroup, veth pair, socket) is gone again.
+
+use super::process::{clone_boot, reap, ChildFds, PidFd};
+use super::rootfs::AGENT_PATH;
+use super::state::SandboxPaths;
+use super::{limits, NamespaceRuntime};
+use crate::{RuntimeError, SandboxSpec};
+use sandboxd_envd::boot::{BindMount, BootConfig, BootMessage, RootfsPlan};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// How long a boot may take before the runtime gives up on it.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(20);
+
+type Lines = tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>;
+
+impl NamespaceRuntime {
+    /// Boots the sandbox described by `spec`; returns the host pid of its init.
+    pub(super) async fn boot(
+        &self,
+        paths: &SandboxPaths,
+        spec: &SandboxSpec,
+    ) -> Result<i32, RuntimeError> {
+        let socket = paths.socket();
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket).map_err(RuntimeError::io("listen", &socket))?;
+        let log_path = paths.log();
+        let log: OwnedFd = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(RuntimeError::io("open", &log_path))?
+            .into();
+        let (ours, theirs) = UnixStream::pair().map_err(RuntimeError::Spawn)?;
+        let theirs: OwnedFd = theirs.into();
+        let cgroup = self.cgroups.create(&spec.id, &limits(spec))?;
+        let pid = match clone_boot(
+            &self.config.agent_binary,
+            ChildFds {
+                log: &log,
+                sync: &theirs,
+                listener: listener.as_raw_fd(),
+            },
+        ) {
+            Ok(pid) => pid,
+            Err(e) => {
+                let _ = cgroup.remove();
+                return Err(RuntimeError::Spawn(e));
+            }
+        };
+        drop(theirs);
+        drop(listener);
+        let outcome = tokio::time::timeout(BOOT_TIMEOUT, async {
+            cgroup.add_pid(pid)?;
+            self.handshake(pid, ours, paths, spec).await
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(RuntimeError::Boot {
+                stage: "timeout".into(),
+                message: format!("no ready signal within {BOOT_TIMEOUT:?}"),
+            })
+        });
+        if let Err(e) = outcome {
+            if let Ok(fd) = PidFd::open(pid) {
+                let _ = fd.signal(libc::SIGKILL);
+                fd.exited(Duration::from_secs(5)).await;
+            }
+            reap(pid);
+            let _ = cgroup.kill_all();
+            let _ = cgroup.remove();
+            let _ = self.net.detach(spec.net_slot).await;
+            let _ = std::fs::remove_file(&socket);
+            return Err(with_log(e, &log_path));
+        }
+        Ok(pid)
+    }
+
+    async fn handshake(
+        &self,
+        pid: i32,
+        sync: UnixStream,
+        paths: &SandboxPaths,
+        spec: &SandboxSpec,
+    ) -> Result<(), RuntimeError> {
+        sync.set_nonblocking(true).map_err(RuntimeError::Spawn)?;
+        let sync = tokio::net::UnixStream::from_std(sync).map_err(RuntimeError::Spawn)?;
+        let (read, mut write) = sync.into_split();
+        let mut lines = BufReader::new(read).lines();
+        let config = BootMessage::Config(Box::new(self.boot_config(paths, spec)));
+        write
+            .write_all(&config.to_line())
+            .await
+            .map_err(RuntimeError::Spawn)?;
+        // The network is wired while the agent builds its root.
+        let (net, userns) = tokio::join!(
+            self.net.attach(spec.net_slot, pid),
+            expect(&mut lines, "user namespace", |m| {
+                matches!(m, BootMessage::UserNamespaceReady)
+            })
+        );
+        if let Err(e) = net.and(userns) {
+            let _ = write
+                .write_all(
+                    &BootMessage::Failed {
+                        stage: "host".into(),
+                        message: e.to_string(),
+                    }
+                    .to_line(),
+                )
+                .await;
+            return Err(e);
+        }
+        write_id_maps(pid, self.config.id_map_base)?;
+        write
+            .write_all(&BootMessage::Go.to_line())
+            .await
+            .map_err(RuntimeError::Spawn)?;
+        expect(&mut lines, "ready", |m| matches!(m, BootMessage::Ready)).await
+    }
+
+    fn boot_config(&self, paths: &SandboxPaths, spec: &SandboxSpec) -> BootConfig {
+        let mut binds = self.template.binds.clone();
+        binds.push(BindMount {
+            source: self.config.agent_binary.clone(),
+            target: AGENT_PATH.into(),
+            read_only: true,
+        });
+        BootConfig {
+            sandbox_id: spec.id.clone(),
+            hostname: spec.id.clone(),
+            rootfs: RootfsPlan {
+                lower: self.template.lower.clone(),
+                upper: paths.upper(),
+                work: paths.work(),
+                target: paths.rootfs(),
+            },
+            binds,
+            id_map_base: self.config.id_map_base,
+            token: spec.agent_token.clone(),
+            default_user: "user".into(),
+            envs: spec.envs.clone(),
+        }
+    }
+}
+
+async fn expect(
+    lines: &mut Lines,
+    wanted: &str,
+    is: impl Fn(&BootMessage) -> bool,
+) -> Result<(), RuntimeError> {
+    let line = lines
+        .next_line()
+        .await
+        .map_err(RuntimeError::Spawn)?
+        .ok_or_else(|| RuntimeError::Boot {
+            stage: wanted.to_string(),
+            message: "the init exited before answering".into(),
+        })?;
+    match BootMessage::from_line(line.as_bytes()) {
+        Ok(BootMessage::Failed { stage, message }) => Err(RuntimeError::Boot { stage, message }),
+        Ok(m) if is(&m) => Ok(()),
+        Ok(m) => Err(RuntimeError::Boot {
+            stage: wanted.to_string(),
+            message: format!("unexpected message {m:?}"),
+        }),
+        Err(e) => Err(RuntimeError::Boot {
+            stage: wanted.to_string(),
+            message: format!("undecodable message: {e}"),
+        }),
+    }
+}
+
+/// Maps ids 0..65536 of the sandbox's user namespace to `base..base+65536` on the host.
+fn write_id_maps(pid: i32, base: u32) -> Result<(), RuntimeError> {
+    let map = format!("0 {base} 65536\n");
+    for file in ["uid_map", "gid_map"] {
+        let path = format!("/proc/{pid}/{file}");
+        std::fs::write(&path, &map).map_err(RuntimeError::io("write", &path))?;
+    }
+    Ok(())
+}
+
+/// Adds the last lines of the boot log to a boot failure, where the init's own words are.
+fn with_log(e: RuntimeError, log: &std::path::Path) -> RuntimeError {
+    match e {
+        RuntimeError::Boot { stage, message } => {
+            let tail = std::fs::read_to_string(log)
+                .map(|s| {
+                    let lines: Vec<&str> = s.lines().collect();
+                    lines[lines.len().saturating_sub(5)..].join(" | ")
+                })
+                .unwrap_or_default();
+            let message = if tail.is_empty() {
+                message
+            } else {
+                format!("{message} (log: {tail})")
+            };
+            RuntimeError::Boot { stage, message }
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,297 @@
+//! The namespace runtime: the embedded default isolation tier.
+//!
+//! A sandbox is one process tree: its init (the agent, `sandboxd-agent boot`) is cloned into new mount,
+//! pid, net, uts and ipc namespaces, builds its overlay root and pivots into it, then unshares a user
+//! namespace whose root maps to an unprivileged host id (see [`NamespaceConfig::id_map_base`]). The
+//! runtime drives the boot handshake (`sandboxd_envd::boot`) and meanwhile puts the init in its cgroup
+//! ([`crate::cgroup`]) and wires its veth pair ([`net`]); only then does the init run anything.
+//!
+//! The agent listens on a unix socket the runtime created in the sandbox's host directory and passed
+//! down as a descriptor: the daemon always reaches it, with or without network, and no other sandbox can.
+//!
+//! Sandboxes outlive the process that made them; [`state`] records enough for a fresh process to find and
+//! adopt them ([`crate::Runtime::list`], [`crate::Runtime::inspect`]).
+
+mod boot;
+pub mod net;
+pub mod process;
+pub mod rootfs;
+pub mod state;
+
+use crate::cgroup::{CgroupManager, Limits};
+use crate::{
+    validate_id, AgentEndpoint, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
+};
+use net::Network;
+use process::{reap, PidFd};
+use state::{Persisted, SandboxPaths};
+use std::net::Ipv4Addr;
+use std::os::unix::fs::{lchown, DirBuilderExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How the namespace runtime is set up on this host.
+#[derive(Debug, Clone)]
+pub struct NamespaceConfig {
+    /// Directory for templates and per-sandbox state (created if missing).
+    pub state_dir: PathBuf,
+    /// The static `sandboxd-agent` binary, bound read-only into every sandbox.
+    pub agent_binary: PathBuf,
+    /// Name of the cgroup under which every sandbox gets its own.
+    pub cgroup_parent: String,
+    /// First address of the sandbox subnet (4 addresses per slot).
+    pub subnet_base: Ipv4Addr,
+    /// Number of network slots.
+    pub slots: u32,
+    /// Host uid/gid that a sandbox's root maps to; 65536 ids from here are the sandbox's.
+    pub id_map_base: u32,
+}
+
+impl NamespaceConfig {
+    /// Defaults for a state directory and an agent binary.
+    pub fn new(state_dir: impl Into<PathBuf>, agent_binary: impl Into<PathBuf>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            agent_binary: agent_binary.into(),
+            cgroup_parent: "sandboxd".into(),
+            subnet_base: Ipv4Addr::new(10, 201, 0, 0),
+            slots: 16384,
+            id_map_base: 100_000,
+        }
+    }
+}
+
+/// The namespace runtime.
+pub struct NamespaceRuntime {
+    config: NamespaceConfig,
+    cgroups: CgroupManager,
+    net: Network,
+    template: rootfs::Template,
+}
+
+impl NamespaceRuntime {
+    /// Checks the host (root, cgroups, agent binary), builds the `base` template if needed, and opens the
+    /// host's netlink connection. Must be called inside a tokio runtime.
+    pub async fn new(config: NamespaceConfig) -> Result<Self, RuntimeError> {
+        if !nix::unistd::Uid::effective().is_root() {
+            return Err(RuntimeError::Host(
+                "the namespace runtime must run as root".into(),
+            ));
+        }
+        if !config.agent_binary.is_file() {
+            return Err(RuntimeError::Host(format!(
+                "agent binary {} not found",
+                config.agent_binary.display()
+            )));
+        }
+        let cgroups = CgroupManager::detect(&config.cgroup_parent)?;
+        for dir in [config.state_dir.clone(), config.state_dir.join("sandboxes")] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(RuntimeError::io("create", &dir))?;
+        }
+        let templates = config.state_dir.join("templates");
+        let id_base = config.id_map_base;
+        let template =
+            tokio::task::spawn_blocking(move || rootfs::ensure_base(&templates, id_base))
+                .await
+                .map_err(|e| RuntimeError::Host(format!("template build panicked: {e}")))??;
+        let net = Network::new(config.subnet_base, config.slots)?;
+        Ok(Self {
+            config,
+            cgroups,
+            net,
+            template,
+        })
+    }
+
+    /// The cgroup manager (for stats, freezing).
+    pub fn cgroups(&self) -> &CgroupManager {
+        &self.cgroups
+    }
+
+    fn paths(&self, id: &str) -> SandboxPaths {
+        SandboxPaths::new(&self.config.state_dir.join("sandboxes"), id)
+    }
+
+    fn info(&self, p: &Persisted) -> Result<SandboxInfo, RuntimeError> {
+        let paths = self.paths(&p.spec.id);
+        let state = p.observed_state();
+        Ok(SandboxInfo {
+            state,
+            pid: (state == RuntimeState::Running).then_some(p.pid).flatten(),
+            net: self.net.addrs(p.spec.net_slot)?,
+            agent: AgentEndpoint {
+                socket: paths.socket(),
+                token: p.spec.agent_token.clone(),
+            },
+            spec: p.spec.clone(),
+        })
+    }
+
+    fn load(&self, id: &str) -> Result<(SandboxPaths, Persisted), RuntimeError> {
+        validate_id(id)?;
+        let paths = self.paths(id);
+        match paths.load()? {
+            Some(p) => Ok((paths, p)),
+            None => Err(RuntimeError::NotFound(id.to_string())),
+        }
+    }
+
+    /// Kills the init of `p` (and with it the whole pid namespace), then removes the cgroup and the
+    /// veth pair. Idempotent.
+    async fn kill(&self, p: &Persisted) -> Result<(), RuntimeError> {
+        if let Some(pid) = p.live_pid() {
+            if let Ok(fd) = PidFd::open(pid) {
+                // Re-check after opening: the pidfd now pins the process we verified.
+                if p.live_pid() == Some(pid) {
+                    fd.signal(libc::SIGKILL).map_err(RuntimeError::Spawn)?;
+                    if !fd.exited(Duration::from_secs(10)).await {
+                        return Err(RuntimeError::Host(format!(
+                            "sandbox {} init {pid} survived SIGKILL",
+                            p.spec.id
+                        )));
+                    }
+                }
+                reap(pid);
+            }
+        }
+        let cgroup = self.cgroups.open(&p.spec.id);
+        cgroup.kill_all()?;
+        cgroup.remove()?;
+        self.net.detach(p.spec.net_slot).await
+    }
+}
+
+fn limits(spec: &SandboxSpec) -> Limits {
+    Limits {
+        memory_bytes: Some(spec.limits.memory_mb.saturating_mul(1024 * 1024)),
+        cpu_millis: Some(spec.limits.cpu_millis),
+        pids_max: Some(spec.limits.pids_max),
+    }
+}
+
+fn mkdir_owned(path: &Path, mode: u32, owner: Option<u32>) -> Result<(), RuntimeError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(RuntimeError::io("create", path))?;
+    if let Some(owner) = owner {
+        lchown(path, Some(owner), Some(owner)).map_err(RuntimeError::io("chown", path))?;
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl Runtime for NamespaceRuntime {
+    async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
+        validate_id(&spec.id)?;
+        if spec.template != "base" {
+            return Err(RuntimeError::UnknownTemplate(spec.template.clone()));
+        }
+        if spec.egress {
+            return Err(RuntimeError::Unsupported(
+                "egress to the outside is not available on this host yet".into(),
+            ));
+        }
+        self.net.addrs(spec.net_slot)?;
+        let paths = self.paths(&spec.id);
+        // Creating the directory is the claim on the id: exactly one caller succeeds.
+        match std::fs::DirBuilder::new().mode(0o700).create(&paths.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(RuntimeError::AlreadyExists(spec.id.clone()))
+            }
+            Err(e) => return Err(RuntimeError::io("create", &paths.dir)(e)),
+        }
+        let base = self.config.id_map_base;
+        let prepared = (|| {
+            mkdir_owned(&paths.upper(), 0o755, Some(base))?;
+            mkdir_owned(&paths.work(), 0o700, None)?;
+            mkdir_owned(&paths.rootfs(), 0o755, None)?;
+            rootfs::personalise(&paths.upper(), &spec.id, base)?;
+            let p = Persisted {
+                spec: spec.clone(),
+                pid: None,
+                start_time: None,
+                started: false,
+            };
+            paths.save(&p)?;
+            self.info(&p)
+        })();
+        if prepared.is_err() {
+            let _ = std::fs::remove_dir_all(&paths.dir);
+        }
+        prepared
+    }
+
+    async fn start(&self, id: &str) -> Result<SandboxInfo, RuntimeError> {
+        let (paths, mut p) = self.load(id)?;
+        if p.live_pid().is_some() {
+            return self.info(&p);
+        }
+        let pid = self.boot(&paths, &p.spec).await?;
+        p.pid = Some(pid);
+        p.start_time = process::start_time(pid);
+        p.started = true;
+        if let Err(e) = paths.save(&p) {
+            let _ = self.kill(&p).await;
+            return Err(e);
+        }
+        process::reap_when_exited(pid);
+        self.info(&p)
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), RuntimeError> {
+        let (_, p) = self.load(id)?;
+        self.kill(&p).await
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), RuntimeError> {
+        validate_id(id)?;
+        let paths = self.paths(id);
+        if let Some(p) = paths.load()? {
+            self.kill(&p).await?;
+        } else {
+            // A half-created sandbox may have a cgroup but no record.
+            let cgroup = self.cgroups.open(id);
+            cgroup.kill_all()?;
+            cgroup.remove()?;
+        }
+        match tokio::fs::remove_dir_all(&paths.dir).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RuntimeError::io("remove", &paths.dir)(e)),
+        }
+    }
+
+    async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError> {
+        match self.load(id) {
+            Ok((_, p)) => self.info(&p).map(Some),
+            Err(RuntimeError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
+        let dir = self.config.state_dir.join("sandboxes");
+        let entries = std::fs::read_dir(&dir).map_err(RuntimeError::io("list", &dir))?;
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let Some(id) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if validate_id(&id).is_err() {
+                continue;
+            }
+            if let Some(p) = SandboxPaths::new(&dir, &id).load()? {
+                out.push(self.info(&p)?);
+            }
+        }
+        out.sort_by(|a, b| a.spec.id.cmp(&b.spec.id));
+        Ok(out)
+    }
+}

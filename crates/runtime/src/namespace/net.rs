@@ -1,0 +1,193 @@
+//! One network namespace per sandbox, joined to the host by a veth pair (rtnetlink, no `ip` commands).
+//!
+//! Slot `n` owns the point-to-point subnet `base + 4n / 30`: the host end `sbh<n>` gets `.1`, the
+//! sandbox end (`eth0`, created directly inside the sandbox's namespace) gets `.2`. The caller leases
+//! slots (the daemon from its store), so two live sandboxes never share one.
+//!
+//! Without egress the sandbox has no default route: it reaches its own loopback and the host end of its
+//! pair only, and the host's loopback services are out of reach (127.0.0.1 inside is the sandbox's own).
+//! The daemon reaches the sandbox's ports over the pair; the agent itself is reached over a unix socket.
+
+use crate::{NetAddrs, RuntimeError};
+use futures::TryStreamExt;
+use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Point-to-point prefix of every slot.
+const PREFIX: u8 = 30;
+
+/// The host side of sandbox networking.
+pub struct Network {
+    handle: Handle,
+    base: Ipv4Addr,
+    slots: u32,
+}
+
+fn net_err(what: &str) -> impl FnOnce(rtnetlink::Error) -> RuntimeError + '_ {
+    move |e| RuntimeError::Network(format!("{what}: {e}"))
+}
+
+impl Network {
+    /// Opens a netlink connection in the host namespace; `base` must be the first address of a block of
+    /// `4 * slots` addresses.
+    pub fn new(base: Ipv4Addr, slots: u32) -> Result<Self, RuntimeError> {
+        let (conn, handle, _) = rtnetlink::new_connection()
+            .map_err(|e| RuntimeError::Network(format!("netlink socket: {e}")))?;
+        tokio::spawn(conn);
+        Ok(Self {
+            handle,
+            base,
+            slots,
+        })
+    }
+
+    /// The addresses of `slot`.
+    pub fn addrs(&self, slot: u32) -> Result<NetAddrs, RuntimeError> {
+        if slot >= self.slots {
+            return Err(RuntimeError::SlotOutOfRange(slot));
+        }
+        let first = u32::from(self.base) + slot * 4;
+        Ok(NetAddrs {
+            slot,
+            host: Ipv4Addr::from(first + 1),
+            sandbox: Ipv4Addr::from(first + 2),
+            prefix: PREFIX,
+        })
+    }
+
+    /// Host-side interface name of `slot`.
+    pub fn host_ifname(slot: u32) -> String {
+        format!("sbh{slot}")
+    }
+
+    /// Creates the veth pair of `slot` with its inner end in the network namespace of `pid`, and
+    /// configures both ends. Fails if the slot's interface already exists (a live sandbox holds it).
+    pub async fn attach(&self, slot: u32, pid: i32) -> Result<NetAddrs, RuntimeError> {
+        let addrs = self.addrs(slot)?;
+        let host_if = Self::host_ifname(slot);
+        let peer = LinkMessageBuilder::<LinkUnspec>::new()
+            .name("eth0".to_string())
+            .setns_by_pid(pid as u32)
+            .build();
+        let pair = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+            .name(host_if.clone())
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+            .build();
+        self.handle
+            .link()
+            .add(pair)
+            .execute()
+            .await
+            .map_err(net_err("create veth pair"))?;
+        let configured = async {
+            let index = link_index(&self.handle, &host_if).await?;
+            self.handle
+                .address()
+                .add(index, IpAddr::V4(addrs.host), PREFIX)
+                .execute()
+                .await
+                .map_err(net_err("address host end"))?;
+            set_up(&self.handle, index).await?;
+            let inner = handle_in_netns(pid).await?;
+            let lo = link_index(&inner, "lo").await?;
+            set_up(&inner, lo).await?;
+            let eth0 = link_index(&inner, "eth0").await?;
+            inner
+                .address()
+                .add(eth0, IpAddr::V4(addrs.sandbox), PREFIX)
+                .execute()
+                .await
+                .map_err(net_err("address sandbox end"))?;
+            set_up(&inner, eth0).await
+        }
+        .await;
+        if let Err(e) = configured {
+            let _ = self.detach(slot).await;
+            return Err(e);
+        }
+        Ok(addrs)
+    }
+
+    /// Deletes the host end of `slot` (which deletes the pair); a missing interface is fine.
+    pub async fn detach(&self, slot: u32) -> Result<(), RuntimeError> {
+        let name = Self::host_ifname(slot);
+        let Ok(index) = link_index(&self.handle, &name).await else {
+            return Ok(());
+        };
+        let handle = self.handle.clone();
+        match handle.link().del(index).execute().await {
+            Ok(()) => Ok(()),
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(()),
+            Err(e) => Err(RuntimeError::Network(format!("delete {name}: {e}"))),
+        }
+    }
+}
+
+async fn link_index(handle: &Handle, name: &str) -> Result<u32, RuntimeError> {
+    let handle = handle.clone();
+    let mut links = handle.link().get().match_name(name.to_string()).execute();
+    match links.try_next().await {
+        Ok(Some(link)) => Ok(link.header.index),
+        Ok(None) => Err(RuntimeError::Network(format!("no interface {name}"))),
+        Err(e) => Err(RuntimeError::Network(format!("find {name}: {e}"))),
+    }
+}
+
+async fn set_up(handle: &Handle, index: u32) -> Result<(), RuntimeError> {
+    handle
+        .link()
+        .set(LinkUnspec::new_with_index(index).up().build())
+        .execute()
+        .await
+        .map_err(net_err("set link up"))
+}
+
+/// A netlink handle whose socket lives in the network namespace of `pid`.
+///
+/// A fresh OS thread enters the namespace and opens the socket there (a socket stays in the namespace
+/// it was created in); the thread then ends, so no pooled thread is ever left inside a sandbox's
+/// namespace.
+async fn handle_in_netns(pid: i32) -> Result<Handle, RuntimeError> {
+    let runtime = tokio::runtime::Handle::current();
+    let ns_path = format!("/proc/{pid}/ns/net");
+    let ns = std::fs::File::open(&ns_path).map_err(RuntimeError::io("open", &ns_path))?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let result = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| RuntimeError::Network(format!("enter sandbox netns: {e}")))
+            .and_then(|()| {
+                let _entered = runtime.enter();
+                let (conn, handle, _) = rtnetlink::new_connection()
+                    .map_err(|e| RuntimeError::Network(format!("netlink socket in netns: {e}")))?;
+                runtime.spawn(conn);
+                Ok(handle)
+            });
+        let _ = tx.send(result);
+    });
+    rx.await
+        .map_err(|_| RuntimeError::Network("netns thread died".into()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn slots_get_disjoint_point_to_point_subnets() {
+        let net = Network::new(Ipv4Addr::new(10, 201, 0, 0), 16384).unwrap();
+        let a = net.addrs(0).unwrap();
+        let b = net.addrs(1).unwrap();
+        assert_eq!(a.host, Ipv4Addr::new(10, 201, 0, 1));
+        assert_eq!(a.sandbox, Ipv4Addr::new(10, 201, 0, 2));
+        assert_eq!(b.host, Ipv4Addr::new(10, 201, 0, 5));
+        assert_eq!(
+            net.addrs(16383).unwrap().sandbox,
+            Ipv4Addr::new(10, 201, 255, 254)
+        );
+        assert!(matches!(
+            net.addrs(16384),
+            Err(RuntimeError::SlotOutOfRange(_))
+        ));
+    }
+}

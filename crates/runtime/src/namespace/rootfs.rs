@@ -1,0 +1,290 @@
+//! The `base` template: a root filesystem that needs no download.
+//!
+//! Its lower layer is a small directory tree built once per data dir: mount points for the host's system
+//! directories, a curated `/etc` (our own `passwd`, `group` and an unreadable `shadow`, plus the handful of
+//! host files programs need to run), `/home/user` owned by the sandbox's user, and a writable `/tmp`.
+//! The host's `/usr` (and `/bin`, `/lib*`, `/sbin` when they are real directories rather than merged-usr
+//! links) plus a few `/etc` directories are bound read-only on top. Nothing else of the host is ever
+//! visible: no homes, `/root`, `/srv`, `/opt`, `/work`, nor the daemon's data dir.
+//!
+//! Ownership inside the lower layer is expressed in host ids shifted by the id-map base, so that the
+//! sandbox sees its root owning `/`, `/etc` and `/root`, and `user` (1000) owning `/home/user`.
+
+use crate::RuntimeError;
+use sandboxd_envd::boot::BindMount;
+use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Uid and gid of the sandbox's default user, inside the sandbox.
+pub const USER_ID: u32 = 1000;
+/// Where the agent binary appears inside every sandbox.
+pub const AGENT_PATH: &str = "/.sandboxd/agent";
+/// Bumped whenever the layout below changes, so old templates are rebuilt.
+const LAYOUT_VERSION: u32 = 1;
+
+/// Host top-level directories offered read-only (as a bind, or as the same link when merged-usr).
+const SYSTEM_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+/// Host files copied into the curated /etc.
+const ETC_FILES: &[&str] = &[
+    "bash.bashrc",
+    "debian_version",
+    "environment",
+    "host.conf",
+    "inputrc",
+    "issue",
+    "ld.so.cache",
+    "ld.so.conf",
+    "localtime",
+    "login.defs",
+    "mime.types",
+    "nsswitch.conf",
+    "profile",
+    "protocols",
+    "resolv.conf",
+    "services",
+    "shells",
+    "timezone",
+];
+/// Host /etc directories copied shallowly (regular files only).
+const ETC_DIRS_COPIED: &[&str] = &["ld.so.conf.d", "profile.d", "skel"];
+/// Host /etc directories bound read-only.
+const ETC_DIRS_BOUND: &[&str] = &[
+    "alternatives",
+    "ca-certificates",
+    "perl",
+    "python3",
+    "python3.11",
+    "ssl",
+    "terminfo",
+];
+
+/// A template's lower layer and what to bind on top of it.
+#[derive(Debug, Clone)]
+pub struct Template {
+    /// The read-only lower directory.
+    pub lower: PathBuf,
+    /// Read-only binds from the host (the agent binary is added per sandbox).
+    pub binds: Vec<BindMount>,
+}
+
+/// Builds (once) and returns the `base` template under `templates_dir`.
+pub fn ensure_base(templates_dir: &Path, id_base: u32) -> Result<Template, RuntimeError> {
+    let lower = templates_dir.join(format!("base-v{LAYOUT_VERSION}-{id_base}"));
+    let binds = host_binds();
+    if lower.join(".complete").exists() {
+        return Ok(Template { lower, binds });
+    }
+    std::fs::create_dir_all(templates_dir).map_err(RuntimeError::io("create", templates_dir))?;
+    let staging = templates_dir.join(format!(".build-{}-{}", std::process::id(), rand_suffix()));
+    let built = build(&staging, id_base, &binds).and_then(|()| {
+        std::fs::write(staging.join(".complete"), b"")
+            .map_err(RuntimeError::io("write", staging.join(".complete")))
+    });
+    if let Err(e) = built {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    if std::fs::rename(&staging, &lower).is_err() {
+        // Someone else finished first; theirs is as good as ours.
+        let _ = std::fs::remove_dir_all(&staging);
+        if !lower.join(".complete").exists() {
+            return Err(RuntimeError::Host(format!(
+                "cannot install template at {}",
+                lower.display()
+            )));
+        }
+    }
+    Ok(Template { lower, binds })
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn host_binds() -> Vec<BindMount> {
+    let mut binds = Vec::new();
+    for dir in SYSTEM_DIRS {
+        let host = Path::new("/").join(dir);
+        if is_real_dir(&host) {
+            binds.push(read_only(&host));
+        }
+    }
+    for dir in ETC_DIRS_BOUND {
+        let host = Path::new("/etc").join(dir);
+        if is_real_dir(&host) {
+            binds.push(read_only(&host));
+        }
+    }
+    binds
+}
+
+fn is_real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+fn read_only(path: &Path) -> BindMount {
+    BindMount {
+        source: path.to_path_buf(),
+        target: path.to_path_buf(),
+        read_only: true,
+    }
+}
+
+fn build(root: &Path, id_base: u32, binds: &[BindMount]) -> Result<(), RuntimeError> {
+    let root_id = id_base;
+    let user_id = id_base + USER_ID;
+    let mk = |rel: &str, mode: u32, owner: u32| -> Result<(), RuntimeError> {
+        let path = root.join(rel);
+        std::fs::create_dir_all(&path).map_err(RuntimeError::io("create", &path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(RuntimeError::io("chmod", &path))?;
+        lchown(&path, Some(owner), Some(owner)).map_err(RuntimeError::io("chown", &path))
+    };
+    mk("", 0o755, root_id)?;
+    for (dir, mode) in [
+        ("etc", 0o755),
+        ("root", 0o700),
+        ("home", 0o755),
+        ("tmp", 0o1777),
+        ("var", 0o755),
+        ("var/tmp", 0o1777),
+        ("var/lib", 0o755),
+        ("var/log", 0o755),
+        ("var/cache", 0o755),
+        ("mnt", 0o755),
+        ("opt", 0o755),
+        ("srv", 0o755),
+        ("proc", 0o555),
+        ("sys", 0o555),
+        ("dev", 0o755),
+        ("run", 0o755),
+        (".sandboxd", 0o755),
+    ] {
+        mk(dir, mode, root_id)?;
+    }
+    mk("home/user", 0o750, user_id)?;
+    for dir in SYSTEM_DIRS {
+        let host = Path::new("/").join(dir);
+        let inside = root.join(dir);
+        if let Ok(target) = std::fs::read_link(&host) {
+            symlink(&target, &inside).map_err(RuntimeError::io("link", &inside))?;
+        } else if is_real_dir(&host) {
+            mk(dir, 0o755, root_id)?;
+        }
+    }
+    for bind in binds {
+        let rel = bind.target.strip_prefix("/").unwrap_or(&bind.target);
+        if let Some(rel) = rel.to_str() {
+            mk(rel, 0o755, root_id)?;
+        }
+    }
+    let agent = root.join(AGENT_PATH.trim_start_matches('/'));
+    write_file(&agent, b"", 0o755, root_id)?;
+    curate_etc(root, root_id)
+}
+
+fn write_file(path: &Path, data: &[u8], mode: u32, owner: u32) -> Result<(), RuntimeError> {
+    std::fs::write(path, data).map_err(RuntimeError::io("write", path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(RuntimeError::io("chmod", path))?;
+    lchown(path, Some(owner), Some(owner)).map_err(RuntimeError::io("chown", path))
+}
+
+fn curate_etc(root: &Path, owner: u32) -> Result<(), RuntimeError> {
+    let etc = root.join("etc");
+    let host = Path::new("/etc");
+    for name in ETC_FILES {
+        // Follow links (localtime, resolv.conf) so the copy stands alone.
+        if let Ok(data) = std::fs::read(host.join(name)) {
+            write_file(&etc.join(name), &data, 0o644, owner)?;
+        }
+    }
+    for dir in ETC_DIRS_COPIED {
+        let Ok(entries) = std::fs::read_dir(host.join(dir)) else {
+            continue;
+        };
+        let target = etc.join(dir);
+        std::fs::create_dir_all(&target).map_err(RuntimeError::io("create", &target))?;
+        lchown(&target, Some(owner), Some(owner)).map_err(RuntimeError::io("chown", &target))?;
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_file()) {
+                if let Ok(data) = std::fs::read(entry.path()) {
+                    write_file(&target.join(entry.file_name()), &data, 0o644, owner)?;
+                }
+            }
+        }
+    }
+    if let Ok(target) = std::fs::read_link(host.join("os-release")) {
+        let link = etc.join("os-release");
+        symlink(target, &link).map_err(RuntimeError::io("link", &link))?;
+    }
+    let passwd = format!(
+        "root:x:0:0:root:/root:/bin/bash\n\
+         user:x:{USER_ID}:{USER_ID}:user:/home/user:/bin/bash\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    );
+    let group =
+        format!("root:x:0:\ntty:x:5:\nusers:x:100:user\nuser:x:{USER_ID}:\nnogroup:x:65534:\n");
+    write_file(&etc.join("passwd"), passwd.as_bytes(), 0o644, owner)?;
+    write_file(&etc.join("group"), group.as_bytes(), 0o644, owner)?;
+    // Owned by the host's root, which is unmapped inside: not even the sandbox's root can read it.
+    write_file(
+        &etc.join("shadow"),
+        b"root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n",
+        0o000,
+        0,
+    )?;
+    write_file(&etc.join("hostname"), b"sandbox\n", 0o644, owner)?;
+    write_file(
+        &etc.join("hosts"),
+        b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+        0o644,
+        owner,
+    )
+}
+
+/// Writes the per-sandbox files (hostname, hosts) into the sandbox's writable layer.
+pub fn personalise(upper: &Path, hostname: &str, id_base: u32) -> Result<(), RuntimeError> {
+    let etc = upper.join("etc");
+    std::fs::create_dir_all(&etc).map_err(RuntimeError::io("create", &etc))?;
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755))
+        .map_err(RuntimeError::io("chmod", &etc))?;
+    lchown(&etc, Some(id_base), Some(id_base)).map_err(RuntimeError::io("chown", &etc))?;
+    write_file(
+        &etc.join("hostname"),
+        format!("{hostname}\n").as_bytes(),
+        0o644,
+        id_base,
+    )?;
+    let hosts = format!(
+        "127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    );
+    write_file(&etc.join("hosts"), hosts.as_bytes(), 0o644, id_base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_exposes_no_private_host_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = ensure_base(dir.path(), 100_000).unwrap();
+        for bind in &t.binds {
+            let p = bind.source.to_string_lossy();
+            for private in ["/root", "/home", "/work", "/srv", "/opt", "/tmp"] {
+                assert!(!p.starts_with(private), "{p} is bound into sandboxes");
+            }
+            assert!(bind.read_only, "{p} is writable");
+        }
+        let passwd = std::fs::read_to_string(t.lower.join("etc/passwd")).unwrap();
+        assert!(passwd.contains("user:x:1000:1000"));
+        assert!(!t.lower.join("home/root").exists());
+        // Built once: a second call reuses the same tree.
+        let again = ensure_base(dir.path(), 100_000).unwrap();
+        assert_eq!(again.lower, t.lower);
+    }
+}

@@ -1,0 +1,173 @@
+//! What the namespace runtime persists per sandbox, so that a fresh process can adopt what an earlier one
+//! started: the spec, and the host pid of the sandbox's init with its kernel start time (a pid alone
+//! could have been recycled by an unrelated process).
+//!
+//! Layout under the runtime directory:
+//! `sandboxes/<id>/{state.json, agent.sock, boot.log, upper/, work/, rootfs/}`. The directory is mode
+//! 0700 and never mounted into any sandbox.
+
+use crate::namespace::process::start_time;
+use crate::{RuntimeError, RuntimeState, SandboxSpec};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The persisted record of one sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Persisted {
+    /// What was asked for.
+    pub spec: SandboxSpec,
+    /// Host pid of the init of the current (or last) boot.
+    pub pid: Option<i32>,
+    /// Kernel start time of that pid.
+    pub start_time: Option<u64>,
+    /// Whether it was ever started.
+    pub started: bool,
+}
+
+impl Persisted {
+    /// The pid of the init if that very process is still alive.
+    pub fn live_pid(&self) -> Option<i32> {
+        let pid = self.pid?;
+        (start_time(pid)? == self.start_time?).then_some(pid)
+    }
+
+    /// The state this record and the process table imply.
+    pub fn observed_state(&self) -> RuntimeState {
+        if self.live_pid().is_some() {
+            RuntimeState::Running
+        } else if self.started {
+            RuntimeState::Stopped
+        } else {
+            RuntimeState::Created
+        }
+    }
+}
+
+/// Paths of one sandbox's files.
+pub struct SandboxPaths {
+    /// The sandbox's directory.
+    pub dir: PathBuf,
+}
+
+impl SandboxPaths {
+    /// Paths for sandbox `id` under `sandboxes_dir`.
+    pub fn new(sandboxes_dir: &Path, id: &str) -> Self {
+        Self {
+            dir: sandboxes_dir.join(id),
+        }
+    }
+    /// The state record.
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state.json")
+    }
+    /// The agent's socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("agent.sock")
+    }
+    /// The boot log (stdout and stderr of the init).
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("boot.log")
+    }
+    /// The writable layer.
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+    /// The overlay work directory.
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+    /// The mount point of the merged root (used only inside the sandbox's mount namespace).
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs")
+    }
+
+    /// Reads the state record; `None` when the sandbox is unknown.
+    pub fn load(&self) -> Result<Option<Persisted>, RuntimeError> {
+        let path = self.state();
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| RuntimeError::Io {
+                    what: "parse",
+                    path,
+                    source: std::io::Error::other(e),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(RuntimeError::Io {
+                what: "read",
+                path,
+                source: e,
+            }),
+        }
+    }
+
+    /// Writes the state record atomically (write, fsync, rename).
+    pub fn save(&self, state: &Persisted) -> Result<(), RuntimeError> {
+        use std::io::Write;
+        let path = self.state();
+        let tmp = self.dir.join("state.json.tmp");
+        let bytes = serde_json::to_vec_pretty(state).map_err(|e| RuntimeError::Io {
+            what: "encode",
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        let mut file = std::fs::File::create(&tmp).map_err(RuntimeError::io("create", &tmp))?;
+        file.write_all(&bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(RuntimeError::io("write", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(RuntimeError::io("rename", &path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ResourceLimits;
+
+    fn spec() -> SandboxSpec {
+        SandboxSpec {
+            id: "sb".into(),
+            template: "base".into(),
+            limits: ResourceLimits::default(),
+            net_slot: 0,
+            egress: false,
+            envs: Default::default(),
+            agent_token: "t".into(),
+        }
+    }
+
+    #[test]
+    fn a_recycled_pid_is_not_mistaken_for_the_init() {
+        let me = std::process::id() as i32;
+        let mut p = Persisted {
+            spec: spec(),
+            pid: Some(me),
+            start_time: start_time(me),
+            started: true,
+        };
+        assert_eq!(p.observed_state(), RuntimeState::Running);
+        p.start_time = p.start_time.map(|t| t + 1);
+        assert_eq!(p.observed_state(), RuntimeState::Stopped);
+        p.started = false;
+        p.pid = None;
+        assert_eq!(p.observed_state(), RuntimeState::Created);
+    }
+
+    #[test]
+    fn state_round_trips_through_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = SandboxPaths::new(dir.path(), "sb");
+        std::fs::create_dir_all(&paths.dir).unwrap();
+        assert!(paths.load().unwrap().is_none());
+        let p = Persisted {
+            spec: spec(),
+            pid: Some(42),
+            start_time: Some(7),
+            started: true,
+        };
+        paths.save(&p).unwrap();
+        let back = paths.load().unwrap().unwrap();
+        assert_eq!(back.spec, p.spec);
+        assert_eq!(back.pid, Some(42));
+    }
+}

@@ -1,0 +1,109 @@
+//! Fixture for tests against real namespace sandboxes: a runtime on a private state directory and cgroup
+//! parent, sandboxes on slots no other test process holds, and cleanup that holds even when a test panics.
+
+#![allow(dead_code)]
+
+use sandboxd_envd::{EnvdClient, ExecOptions, ExecOutput};
+use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
+use sandboxd_runtime::{ResourceLimits, Runtime, SandboxInfo, SandboxSpec};
+use sandboxd_test_support::{agent_binary, test_slot, unique_id, TestSlot};
+
+/// Cgroup parent of every test sandbox, apart from a running daemon's.
+pub const CGROUP_PARENT: &str = "sandboxd-test";
+
+pub struct Fixture {
+    pub rt: NamespaceRuntime,
+    pub dir: tempfile::TempDir,
+}
+
+pub struct Sandbox {
+    pub info: SandboxInfo,
+    pub client: EnvdClient,
+    _slot: TestSlot,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // Whatever happened in the test, no sandbox outlives it.
+        if let Some(pid) = self.info.pid {
+            // SAFETY: kill with a pid we started; harmless if it is gone.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+pub fn config(dir: &std::path::Path) -> NamespaceConfig {
+    let mut config = NamespaceConfig::new(dir.join("runtime"), agent_binary());
+    config.cgroup_parent = CGROUP_PARENT.into();
+    config
+}
+
+pub async fn fixture() -> Fixture {
+    let dir = tempfile::Builder::new()
+        .prefix("sandboxd-rt-")
+        .tempdir()
+        .expect("tempdir");
+    let rt = NamespaceRuntime::new(config(dir.path()))
+        .await
+        .expect("namespace runtime");
+    Fixture { rt, dir }
+}
+
+pub fn spec(slot: u32, limits: ResourceLimits) -> SandboxSpec {
+    SandboxSpec {
+        id: unique_id("t"),
+        template: "base".into(),
+        limits,
+        net_slot: slot,
+        egress: false,
+        envs: Default::default(),
+        agent_token: unique_id("token"),
+    }
+}
+
+impl Fixture {
+    pub async fn sandbox(&self) -> Sandbox {
+        self.sandbox_with(ResourceLimits::default()).await
+    }
+
+    pub async fn sandbox_with(&self, limits: ResourceLimits) -> Sandbox {
+        let slot = test_slot();
+        let spec = spec(slot.slot, limits);
+        self.rt.create(&spec).await.expect("create");
+        let info = self.rt.start(&spec.id).await.expect("start");
+        let client = EnvdClient::new(&info.agent.socket, &info.agent.token);
+        Sandbox {
+            info,
+            client,
+            _slot: slot,
+        }
+    }
+
+    pub async fn destroy(&self, sb: &Sandbox) {
+        self.rt.destroy(sb.info.id()).await.expect("destroy");
+    }
+}
+
+impl Sandbox {
+    /// Runs `script` with `/bin/sh -c` as the default user.
+    pub async fn sh(&self, script: &str) -> ExecOutput {
+        self.sh_as(None, script).await
+    }
+
+    /// Runs `script` with `/bin/sh -c` as `user` (or the default user).
+    pub async fn sh_as(&self, user: Option<&str>, script: &str) -> ExecOutput {
+        let client = match user {
+            Some(u) => self.client.as_user(u),
+            None => self.client.clone(),
+        };
+        let cmd = ["/bin/sh".to_string(), "-c".to_string(), script.to_string()];
+        client
+            .exec(&cmd, ExecOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("exec {script:?}: {e}"))
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

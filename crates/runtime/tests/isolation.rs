@@ -1,0 +1,265 @@
+//! Isolation of namespace sandboxes, one property per test.
+
+mod common;
+
+use common::{fixture, text};
+use sandboxd_runtime::ResourceLimits;
+use sandboxd_test_support::require_root;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn host_private_directories_are_invisible() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    let data_dir = fx.dir.path().display().to_string();
+    let script = format!(
+        "for p in /work /srv/host-marker {data_dir} /root/.cargo /root/.bashrc /home/admin; do \
+           test -e $p && echo visible $p; done; ls -A /home; ls -A /root | wc -l; \
+           test -e /.sandboxd/agent && echo agent-bound"
+    );
+    let out = sb.sh_as(Some("root"), &script).await;
+    assert_eq!(
+        text(&out.stdout),
+        "user\n0\nagent-bound\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    fx.destroy(&sb).await;
+}
+
+#[tokio::test]
+async fn usr_is_read_only_even_for_root() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    let out = sb.sh_as(Some("root"), "touch /usr/sandboxd-probe").await;
+    assert_ne!(out.exit_code, 0);
+    assert!(
+        text(&out.stderr).contains("Read-only file system"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!std::path::Path::new("/usr/sandboxd-probe").exists());
+    // The writable places are writable.
+    let ok = sb.sh("touch /tmp/a /home/user/b && echo ok").await;
+    assert_eq!(text(&ok.stdout), "ok\n", "{}", text(&ok.stderr));
+    fx.destroy(&sb).await;
+}
+
+#[tokio::test]
+async fn etc_shadow_is_unreadable() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    for user in [None, Some("root")] {
+        let out = sb.sh_as(user, "cat /etc/shadow").await;
+        assert_ne!(
+            out.exit_code,
+            0,
+            "{user:?} read /etc/shadow: {}",
+            text(&out.stdout)
+        );
+        assert!(text(&out.stderr).contains("Permission denied"));
+    }
+    fx.destroy(&sb).await;
+}
+
+#[tokio::test]
+async fn only_the_sandbox_processes_are_visible() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    let out = sb
+        .sh_as(
+            Some("root"),
+            "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done",
+        )
+        .await;
+    let procs = text(&out.stdout);
+    let lines: Vec<&str> = procs.lines().filter(|l| !l.is_empty()).collect();
+    // init, the agent server, the shell and the loop's children: nothing from the host.
+    assert!(lines.len() <= 6, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.contains("sandboxd-agent")
+            || l.starts_with("/bin/sh")
+            || l.starts_with("tr")),
+        "{lines:?}"
+    );
+    let pid1 = sb.sh("cat /proc/1/comm").await;
+    assert!(
+        text(&pid1.stdout).starts_with("sandboxd-agent"),
+        "{}",
+        text(&pid1.stdout)
+    );
+    fx.destroy(&sb).await;
+}
+
+#[tokio::test]
+async fn host_loopback_services_are_unreachable() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    let loopback = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = loopback.local_addr().unwrap().port();
+    // Control: a service on the host end of the sandbox's own pair is reachable, so a refusal
+    // below is isolation, not a broken network.
+    let on_pair = std::net::TcpListener::bind((sb.info.net.host, 0)).unwrap();
+    let pair_port = on_pair.local_addr().unwrap().port();
+    let probe = |host: String, port: u16| {
+        format!(
+            "python3 -c \"import socket,sys\ns=socket.socket(); s.settimeout(2)\n\
+             try:\n  s.connect(('{host}', {port})); print('open')\nexcept Exception as e: print('closed')\""
+        )
+    };
+    let lo = sb.sh(&probe("127.0.0.1".into(), port)).await;
+    assert_eq!(text(&lo.stdout), "closed\n", "{}", text(&lo.stderr));
+    let via_pair = sb.sh(&probe(sb.info.net.host.to_string(), port)).await;
+    assert_eq!(text(&via_pair.stdout), "closed\n");
+    let control = sb.sh(&probe(sb.info.net.host.to_string(), pair_port)).await;
+    assert_eq!(text(&control.stdout), "open\n", "{}", text(&control.stderr));
+    fx.destroy(&sb).await;
+}
+
+#[tokio::test]
+async fn memory_hog_is_oom_killed_and_init_survives() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx
+        .sandbox_with(ResourceLimits {
+            memory_mb: 64,
+            ..Default::default()
+        })
+        .await;
+    let hog = sb
+        .sh("python3 -c 'b = bytearray(256 * 1024 * 1024); print(len(b))'")
+        .await;
+    assert_ne!(hog.exit_code, 0, "the hog survived: {}", text(&hog.stdout));
+    assert!(
+        hog.end.status.contains("kill") || hog.exit_code == 137 || hog.exit_code == -1,
+        "{:?}",
+        hog.end
+    );
+    let after = sb.sh("echo alive; cat /proc/1/comm").await;
+    assert_eq!(text(&after.stdout), "alive\nsandboxd-agent\n");
+    fx.destroy(&sb).await;
+}
+
+#[tokio::test]
+async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx
+        .sandbox_with(ResourceLimits {
+            pids_max: 64,
+            ..Default::default()
+        })
+        .await;
+    // A classic bomb in the background, then a counted one that reports where fork stopped working.
+    let bomb = sb.sh("(bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 & \
+        python3 -c \"import os,time\nn=0\ntry:\n  while True:\n    if os.fork()==0:\n      time.sleep(60); os._exit(0)\n    n+=1\nexcept OSError as e: print(n, e.errno)\"").await;
+    let report = text(&bomb.stdout);
+    let mut parts = report.split_whitespace();
+    let forks: u64 = parts
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(
+        forks < 64,
+        "forked {forks} times under pids.max=64: {report}"
+    );
+    assert_eq!(
+        parts.next(),
+        Some("11"),
+        "fork should fail with EAGAIN: {report}"
+    );
+    let started = Instant::now();
+    let host = std::process::Command::new("true").status().unwrap();
+    assert!(host.success());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "host took {:?} to run true",
+        started.elapsed()
+    );
+    fx.destroy(&sb).await;
+    assert!(fx
+        .rt
+        .cgroups()
+        .list()
+        .unwrap()
+        .iter()
+        .all(|id| id != sb.info.id()));
+}
+
+#[tokio::test]
+async fn two_sandboxes_see_neither_files_nor_processes_of_each_other() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let a = fx.sandbox().await;
+    let b = fx.sandbox().await;
+    let marker = format!("marker-{}", a.info.id());
+    let wrote = a
+        .sh(&format!("echo secret > /tmp/{marker}; echo secret > /home/user/{marker}; sleep 300 >/dev/null 2>&1 & echo ok"))
+        .await;
+    assert_eq!(text(&wrote.stdout), "ok\n");
+    let sleepers = "cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^sleep$'";
+    let seen_in_a = a.sh(&format!("ls /tmp/{marker}; {sleepers}")).await;
+    assert_eq!(
+        text(&seen_in_a.stdout),
+        format!("/tmp/{marker}\n1\n"),
+        "control: A sees its own"
+    );
+    let seen_in_b = b
+        .sh_as(
+            Some("root"),
+            &format!("ls /tmp/{marker} /home/user/{marker} 2>/dev/null; {sleepers}"),
+        )
+        .await;
+    assert_eq!(
+        text(&seen_in_b.stdout),
+        "0\n",
+        "B sees A's files or processes"
+    );
+    fx.destroy(&a).await;
+    fx.destroy(&b).await;
+}
+
+#[tokio::test]
+async fn agent_refuses_calls_without_the_right_token() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    let wrong = sandboxd_envd::EnvdClient::new(&sb.info.agent.socket, "not-the-token");
+    let cmd = ["true".to_string()];
+    let refused = wrong.exec(&cmd, Default::default()).await;
+    assert!(refused.is_err(), "exec with a wrong token succeeded");
+    assert!(refused
+        .unwrap_err()
+        .to_string()
+        .to_lowercase()
+        .contains("unauth"));
+    assert!(wrong.stat("/").await.is_err());
+    let empty = sandboxd_envd::EnvdClient::new(&sb.info.agent.socket, "");
+    assert!(empty.exec(&cmd, Default::default()).await.is_err());
+    // Control: the right token works.
+    assert_eq!(sb.sh("true").await.exit_code, 0);
+    fx.destroy(&sb).await;
+}

@@ -1,0 +1,71 @@
+//! The daemon's one configuration: flags, each with an environment variable and a documented default.
+
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// sandboxd: a self-hostable sandbox platform for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "sandboxd", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon (API, proxy, sandboxes) in the foreground.
+    Serve(ServeConfig),
+}
+
+/// `sandboxd serve`.
+#[derive(Debug, Clone, Parser)]
+pub struct ServeConfig {
+    /// Data directory: store, sandboxes' writable layers, admin token.
+    #[arg(long, env = "SB_DATA_DIR", default_value = "./.sandboxd")]
+    pub data_dir: PathBuf,
+    /// Address of the API and the proxy.
+    #[arg(long, env = "SB_LISTEN", default_value = "127.0.0.1:21212")]
+    pub listen: SocketAddr,
+    /// Domain of sandbox URLs: `http://{port}-{id}.{domain}:{port of --listen}`.
+    #[arg(long, env = "SB_DOMAIN", default_value = "localhost")]
+    pub domain: String,
+    /// The static in-sandbox agent binary (default: next to this binary, or the build's static one).
+    #[arg(long, env = "SB_AGENT_BIN")]
+    pub agent_bin: Option<PathBuf>,
+    /// Lifetime of sandboxes whose create names none, seconds.
+    #[arg(long, env = "SB_DEFAULT_TIMEOUT", default_value_t = 300)]
+    pub default_timeout: u64,
+    /// Cgroup under which every sandbox gets its own.
+    #[arg(long, env = "SB_CGROUP_PARENT", default_value = "sandboxd")]
+    pub cgroup_parent: String,
+    /// Network slots (one /30 each from 10.201.0.0/16; at most 16384).
+    #[arg(long, env = "SB_NET_SLOTS", default_value_t = 8000)]
+    pub net_slots: u32,
+    /// How often expired sandboxes are swept, milliseconds.
+    #[arg(long, env = "SB_SWEEP_INTERVAL_MS", default_value_t = 1000)]
+    pub sweep_interval_ms: u64,
+}
+
+impl ServeConfig {
+    /// The agent binary to use: the flag, else `sandboxd-agent` beside this executable, else the static
+    /// build of a source checkout.
+    pub fn agent_binary(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.agent_bin {
+            return Some(p.clone());
+        }
+        let exe = std::env::current_exe().ok()?;
+        let dir = exe.parent()?;
+        let candidates = [
+            dir.join("sandboxd-agent"),
+            // target/<profile>/sandboxd → target/x86_64-unknown-linux-gnu/release/sandboxd-agent
+            dir.parent()?
+                .join("x86_64-unknown-linux-gnu/release/sandboxd-agent"),
+        ];
+        let [beside, static_build] = candidates;
+        // The static build first: it works in any root filesystem.
+        [static_build, beside].into_iter().find(|p| p.is_file())
+    }
+}

@@ -1,0 +1,171 @@
+//! The daemon: wires store, runtime, service, proxy and API together and serves them on one listener.
+//!
+//! Start-up order: data dir → store (migrations) → admin token → runtime (template, host checks) →
+//! adoption of sandboxes a previous daemon left running → listener. Shutdown (SIGTERM, SIGINT) stops
+//! accepting and drains requests; sandboxes keep running and are adopted by the next start.
+
+pub mod config;
+
+use anyhow::Context;
+use config::{Cli, Command, ServeConfig};
+use sandboxd_api::{auth::Auth, metrics::Metrics};
+use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
+use sandboxd_service::{Service, ServiceConfig};
+use sandboxd_store::{unix_millis_now, Store, StoreConfig};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SB_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sandboxd: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(config) => runtime.block_on(serve(config)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sandboxd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads the admin token: `SB_PAT_TOKEN`, else the one saved in the data dir, else a new one that is
+/// saved (mode 0600) and printed once.
+fn admin_token(data_dir: &Path) -> anyhow::Result<String> {
+    if let Ok(token) = std::env::var("SB_PAT_TOKEN") {
+        if !token.is_empty() {
+            return Ok(token);
+        }
+    }
+    let path = data_dir.join("admin-token");
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_string()),
+        _ => {}
+    }
+    let token = format!("sb_{}", sandboxd_service::sandboxes::random_id("", 40));
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(file, "{token}")?;
+    println!("admin token (saved to {}): {token}", path.display());
+    Ok(token)
+}
+
+/// `sandboxd serve`.
+pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.data_dir)
+        .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&config.data_dir)?;
+    let (store, _writer_thread) = Store::open(data_dir.join("sandboxd.db"), StoreConfig::default())
+        .context("opening the store")?;
+    let token = admin_token(&data_dir)?;
+    let stored = token.clone();
+    store
+        .writer()
+        .write(move |tx| tx.import_api_token("admin", &stored, unix_millis_now()))
+        .await
+        .context("recording the admin token")?;
+    let agent = config.agent_binary().context(
+        "no sandboxd-agent binary found: build it with scripts/build-agent or pass --agent-bin",
+    )?;
+    let mut runtime_config = NamespaceConfig::new(data_dir.join("runtime"), agent);
+    runtime_config.cgroup_parent = config.cgroup_parent.clone();
+    runtime_config.slots = config.net_slots;
+    let runtime = NamespaceRuntime::new(runtime_config)
+        .await
+        .context("starting the namespace runtime")?;
+    let service = Service::new(
+        ServiceConfig {
+            domain: config.domain.clone(),
+            public_port: config.listen.port(),
+            default_timeout: Duration::from_secs(config.default_timeout),
+            net_slots: config.net_slots,
+            ..ServiceConfig::default()
+        },
+        store.writer().clone(),
+        store.reader().clone(),
+        Arc::new(runtime),
+    );
+    let adoption = service
+        .adopt()
+        .await
+        .context("adopting running sandboxes")?;
+    tracing::info!(?adoption, "store and runtime reconciled");
+    let proxy = Arc::new(sandboxd_proxy::Proxy::new(
+        config.domain.clone(),
+        Arc::new(service.clone()),
+    ));
+    let app = sandboxd_api::router(
+        service.clone(),
+        Auth::new([token.as_str()]),
+        Metrics::default(),
+        proxy,
+    );
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let sweeper = tokio::spawn(sweep(
+        service.clone(),
+        Duration::from_millis(config.sweep_interval_ms),
+    ));
+    tracing::info!(listen = %config.listen, data_dir = %data_dir.display(), "sandboxd ready");
+    println!("sandboxd listening on http://{}", config.listen);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving")?;
+    sweeper.abort();
+    tracing::info!("sandboxd stopped; sandboxes keep running");
+    Ok(())
+}
+
+async fn sweep(service: Service, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = service.sweep_expired().await {
+            tracing::warn!(error = %sandboxd_service::error::chain(&e), "expiry sweep failed");
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

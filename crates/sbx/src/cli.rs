@@ -1,0 +1,218 @@
+//! The command line, as clap derive types, and the parsers of its values.
+//!
+//! Contract: everything the user can type is validated here or in the command that uses it and turned
+//! into an error message, never a panic. `--api-url`, `--token` and `--json` are global (accepted before
+//! or after the subcommand); the token's value is never shown in `--help`.
+
+use clap::{Args, Parser, Subcommand};
+use sandboxd_client::DEFAULT_API_URL;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success
+  1    an error (printed on stderr as `error: <message> (<code>)`, or as ApiError JSON with --json)
+  2    bad command-line usage
+  exec: the command's own exit code (out-of-range codes become 255); 255 when sbx itself fails
+        (daemon error, broken stream, transport), so a failure of sbx is told apart from the command's";
+
+/// sbx: the command-line client of sandboxd.
+#[derive(Debug, Parser)]
+#[command(name = "sbx", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Address of the daemon's API.
+    #[arg(long, global = true, env = "SB_API_URL", default_value = DEFAULT_API_URL)]
+    pub api_url: String,
+    /// Bearer token for the API.
+    #[arg(long, global = true, env = "SB_PAT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print JSON (API bodies) instead of text; errors become ApiError JSON on stderr.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a sandbox; prints its id.
+    Create(CreateArgs),
+    /// List sandboxes as a table.
+    #[command(alias = "list")]
+    Ls(LsArgs),
+    /// Show one sandbox.
+    Get {
+        /// Id or name.
+        id: String,
+    },
+    /// Run a command in a sandbox, streaming its output; exits with its exit code.
+    Exec(ExecArgs),
+    /// Copy a file between the local machine and a sandbox (one side is ID:/abs/path; `-` is stdio).
+    Cp {
+        /// Source: a local path, `-` (stdin), or ID:/abs/path.
+        src: String,
+        /// Destination: a local path or directory, `-` (stdout), or ID:/abs/path (a trailing `/` keeps
+        /// the source's file name).
+        dst: String,
+    },
+    /// Expose a port of a sandbox; prints its public URL.
+    Expose {
+        /// Sandbox id.
+        id: String,
+        /// Port inside the sandbox.
+        #[arg(value_parser = clap::value_parser!(u16).range(1..))]
+        port: u16,
+        /// Protocol.
+        #[arg(long, default_value = "http")]
+        protocol: String,
+    },
+    /// Delete sandboxes; prints each deleted id. The others are still deleted when one fails.
+    Rm {
+        /// Sandbox ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+}
+
+/// `sbx create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Unique name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Template [daemon default: base].
+    #[arg(long)]
+    pub template: Option<String>,
+    /// CPUs, may be fractional [daemon default: 1].
+    #[arg(long, value_parser = parse_cpu)]
+    pub cpu: Option<f64>,
+    /// Memory limit in MiB [daemon default: 512].
+    #[arg(long, value_name = "MB")]
+    pub memory: Option<u64>,
+    /// Seconds until the daemon destroys it, 0 = never [daemon default: 300].
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Environment of every command (repeatable).
+    #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
+    pub env: Vec<(String, String)>,
+    /// Label (repeatable).
+    #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
+    pub metadata: Vec<(String, String)>,
+    /// Allow outbound network access.
+    #[arg(long)]
+    pub egress: bool,
+    /// Idempotency key: repeating a create with the same key returns the first sandbox.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+}
+
+/// `sbx ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Only sandboxes with this label (repeatable; all must match).
+    #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
+    pub metadata: Vec<(String, String)>,
+    /// Only sandboxes in this state (e.g. running).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Follow cursors and list every page (default: the first page only).
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `sbx exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Run as this user (`user` or `root`).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Working directory.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// Extra environment (repeatable).
+    #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
+    pub env: Vec<(String, String)>,
+    /// Kill the command after this many milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub timeout: Option<u64>,
+    /// Sandbox id.
+    pub id: String,
+    /// The command and its arguments (put them after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub cmd: Vec<String>,
+}
+
+/// Parses `KEY=VALUE` (the value may be empty and may contain `=`; the key may not be empty).
+pub fn parse_key_val(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+fn parse_cpu(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(cpu) if cpu.is_finite() && cpu > 0.0 => Ok(cpu),
+        _ => Err(format!("expected a positive number of CPUs, got {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn key_val_splits_at_the_first_equals_sign() {
+        assert_eq!(parse_key_val("a=b=c"), Ok(("a".into(), "b=c".into())));
+        assert_eq!(parse_key_val("a="), Ok(("a".into(), String::new())));
+    }
+
+    #[test]
+    fn key_val_without_key_or_equals_is_refused() {
+        for bad in ["", "a", "=v", "="] {
+            assert!(parse_key_val(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cpu_must_be_positive_and_finite() {
+        assert_eq!(parse_cpu("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "nan", "inf", "x"] {
+            assert!(parse_cpu(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exec_takes_everything_after_the_id_as_the_command() {
+        let cli = Cli::try_parse_from([
+            "sbx", "exec", "--cwd", "/w", "sb-1", "--", "ls", "--cwd", "-la",
+        ])
+        .expect("valid command line");
+        let Command::Exec(args) = cli.command else {
+            panic!("expected exec");
+        };
+        assert_eq!(args.cwd.as_deref(), Some("/w"));
+        assert_eq!(args.cmd, ["ls", "--cwd", "-la"]);
+        let cli = Cli::try_parse_from(["sbx", "exec", "sb-1", "sh", "-c", "exit 3"])
+            .expect("valid command line");
+        let Command::Exec(args) = cli.command else {
+            panic!("expected exec");
+        };
+        assert_eq!(args.cmd, ["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn global_flags_are_accepted_after_the_subcommand() {
+        let cli = Cli::try_parse_from(["sbx", "get", "x", "--json", "--token", "t"])
+            .expect("valid command line");
+        assert!(cli.json);
+        assert_eq!(cli.token.as_deref(), Some("t"));
+    }
+}

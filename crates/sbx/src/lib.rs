@@ -1,0 +1,64 @@
+//! `sbx`, the command-line client of sandboxd, as a library so it can be tested.
+//!
+//! Contract: [`run`] executes one parsed [`Cli`] against the daemon at `--api-url` / `SB_API_URL`
+//! with the token from `--token` / `SB_PAT_TOKEN`, prints through [`output`] only, never panics on
+//! input, and returns the process exit code:
+//! - 0 on success; 1 on any error (`error: <message> (<code>)` on stderr, or the ApiError JSON with
+//!   `--json`); 2 on a usage error (clap's own, or arguments that make no sense together, e.g. `cp`
+//!   with two local paths);
+//! - `exec`: the command's exit code, or 255 when sbx itself fails (see [`exec`]);
+//! - `rm`: 1 when any id failed, after trying all of them.
+
+pub mod cli;
+pub mod cp;
+mod error;
+pub mod exec;
+pub mod output;
+pub mod sandboxes;
+
+pub use cli::{Cli, Command};
+pub use error::SbxError;
+
+use output::Output;
+use sandboxd_client::Client;
+use std::process::ExitCode;
+
+/// Runs one invocation; see the crate docs for the exit codes.
+pub fn run(cli: Cli) -> ExitCode {
+    let out = Output { json: cli.json };
+    let failure = match cli.command {
+        Command::Exec(_) => exec::EXEC_FAILURE,
+        _ => 1,
+    };
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(SbxError::Runtime)
+        .and_then(|runtime| runtime.block_on(dispatch(cli, out)));
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            out.error(&error);
+            ExitCode::from(if error.is_usage() { 2 } else { failure })
+        }
+    }
+}
+
+async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
+    let token = cli
+        .token
+        .filter(|t| !t.is_empty())
+        .ok_or(SbxError::MissingToken)?;
+    let client = Client::new(&cli.api_url, token)?;
+    match cli.command {
+        Command::Create(args) => sandboxes::create(&client, out, args).await,
+        Command::Ls(args) => sandboxes::ls(&client, out, args).await,
+        Command::Get { id } => sandboxes::get(&client, out, &id).await,
+        Command::Exec(args) => exec::run(&client, out, args).await,
+        Command::Cp { src, dst } => cp::run(&client, out, &src, &dst).await,
+        Command::Expose { id, port, protocol } => {
+            sandboxes::expose(&client, out, &id, port, &protocol).await
+        }
+        Command::Rm { ids } => sandboxes::rm(&client, out, &ids).await,
+    }
+}

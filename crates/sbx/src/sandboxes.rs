@@ -1,0 +1,144 @@
+//! `sbx create`, `ls`, `get`, `rm`, `expose`: sandbox lifecycle and ports.
+//!
+//! Contract: text output is for people (id, table, `key: value` lines, URL); `--json` prints the API's
+//! bodies unchanged (`Sandbox`, an array of `Sandbox`, `ExposedPort`; for `rm`, an array of deleted
+//! ids). `rm` tries every id, reports each failure on stderr as it happens, and exits 1 at the end if
+//! any failed.
+
+use crate::cli::{CreateArgs, LsArgs};
+use crate::error::SbxError;
+use crate::output::Output;
+use sandboxd_client::types::{CreateSandbox, NetworkPolicy, Sandbox};
+use sandboxd_client::{Client, ListQuery};
+use std::process::ExitCode;
+
+/// `sbx create`.
+pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<ExitCode, SbxError> {
+    let body = CreateSandbox {
+        name: args.name,
+        template: args.template,
+        cpu: args.cpu,
+        memory_mb: args.memory,
+        env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),
+        metadata: (!args.metadata.is_empty()).then(|| args.metadata.into_iter().collect()),
+        timeout_sec: args.timeout,
+        network: args.egress.then_some(NetworkPolicy { egress: true }),
+    };
+    let sandbox = client
+        .create(&body, args.idempotency_key.as_deref())
+        .await?;
+    if out.json {
+        out.json(&sandbox)?;
+    } else {
+        out.line(&sandbox.id)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sbx ls`.
+pub async fn ls(client: &Client, out: Output, args: LsArgs) -> Result<ExitCode, SbxError> {
+    let query = ListQuery {
+        metadata: args.metadata,
+        state: args.state,
+        ..ListQuery::default()
+    };
+    let (sandboxes, more) = if args.all {
+        (client.list_all(&query).await?, false)
+    } else {
+        let page = client.list(&query).await?;
+        (page.sandboxes, page.next_cursor.is_some())
+    };
+    if out.json {
+        out.json(&sandboxes)?;
+    } else {
+        let rows: Vec<Vec<String>> = sandboxes
+            .into_iter()
+            .map(|s| vec![s.id, s.name, s.state, s.template, s.created_at])
+            .collect();
+        out.table(&["ID", "NAME", "STATE", "TEMPLATE", "CREATED"], &rows)?;
+    }
+    if more {
+        out.note("(more sandboxes: pass --all to list every page)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sbx get`.
+pub async fn get(client: &Client, out: Output, id: &str) -> Result<ExitCode, SbxError> {
+    let sandbox = client.get(id).await?;
+    if out.json {
+        out.json(&sandbox)?;
+    } else {
+        out.key_values(&describe(sandbox))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe(s: Sandbox) -> Vec<(&'static str, String)> {
+    let metadata = s
+        .metadata
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut pairs = vec![
+        ("id", s.id),
+        ("name", s.name),
+        ("state", s.state),
+        ("template", s.template),
+        ("cpu", s.cpu.to_string()),
+        ("memoryMB", s.memory_mb.to_string()),
+        ("createdAt", s.created_at),
+        ("expiresAt", s.expires_at.unwrap_or_else(|| "never".into())),
+        ("metadata", metadata),
+    ];
+    if let Some(reason) = s.failure_reason {
+        pairs.push(("failureReason", reason));
+    }
+    pairs
+}
+
+/// `sbx rm`.
+pub async fn rm(client: &Client, out: Output, ids: &[String]) -> Result<ExitCode, SbxError> {
+    let mut deleted = Vec::new();
+    let mut failed = false;
+    for id in ids {
+        match client.delete(id).await {
+            Ok(()) => {
+                if !out.json {
+                    out.line(id)?;
+                }
+                deleted.push(id);
+            }
+            Err(e) => {
+                failed = true;
+                out.error(&e.into());
+            }
+        }
+    }
+    if out.json {
+        out.json(&deleted)?;
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `sbx expose`.
+pub async fn expose(
+    client: &Client,
+    out: Output,
+    id: &str,
+    port: u16,
+    protocol: &str,
+) -> Result<ExitCode, SbxError> {
+    let exposed = client.expose(id, port, protocol).await?;
+    if out.json {
+        out.json(&exposed)?;
+    } else {
+        out.line(&exposed.public_url)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,76 @@
+//! Errors of the service layer: each says what went wrong with the request in the caller's terms; the
+//! HTTP surfaces map them to status codes in one place each.
+
+use sandboxd_runtime::RuntimeError;
+use sandboxd_store::StoreError;
+
+/// What a flow can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The request is malformed or out of range.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// No such sandbox (or port, or file).
+    #[error("{0}")]
+    NotFound(String),
+    /// The name is taken by another sandbox.
+    #[error("a sandbox named {0:?} already exists")]
+    NameConflict(String),
+    /// The sandbox is not in a state that allows this.
+    #[error("{0}")]
+    Conflict(String),
+    /// Nothing listens on the port asked to be exposed.
+    #[error("nothing listens on port {0} in the sandbox")]
+    PortNotListening(u16),
+    /// A pool (network slots, host ports) is exhausted.
+    #[error("{0}")]
+    Exhausted(String),
+    /// The runtime could not do its part.
+    #[error("runtime")]
+    Runtime(#[source] RuntimeError),
+    /// The store could not do its part.
+    #[error("store")]
+    Store(#[source] StoreError),
+    /// The sandbox's agent failed or refused.
+    #[error("sandbox agent")]
+    Agent(#[source] sandboxd_envd::Error),
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NameConflict { name } => ServiceError::NameConflict(name),
+            StoreError::NotFound { kind, key } => {
+                ServiceError::NotFound(format!("{kind} {key} not found"))
+            }
+            StoreError::PoolExhausted { pool } => {
+                ServiceError::Exhausted(format!("no free {pool} left"))
+            }
+            other => ServiceError::Store(other),
+        }
+    }
+}
+
+impl From<RuntimeError> for ServiceError {
+    fn from(e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::UnknownTemplate(t) => {
+                ServiceError::NotFound(format!("template {t:?} not found"))
+            }
+            RuntimeError::Unsupported(what) => ServiceError::InvalidRequest(what),
+            other => ServiceError::Runtime(other),
+        }
+    }
+}
+
+/// The error with its whole chain of causes, for messages and logs.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}

@@ -1,0 +1,276 @@
+//! Commands and files in a running sandbox: thin translations of the native API onto the sandbox's agent
+//! (the same envd calls the E2B SDK makes), so there is one implementation of exec and files.
+
+use crate::{validate, Service, ServiceError};
+use base64::Engine;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use sandboxd_api_types as api;
+use sandboxd_envd::process::{DataEvent, EndEvent, ProcessConfig, ProcessEvent, StartRequest};
+use sandboxd_envd::{Code, EnvdClient, ExecOptions};
+use sandboxd_store::SandboxState;
+use std::time::Duration;
+
+/// Maps an agent failure to what the caller did wrong, when it was the caller.
+pub fn agent_error(e: sandboxd_envd::Error) -> ServiceError {
+    use sandboxd_envd::Error as E;
+    match &e {
+        E::Rpc(c) => match c.code {
+            Code::NotFound => ServiceError::NotFound(c.message.clone()),
+            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+                ServiceError::InvalidRequest(c.message.clone())
+            }
+            Code::AlreadyExists => ServiceError::Conflict(c.message.clone()),
+            Code::PermissionDenied => {
+                ServiceError::InvalidRequest(format!("permission denied: {}", c.message))
+            }
+            _ => ServiceError::Agent(e),
+        },
+        E::Status {
+            status: 404,
+            message,
+        } => ServiceError::NotFound(message.clone()),
+        E::Status {
+            status: 400,
+            message,
+        } => ServiceError::InvalidRequest(message.clone()),
+        E::Status {
+            status: 403,
+            message,
+        } => ServiceError::InvalidRequest(format!("permission denied: {message}")),
+        _ => ServiceError::Agent(e),
+    }
+}
+
+/// The exit code of an ended process, shell style: 128 + signal number when a signal ended it.
+pub fn exit_code(end: &EndEvent) -> i32 {
+    if end.exited || end.exit_code >= 0 {
+        return end.exit_code;
+    }
+    let signal = match end.status.strip_prefix("signal: ").unwrap_or("") {
+        "hangup" => 1,
+        "interrupt" => 2,
+        "quit" => 3,
+        "aborted" => 6,
+        "killed" => 9,
+        "segmentation fault" => 11,
+        "broken pipe" => 13,
+        "terminated" => 15,
+        _ => 0,
+    };
+    128 + signal
+}
+
+impl Service {
+    /// A client of the agent of running sandbox `key`, acting as `user`.
+    pub(crate) async fn agent(
+        &self,
+        key: &str,
+        user: Option<&str>,
+    ) -> Result<(String, EnvdClient), ServiceError> {
+        let sandbox = self.get(key).await?;
+        if sandbox.state != SandboxState::Running {
+            return Err(ServiceError::Conflict(format!(
+                "sandbox {} is {}, not running",
+                sandbox.id, sandbox.state
+            )));
+        }
+        let endpoint = self.endpoint(&sandbox.id).await?;
+        let client = EnvdClient::new(&endpoint.socket, &endpoint.token);
+        let client = match user {
+            Some(u) => {
+                validate::user(u)?;
+                client.as_user(u)
+            }
+            None => client,
+        };
+        Ok((sandbox.id, client))
+    }
+
+    fn start_request(req: &api::ExecRequest) -> Result<StartRequest, ServiceError> {
+        let Some((cmd, args)) = req.cmd.split_first() else {
+            return Err(ServiceError::InvalidRequest(
+                "cmd must name a program".into(),
+            ));
+        };
+        if cmd.is_empty() || req.cmd.iter().any(|a| a.contains('\0')) {
+            return Err(ServiceError::InvalidRequest(
+                "cmd must not be empty or contain NUL".into(),
+            ));
+        }
+        let envs = req.env.clone().unwrap_or_default();
+        validate::env(&envs)?;
+        Ok(StartRequest {
+            process: ProcessConfig {
+                cmd: cmd.clone(),
+                args: args.to_vec(),
+                envs: envs.into_iter().collect(),
+                cwd: req.cwd.clone(),
+            },
+            ..Default::default()
+        })
+    }
+
+    /// Runs a command to completion and returns its output.
+    pub async fn exec(
+        &self,
+        key: &str,
+        req: api::ExecRequest,
+    ) -> Result<api::ExecResult, ServiceError> {
+        let start = Self::start_request(&req)?;
+        let (_, client) = self.agent(key, req.user.as_deref()).await?;
+        let cmd: Vec<String> = req.cmd.clone();
+        let opts = ExecOptions {
+            envs: start.process.envs,
+            cwd: start.process.cwd,
+            tag: None,
+            timeout: req.timeout_ms.map(Duration::from_millis),
+        };
+        let out = client.exec(&cmd, opts).await.map_err(agent_error)?;
+        Ok(api::ExecResult {
+            exit_code: exit_code(&out.end),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// Starts a command and streams its events; the stream always ends with `exit` or `error`.
+    pub async fn exec_stream(
+        &self,
+        key: &str,
+        req: api::ExecRequest,
+    ) -> Result<impl Stream<Item = api::ExecEvent> + Send + 'static, ServiceError> {
+        let start = Self::start_request(&req)?;
+        let (_, client) = self.agent(key, req.user.as_deref()).await?;
+        let timeout = req.timeout_ms.map(Duration::from_millis);
+        let events = client
+            .start_with_timeout(start, timeout)
+            .await
+            .map_err(agent_error)?;
+        let b64 = |b: &Bytes| base64::engine::general_purpose::STANDARD.encode(b);
+        // Ends after `exit` or `error`; a stream that stops without an end event is reported as an
+        // error, never silently truncated.
+        Ok(futures::stream::unfold(
+            Some(Box::pin(events)),
+            move |state| async move {
+                let mut events = state?;
+                loop {
+                    let event = match events.next().await {
+                        None => api::ExecEvent::Error {
+                            message: "the command's output stream ended without an exit status"
+                                .into(),
+                        },
+                        Some(Err(e)) => api::ExecEvent::Error {
+                            message: crate::error::chain(&e),
+                        },
+                        Some(Ok(ProcessEvent::End(end))) => api::ExecEvent::Exit {
+                            exit_code: exit_code(&end),
+                        },
+                        Some(Ok(ProcessEvent::Keepalive(_))) => continue,
+                        Some(Ok(ProcessEvent::Start(s))) => {
+                            return Some((api::ExecEvent::Start { pid: s.pid }, Some(events)))
+                        }
+                        Some(Ok(ProcessEvent::Data(DataEvent::Stderr(b)))) => {
+                            return Some((api::ExecEvent::Stderr { data: b64(&b) }, Some(events)))
+                        }
+                        Some(Ok(ProcessEvent::Data(DataEvent::Stdout(b) | DataEvent::Pty(b)))) => {
+                            return Some((api::ExecEvent::Stdout { data: b64(&b) }, Some(events)))
+                        }
+                    };
+                    return Some((event, None));
+                }
+            },
+        ))
+    }
+
+    /// Streams a file out of the sandbox.
+    pub async fn read_file(
+        &self,
+        key: &str,
+        path: &str,
+        user: Option<&str>,
+    ) -> Result<
+        impl Stream<Item = Result<Bytes, sandboxd_envd::Error>> + Send + 'static,
+        ServiceError,
+    > {
+        validate::sandbox_path(path)?;
+        let (_, client) = self.agent(key, None).await?;
+        let user = user.unwrap_or("user");
+        validate::user(user)?;
+        client
+            .read_file_stream(path, Some(user))
+            .await
+            .map_err(agent_error)
+    }
+
+    /// Writes a file into the sandbox from a stream, creating parent directories.
+    pub async fn write_file<S>(
+        &self,
+        key: &str,
+        path: &str,
+        user: Option<&str>,
+        data: S,
+    ) -> Result<(), ServiceError>
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
+    {
+        validate::sandbox_path(path)?;
+        if path.ends_with('/') {
+            return Err(ServiceError::InvalidRequest("path must name a file".into()));
+        }
+        let (_, client) = self.agent(key, None).await?;
+        let user = user.unwrap_or("user");
+        validate::user(user)?;
+        client
+            .write_file_stream(path, Some(user), data)
+            .await
+            .map_err(agent_error)?;
+        Ok(())
+    }
+
+    /// Lists a directory of the sandbox.
+    pub async fn list_files(&self, key: &str, path: &str) -> Result<api::FileList, ServiceError> {
+        validate::sandbox_path(path)?;
+        let (_, client) = self.agent(key, None).await?;
+        let mut entries: Vec<api::FileEntry> = client
+            .list_dir(path, 1)
+            .await
+            .map_err(agent_error)?
+            .into_iter()
+            .map(|e| api::FileEntry {
+                name: e.name,
+                path: e.path,
+                kind: match e.file_type {
+                    sandboxd_envd::filesystem::FileType::Directory => "dir",
+                    sandboxd_envd::filesystem::FileType::Symlink => "symlink",
+                    _ if e.is_symlink => "symlink",
+                    _ => "file",
+                }
+                .to_string(),
+                size: e.size.max(0) as u64,
+                permissions: e.permissions,
+                modified_at: e.modified_time.unwrap_or_default(),
+            })
+            .collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(api::FileList { entries })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_become_shell_style_exit_codes() {
+        let end = |code, exited, status: &str| EndEvent {
+            exit_code: code,
+            exited,
+            status: status.into(),
+            error: None,
+        };
+        assert_eq!(exit_code(&end(3, true, "exit status 3")), 3);
+        assert_eq!(exit_code(&end(-1, false, "signal: killed")), 137);
+        assert_eq!(exit_code(&end(-1, false, "signal: terminated")), 143);
+    }
+}

@@ -1,0 +1,109 @@
+//! The daemon's flows, between the HTTP surfaces and the store and runtime.
+//!
+//! Where a request goes: `api` parses and authenticates, then calls one method of [`Service`]:
+//! [`sandboxes`] (create, get, list, delete), [`exec`] (commands and files, translated onto the
+//! sandbox's agent), [`ports`] (exposure, and the proxy's [`sandboxd_proxy::Resolver`]), [`lifecycle`]
+//! (adoption at start-up, expiry).
+//!
+//! Authority: the store says what was promised (which sandboxes exist, their names, slots and ports);
+//! the runtime says what runs. Every write goes through the store's single writer.
+
+pub mod error;
+pub mod exec;
+pub mod lifecycle;
+pub mod ports;
+pub mod sandboxes;
+mod validate;
+
+pub use error::ServiceError;
+
+use sandboxd_runtime::Runtime;
+use sandboxd_store::{StoreReader, StoreWriter};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings of the flows.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Domain of public URLs: `http://{port}-{id}.{domain}:{public_port}`.
+    pub domain: String,
+    /// Port of public URLs (the daemon's listen port).
+    pub public_port: u16,
+    /// Lifetime of a sandbox whose create names none.
+    pub default_timeout: Duration,
+    /// Longest lifetime a create may ask for.
+    pub max_timeout: Duration,
+    /// Network slots available to sandboxes.
+    pub net_slots: u32,
+    /// CPUs a sandbox may ask for at most.
+    pub max_cpus: f64,
+    /// Memory a sandbox may ask for at most, MiB.
+    pub max_memory_mb: u64,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            domain: "localhost".into(),
+            public_port: 21212,
+            default_timeout: Duration::from_secs(300),
+            max_timeout: Duration::from_secs(24 * 3600),
+            net_slots: 8000,
+            max_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
+            max_memory_mb: 64 * 1024,
+        }
+    }
+}
+
+/// The flows. Cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ServiceConfig,
+    writer: StoreWriter,
+    reader: StoreReader,
+    runtime: Arc<dyn Runtime>,
+    endpoints: ports::EndpointCache,
+}
+
+impl Service {
+    /// Flows over `store` and `runtime`.
+    pub fn new(
+        config: ServiceConfig,
+        writer: StoreWriter,
+        reader: StoreReader,
+        runtime: Arc<dyn Runtime>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                writer,
+                reader,
+                runtime,
+                endpoints: Default::default(),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ServiceConfig {
+        &self.inner.config
+    }
+
+    /// The store's write handle.
+    pub fn writer(&self) -> &StoreWriter {
+        &self.inner.writer
+    }
+
+    /// The store's read handle.
+    pub fn reader(&self) -> &StoreReader {
+        &self.inner.reader
+    }
+
+    fn runtime(&self) -> &dyn Runtime {
+        self.inner.runtime.as_ref()
+    }
+}

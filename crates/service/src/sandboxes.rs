@@ -1,0 +1,271 @@
+//! Sandbox lifecycle flows: create, get, list, delete.
+//!
+//! Create writes the row (state `creating`) and leases its network slot in one transaction — the name's
+//! uniqueness is the schema's, so racing creates get exactly one winner — then asks the runtime to create
+//! and start it, and moves it to `running`. A failure after the row was written undoes exactly what this
+//! call made: the runtime's sandbox, then the row (which frees the slot).
+
+use crate::{validate, Service, ServiceError};
+use rand::Rng;
+use sandboxd_api_types as api;
+use sandboxd_runtime::{ResourceLimits, SandboxSpec};
+use sandboxd_store::{unix_millis_now, NewSandbox, Sandbox, SandboxFilter, SandboxState};
+use std::collections::BTreeMap;
+
+/// Template every create without one gets.
+pub const DEFAULT_TEMPLATE: &str = "base";
+const DEFAULT_MEMORY_MB: u64 = 512;
+const DEFAULT_CPU: f64 = 1.0;
+const MIN_MEMORY_MB: u64 = 32;
+
+/// A validated create request.
+#[derive(Debug, Clone)]
+pub struct CreatePlan {
+    /// Name ("" when unnamed).
+    pub name: String,
+    /// Template.
+    pub template: String,
+    /// CPU in thousandths.
+    pub cpu_millis: u32,
+    /// Memory in MiB.
+    pub memory_mb: u64,
+    /// Environment.
+    pub env: BTreeMap<String, String>,
+    /// Labels.
+    pub metadata: BTreeMap<String, String>,
+    /// Lifetime in seconds (0 = never expires).
+    pub timeout_sec: u64,
+    /// Egress allowed.
+    pub egress: bool,
+}
+
+/// Random lowercase alphanumeric id of `len` characters.
+pub fn random_id(prefix: &str, len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let body: String = (0..len)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{prefix}{body}")
+}
+
+impl Service {
+    /// Checks a create request against the limits, filling in defaults.
+    pub fn plan_create(&self, req: api::CreateSandbox) -> Result<CreatePlan, ServiceError> {
+        let cfg = self.config();
+        let name = req.name.unwrap_or_default();
+        if !name.is_empty() {
+            validate::name(&name)?;
+        }
+        let template = req.template.unwrap_or_else(|| DEFAULT_TEMPLATE.into());
+        if template != DEFAULT_TEMPLATE {
+            return Err(ServiceError::NotFound(format!(
+                "template {template:?} not found"
+            )));
+        }
+        let cpu = req.cpu.unwrap_or(DEFAULT_CPU);
+        if !cpu.is_finite() || cpu < 0.01 || cpu > cfg.max_cpus {
+            return Err(ServiceError::InvalidRequest(format!(
+                "cpu must be between 0.01 and {}",
+                cfg.max_cpus
+            )));
+        }
+        let memory_mb = req.memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
+        if !(MIN_MEMORY_MB..=cfg.max_memory_mb).contains(&memory_mb) {
+            return Err(ServiceError::InvalidRequest(format!(
+                "memoryMB must be between {MIN_MEMORY_MB} and {}",
+                cfg.max_memory_mb
+            )));
+        }
+        let timeout_sec = req.timeout_sec.unwrap_or(cfg.default_timeout.as_secs());
+        if timeout_sec > cfg.max_timeout.as_secs() {
+            return Err(ServiceError::InvalidRequest(format!(
+                "timeoutSec must be at most {}",
+                cfg.max_timeout.as_secs()
+            )));
+        }
+        let env = req.env.unwrap_or_default();
+        validate::env(&env)?;
+        let metadata = req.metadata.unwrap_or_default();
+        validate::metadata(&metadata)?;
+        Ok(CreatePlan {
+            name,
+            template,
+            cpu_millis: (cpu * 1000.0).round() as u32,
+            memory_mb,
+            env,
+            metadata,
+            timeout_sec,
+            egress: req.network.is_some_and(|n| n.egress),
+        })
+    }
+
+    /// Creates and starts a sandbox with id `id`.
+    pub async fn create_with_id(
+        &self,
+        id: String,
+        plan: CreatePlan,
+    ) -> Result<Sandbox, ServiceError> {
+        let now = unix_millis_now();
+        let token = random_id("", 40);
+        let expires_at = (plan.timeout_sec > 0)
+            .then(|| now.saturating_add((plan.timeout_sec as i64).saturating_mul(1000)));
+        let new = NewSandbox {
+            id: id.clone(),
+            name: plan.name.clone(),
+            state: SandboxState::Creating,
+            template: plan.template.clone(),
+            cpu_millis: plan.cpu_millis,
+            memory_mb: plan.memory_mb as u32,
+            metadata: plan.metadata.clone(),
+            env: plan.env.clone(),
+            network: serde_json::json!({ "egress": plan.egress }),
+            agent_token: token.clone(),
+            created_at: now,
+            expires_at,
+        };
+        let slots = self.config().net_slots;
+        let slot = self
+            .writer()
+            .write(move |tx| {
+                let id = new.id.clone();
+                tx.insert_sandbox(new)?;
+                Ok(tx.lease_slot(&id, slots, now)?.slot)
+            })
+            .await?;
+        let spec = SandboxSpec {
+            id: id.clone(),
+            template: plan.template,
+            limits: ResourceLimits {
+                memory_mb: plan.memory_mb,
+                cpu_millis: plan.cpu_millis,
+                pids_max: ResourceLimits::default().pids_max,
+            },
+            net_slot: slot,
+            egress: plan.egress,
+            envs: plan.env.into_iter().collect(),
+            agent_token: token,
+        };
+        let started = async {
+            self.runtime().create(&spec).await?;
+            self.runtime().start(&spec.id).await
+        }
+        .await;
+        if let Err(e) = started {
+            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "create failed; rolling back");
+            let _ = self.runtime().destroy(&id).await;
+            let rid = id.clone();
+            let _ = self.writer().write(move |tx| tx.delete_sandbox(&rid)).await;
+            return Err(e.into());
+        }
+        let rid = id.clone();
+        let sandbox = self
+            .writer()
+            .write(move |tx| {
+                let now = unix_millis_now();
+                tx.set_state(
+                    &rid,
+                    &[SandboxState::Creating],
+                    SandboxState::Running,
+                    None,
+                    now,
+                )?;
+                tx.get_sandbox_by_id(&rid)
+            })
+            .await?;
+        sandbox
+            .ok_or_else(|| ServiceError::NotFound(format!("sandbox {id} vanished during create")))
+    }
+
+    /// Creates and starts a sandbox.
+    pub async fn create(&self, req: api::CreateSandbox) -> Result<Sandbox, ServiceError> {
+        let plan = self.plan_create(req)?;
+        self.create_with_id(random_id("sb", 14), plan).await
+    }
+
+    /// A sandbox by id or name.
+    pub async fn get(&self, key: &str) -> Result<Sandbox, ServiceError> {
+        let k = key.to_string();
+        self.reader()
+            .read(move |tx| tx.get_sandbox(&k))
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("sandbox {key} not found")))
+    }
+
+    /// A page of sandboxes.
+    pub async fn list(
+        &self,
+        filter: SandboxFilter,
+    ) -> Result<(Vec<Sandbox>, Option<String>), ServiceError> {
+        Ok(self
+            .reader()
+            .read(move |tx| tx.list_sandboxes(&filter))
+            .await?)
+    }
+
+    /// Destroys a sandbox and forgets it. Unknown ids are [`ServiceError::NotFound`].
+    pub async fn delete(&self, key: &str) -> Result<(), ServiceError> {
+        let sandbox = self.get(key).await?;
+        let id = sandbox.id.clone();
+        let rid = id.clone();
+        self.writer()
+            .write(move |tx| {
+                tx.set_state(
+                    &rid,
+                    &SandboxState::ALL,
+                    SandboxState::Deleting,
+                    None,
+                    unix_millis_now(),
+                )
+            })
+            .await?;
+        self.forget_endpoint(&id);
+        self.runtime().destroy(&id).await?;
+        self.writer()
+            .write(move |tx| tx.delete_sandbox(&id))
+            .await?;
+        Ok(())
+    }
+}
+
+/// The API's view of a stored sandbox.
+pub fn to_api(s: &Sandbox) -> api::Sandbox {
+    api::Sandbox {
+        id: s.id.clone(),
+        name: s.name.clone(),
+        state: s.state.as_str().to_string(),
+        template: s.template.clone(),
+        cpu: f64::from(s.cpu_millis) / 1000.0,
+        memory_mb: u64::from(s.memory_mb),
+        created_at: rfc3339(s.created_at),
+        expires_at: s.expires_at.map(rfc3339),
+        metadata: s.metadata.clone(),
+        failure_reason: s.failure_reason.clone(),
+    }
+}
+
+/// RFC 3339 in UTC with millisecond precision, from Unix milliseconds.
+pub fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_render_as_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_798_502_400_123), "2026-12-29T00:00:00.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn random_ids_are_valid_sandbox_ids() {
+        let id = random_id("sb", 14);
+        assert_eq!(id.len(), 16);
+        assert!(sandboxd_runtime::validate_id(&id).is_ok());
+        assert_ne!(id, random_id("sb", 14));
+    }
+}

@@ -1,0 +1,163 @@
+//! `sandboxd-store`: the daemon's single-writer SQLite store.
+//!
+//! What was promised lives here (sandboxes, exposed ports, network slots, custom domains, API tokens,
+//! idempotency claims, the delivery ledger and the webhook outbox); what actually runs is the runtime's
+//! business. The store guarantees:
+//!
+//! - **One writer.** Exactly one connection writes, owned by the writer thread ([`writer`]); handlers send
+//!   it closures through [`StoreWriter::write`]. Readers use read-only connections ([`reader`]); a
+//!   [`ReadTx`] has no write methods and no raw connection, so writing through a read handle does not
+//!   compile.
+//! - **Group commit.** Concurrent writes share one transaction and one fsync; each runs in its own
+//!   savepoint, and a reply is sent only after the batch committed.
+//! - **The schema does the rejection.** Each invariant is enforced by the schema (migration 1, in
+//!   [`migrations`]) and observed by one function; the test that proves it sits beside that function:
+//!   - sandbox names unique when non-empty: `idx_sandboxes_name` → [`StoreError::NameConflict`]
+//!     (`sandboxes::tests::concurrent_same_name_inserts_yield_one_winner`);
+//!   - one network slot per sandbox: `idx_network_slots_sandbox`
+//!     (`slots::tests::lease_is_idempotent_per_sandbox`);
+//!   - a host port belongs to one exposure: `idx_exposed_ports_host_port`
+//!     (`ports::tests::racing_sandboxes_get_distinct_host_ports`);
+//!   - one binding per hostname: `custom_domains` primary key
+//!     (`domains::tests::hostname_owned_by_another_sandbox_conflicts`);
+//!   - request dedupe with the four claim cases: `request_idempotency` primary key
+//!     (`idempotency::tests`);
+//!   - an event is applied once: `deliveries` primary key
+//!     (`deliveries::tests::a_delivery_is_recorded_once`).
+//!
+//! Time is always passed in (`now`, Unix milliseconds), so tests control the clock.
+
+pub mod deliveries;
+pub mod domains;
+mod error;
+pub mod idempotency;
+pub mod migrations;
+mod open;
+pub mod outbox;
+pub mod ports;
+pub mod reader;
+pub mod sandboxes;
+pub mod slots;
+pub mod tokens;
+pub mod writer;
+
+pub use domains::{normalize_hostname, BindOutcome, DomainBinding};
+pub use error::{Result, StoreError};
+pub use idempotency::{ClaimOutcome, ClaimRecord, ClaimState, StoredResponse};
+pub use open::{Store, StoreConfig, Synchronous};
+pub use outbox::{NewWebhook, OutboxEntry, OutboxState};
+pub use ports::{ExposedPort, PortState, Protocol, ReserveOutcome};
+pub use reader::{ReadTx, StoreReader};
+pub use sandboxes::{NewSandbox, Sandbox, SandboxFilter, SandboxState};
+pub use slots::SlotLease;
+pub use tokens::{hash_token, ApiToken, CreatedToken, TokenId};
+pub use writer::{StoreWriter, WriteTx, WriterStats, WriterThread};
+
+/// Unix time in milliseconds, the store's only time unit.
+pub type UnixMillis = i64;
+
+/// The current wall-clock time in Unix milliseconds.
+pub fn unix_millis_now() -> UnixMillis {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Adds a duration to a timestamp, saturating instead of overflowing.
+pub(crate) fn add_ms(now: UnixMillis, d: std::time::Duration) -> UnixMillis {
+    now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use std::time::Duration;
+
+    use tokio::sync::oneshot;
+
+    use crate::{NewSandbox, SandboxState, Store, StoreConfig, StoreWriter, WriterThread};
+
+    /// A fresh store in a temporary directory (kept alive by the returned guard).
+    pub fn open_temp() -> (tempfile::TempDir, Store, WriterThread) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, thread) =
+            Store::open(dir.path().join("store.db"), StoreConfig::default()).unwrap();
+        (dir, store, thread)
+    }
+
+    /// Polls until the writer's queue depth is `n` (fails the test after 10 s).
+    pub async fn wait_for_depth(w: &StoreWriter, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while w.queue_depth() != n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "queue depth stuck at {} (want {n})",
+                w.queue_depth()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// A request parked inside the writer; everything sent meanwhile queues up behind it.
+    pub struct Gate {
+        open: std::sync::mpsc::Sender<()>,
+        handle: tokio::task::JoinHandle<crate::Result<()>>,
+    }
+
+    /// Parks the writer inside a request and returns once it is parked.
+    pub async fn hold_writer(w: &StoreWriter) -> Gate {
+        let (entered_tx, entered_rx) = oneshot::channel::<()>();
+        let (open, open_rx) = std::sync::mpsc::channel::<()>();
+        let w = w.clone();
+        let handle = tokio::spawn(async move {
+            w.write(move |_tx| {
+                let _ = entered_tx.send(());
+                let _ = open_rx.recv();
+                Ok(())
+            })
+            .await
+        });
+        entered_rx.await.unwrap();
+        Gate { open, handle }
+    }
+
+    impl Gate {
+        pub async fn release(self) {
+            self.open.send(()).unwrap();
+            self.handle.await.unwrap().unwrap();
+        }
+    }
+
+    /// A minimal sandbox row for tests.
+    pub fn new_sandbox(id: &str, name: &str, created_at: i64) -> NewSandbox {
+        NewSandbox {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            state: SandboxState::Creating,
+            template: "base".to_owned(),
+            cpu_millis: 1000,
+            memory_mb: 512,
+            metadata: Default::default(),
+            env: Default::default(),
+            network: serde_json::json!({}),
+            agent_token: format!("tok-{id}"),
+            created_at,
+            expires_at: None,
+        }
+    }
+
+    /// Inserts sandboxes with the given ids.
+    pub async fn seed_sandboxes(store: &Store, ids: &[&str]) {
+        let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        store
+            .writer()
+            .write(move |tx| {
+                for id in &ids {
+                    tx.insert_sandbox(new_sandbox(id, "", 1))?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+}

@@ -1,0 +1,278 @@
+//! Versioned schema migrations.
+//!
+//! Contract: [`MIGRATIONS`] is an append-only list numbered 1, 2, 3, … Each migration runs in its own
+//! `BEGIN IMMEDIATE` transaction together with the `schema_version` row that records it, so a migration is
+//! either fully applied and recorded or not at all. Opening a database whose recorded version is newer than
+//! the newest migration this build knows is refused ([`StoreError::SchemaTooNew`]): an old binary must not
+//! write into a schema it does not understand. Never edit a released migration; add a new one.
+//!
+//! The invariants of the store live in migration 1 (see the crate docs for the list and the tests that
+//! prove each one).
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::error::{Result, StoreError};
+
+/// One numbered schema change.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: u32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration this build knows, in order.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial schema",
+    sql: SCHEMA_V1,
+}];
+
+/// The newest schema version this build knows.
+pub fn latest_version() -> u32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+const SCHEMA_V1: &str = r#"
+CREATE TABLE sandboxes (
+    id             TEXT PRIMARY KEY NOT NULL,
+    name           TEXT NOT NULL DEFAULT '',
+    state          TEXT NOT NULL CHECK (state IN ('creating','starting','running','stopping','stopped',
+                                                   'paused','deleting','failed','lost')),
+    template       TEXT NOT NULL DEFAULT '',
+    cpu_millis     INTEGER NOT NULL DEFAULT 0 CHECK (cpu_millis >= 0),
+    memory_mb      INTEGER NOT NULL DEFAULT 0 CHECK (memory_mb >= 0),
+    metadata       TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata) AND json_type(metadata) = 'object'),
+    env            TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(env) AND json_type(env) = 'object'),
+    network        TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(network)),
+    agent_token    TEXT NOT NULL DEFAULT '',
+    net_slot       INTEGER,
+    created_at     INTEGER NOT NULL,
+    expires_at     INTEGER,
+    updated_at     INTEGER NOT NULL,
+    failure_reason TEXT,
+    generation     INTEGER NOT NULL DEFAULT 0
+);
+-- Names: empty (unnamed) many times, any non-empty name at most once.
+CREATE UNIQUE INDEX idx_sandboxes_name ON sandboxes(name) WHERE name <> '';
+CREATE INDEX idx_sandboxes_created ON sandboxes(created_at, id);
+CREATE INDEX idx_sandboxes_expires ON sandboxes(expires_at) WHERE expires_at IS NOT NULL;
+
+CREATE TABLE network_slots (
+    slot       INTEGER PRIMARY KEY NOT NULL CHECK (slot >= 0),
+    sandbox_id TEXT REFERENCES sandboxes(id) ON DELETE SET NULL,
+    leased_at  INTEGER
+);
+-- Slots: at most one leased slot per sandbox; free slots (NULL) coexist freely.
+CREATE UNIQUE INDEX idx_network_slots_sandbox ON network_slots(sandbox_id) WHERE sandbox_id IS NOT NULL;
+
+CREATE TABLE exposed_ports (
+    sandbox_id  TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+    port        INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),
+    protocol    TEXT NOT NULL CHECK (protocol IN ('http','tcp','udp')),
+    host_port   INTEGER NOT NULL DEFAULT 0 CHECK (host_port BETWEEN 0 AND 65535),
+    public_url  TEXT NOT NULL DEFAULT '',
+    state       TEXT NOT NULL DEFAULT 'exposing' CHECK (state IN ('exposing','active')),
+    reservation TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (sandbox_id, port)
+);
+-- Host ports: a bound host port belongs to at most one exposure; 0 ("no host port") many times.
+CREATE UNIQUE INDEX idx_exposed_ports_host_port ON exposed_ports(host_port) WHERE host_port > 0;
+
+CREATE TABLE custom_domains (
+    hostname   TEXT PRIMARY KEY NOT NULL COLLATE NOCASE,
+    sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+    port       INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX idx_custom_domains_sandbox ON custom_domains(sandbox_id);
+
+CREATE TABLE api_tokens (
+    id           TEXT PRIMARY KEY NOT NULL,
+    name         TEXT NOT NULL DEFAULT '',
+    token_hash   TEXT UNIQUE NOT NULL CHECK (length(token_hash) = 64),
+    created_at   INTEGER NOT NULL,
+    last_used_at INTEGER
+);
+
+CREATE TABLE request_idempotency (
+    scope           TEXT NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    state           TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','ready')),
+    target_id       TEXT NOT NULL DEFAULT '',
+    locked_until    INTEGER NOT NULL,
+    replay_until    INTEGER,
+    response_status INTEGER,
+    response_body   BLOB,
+    request_hash    TEXT NOT NULL DEFAULT '',
+    generation      INTEGER NOT NULL DEFAULT 0,
+    created_at      INTEGER NOT NULL,
+    PRIMARY KEY (scope, fingerprint),
+    CHECK (state = 'pending' OR replay_until IS NOT NULL)
+);
+
+CREATE TABLE deliveries (
+    delivery_id TEXT PRIMARY KEY NOT NULL,
+    kind        TEXT NOT NULL,
+    sandbox_id  TEXT,
+    received_at INTEGER NOT NULL
+);
+CREATE INDEX idx_deliveries_received ON deliveries(received_at);
+
+CREATE TABLE webhook_outbox (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id        TEXT UNIQUE NOT NULL,
+    kind            TEXT NOT NULL,
+    sandbox_id      TEXT,
+    payload         TEXT NOT NULL CHECK (json_valid(payload)),
+    created_at      INTEGER NOT NULL,
+    state           TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','delivered','failed')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER NOT NULL,
+    last_error      TEXT
+);
+CREATE INDEX idx_webhook_outbox_due ON webhook_outbox(next_attempt_at) WHERE state = 'pending';
+"#;
+
+/// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.
+/// Returns the version the database is at afterwards.
+pub(crate) fn migrate(conn: &Connection, migrations: &[Migration], now_ms: i64) -> Result<u32> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+             version    INTEGER PRIMARY KEY NOT NULL,
+             name       TEXT NOT NULL,
+             applied_at INTEGER NOT NULL
+         )",
+    )?;
+    let known = migrations.last().map_or(0, |m| m.version);
+    let found = current_version(conn)?;
+    if found > known {
+        return Err(StoreError::SchemaTooNew { found, known });
+    }
+    let mut current = found;
+    for m in migrations.iter().filter(|m| m.version > found) {
+        apply_one(conn, m, now_ms).map_err(|source| {
+            // The transaction may still be open if the failure was inside it.
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            StoreError::Migration {
+                version: m.version,
+                source,
+            }
+        })?;
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            "applied schema migration"
+        );
+        current = m.version;
+    }
+    Ok(current)
+}
+
+fn apply_one(conn: &Connection, m: &Migration, now_ms: i64) -> rusqlite::Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    conn.execute_batch(m.sql)?;
+    conn.execute(
+        "INSERT INTO schema_version (version, name, applied_at) VALUES (?1, ?2, ?3)",
+        params![m.version, m.name, now_ms],
+    )?;
+    conn.execute_batch("COMMIT")
+}
+
+/// The highest recorded schema version (0 for a fresh database).
+pub(crate) fn current_version(conn: &Connection) -> Result<u32> {
+    let v: Option<u32> = conn
+        .query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0))
+        .optional()?
+        .flatten();
+    Ok(v.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem() -> Connection {
+        let c = Connection::open_in_memory().unwrap();
+        c.pragma_update(None, "foreign_keys", true).unwrap();
+        c
+    }
+
+    #[test]
+    fn migrations_are_numbered_one_to_n_without_gaps() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(
+                m.version as usize,
+                i + 1,
+                "migration {} is out of order",
+                m.name
+            );
+        }
+        assert_eq!(latest_version() as usize, MIGRATIONS.len());
+    }
+
+    #[test]
+    fn migrating_twice_applies_each_migration_once() {
+        let c = mem();
+        assert_eq!(migrate(&c, MIGRATIONS, 1).unwrap(), latest_version());
+        assert_eq!(migrate(&c, MIGRATIONS, 2).unwrap(), latest_version());
+        let rows: i64 = c
+            .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows as usize, MIGRATIONS.len());
+    }
+
+    #[test]
+    fn newer_schema_than_known_is_refused() {
+        let c = mem();
+        migrate(&c, MIGRATIONS, 1).unwrap();
+        c.execute(
+            "INSERT INTO schema_version (version, name, applied_at) VALUES (?1, 'future', 0)",
+            [latest_version() + 1],
+        )
+        .unwrap();
+        let err = migrate(&c, MIGRATIONS, 2).unwrap_err();
+        assert!(
+            matches!(err, StoreError::SchemaTooNew { found, known } if found == latest_version() + 1 && known == latest_version()),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn failing_migration_is_rolled_back_and_not_recorded() {
+        let c = mem();
+        let list = [
+            Migration {
+                version: 1,
+                name: "ok",
+                sql: "CREATE TABLE a (x INTEGER);",
+            },
+            Migration {
+                version: 2,
+                name: "half then broken",
+                sql: "CREATE TABLE b (x INTEGER); THIS IS NOT SQL;",
+            },
+        ];
+        let err = migrate(&c, &list, 1).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Migration { version: 2, .. }),
+            "{err:?}"
+        );
+        assert_eq!(current_version(&c).unwrap(), 1);
+        let b_exists: i64 = c
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'b'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            b_exists, 0,
+            "the failed migration's first statement must be rolled back"
+        );
+        assert!(c.is_autocommit());
+    }
+}

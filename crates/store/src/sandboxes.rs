@@ -1,0 +1,731 @@
+//! Sandboxes: the rows that record what was promised to a caller.
+//!
+//! Contract:
+//! - A non-empty name belongs to at most one sandbox (`idx_sandboxes_name`, partial on `name <> ''`);
+//!   unnamed sandboxes (`''`) coexist freely. [`WriteTx::insert_sandbox`] maps exactly that index's
+//!   failure to [`StoreError::NameConflict`] (and the primary key's to [`StoreError::SandboxExists`]); every
+//!   other failure stays a [`StoreError::Sqlite`].
+//! - State changes are conditional ([`WriteTx::set_state`]): the UPDATE names the states it may leave, so
+//!   two actors racing on one sandbox cannot both move it; each applied change bumps `generation`.
+//! - Listing is keyset-paged on `(created_at, id)`: a page never repeats or skips a row that existed for the
+//!   whole walk, whatever is inserted meanwhile.
+//! - Deleting a sandbox cascades to its exposed ports and custom domains and frees its network slot.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
+use rusqlite::{params, OptionalExtension, Row, ToSql};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{is_unique_violation_on, Result, StoreError};
+use crate::{ReadTx, UnixMillis, WriteTx};
+
+/// Lifecycle state of a sandbox (the `CHECK` on `sandboxes.state` lists exactly these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    Creating,
+    Starting,
+    Running,
+    Stopping,
+    Stopped,
+    Paused,
+    Deleting,
+    Failed,
+    Lost,
+}
+
+impl SandboxState {
+    /// Every state, e.g. as the `from` of an unconditional [`WriteTx::set_state`].
+    pub const ALL: [SandboxState; 9] = [
+        SandboxState::Creating,
+        SandboxState::Starting,
+        SandboxState::Running,
+        SandboxState::Stopping,
+        SandboxState::Stopped,
+        SandboxState::Paused,
+        SandboxState::Deleting,
+        SandboxState::Failed,
+        SandboxState::Lost,
+    ];
+
+    /// The states a reconciler must sweep: the sandbox is between two stable states.
+    pub const TRANSITIONAL: [SandboxState; 4] = [
+        SandboxState::Creating,
+        SandboxState::Starting,
+        SandboxState::Stopping,
+        SandboxState::Deleting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Creating => "creating",
+            SandboxState::Starting => "starting",
+            SandboxState::Running => "running",
+            SandboxState::Stopping => "stopping",
+            SandboxState::Stopped => "stopped",
+            SandboxState::Paused => "paused",
+            SandboxState::Deleting => "deleting",
+            SandboxState::Failed => "failed",
+            SandboxState::Lost => "lost",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        SandboxState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for SandboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ToSql for SandboxState {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for SandboxState {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let s = value.as_str()?;
+        SandboxState::parse(s)
+            .ok_or_else(|| FromSqlError::Other(format!("unknown sandbox state {s:?}").into()))
+    }
+}
+
+/// A stored sandbox.
+#[derive(Clone, PartialEq)]
+pub struct Sandbox {
+    pub id: String,
+    /// `""` when unnamed.
+    pub name: String,
+    pub state: SandboxState,
+    pub template: String,
+    pub cpu_millis: u32,
+    pub memory_mb: u32,
+    pub metadata: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    /// Network policy, opaque to the store.
+    pub network: serde_json::Value,
+    /// The per-sandbox secret the daemon presents to the in-sandbox agent (redacted in `Debug`).
+    pub agent_token: String,
+    /// Copy of the sandbox's lease in `network_slots`, kept in step by `lease_slot` / `release_slot`.
+    pub net_slot: Option<u32>,
+    pub created_at: UnixMillis,
+    pub expires_at: Option<UnixMillis>,
+    pub updated_at: UnixMillis,
+    pub failure_reason: Option<String>,
+    /// Bumped on every applied state change; a fencing token for actors acting on one sandbox.
+    pub generation: i64,
+}
+
+impl fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("state", &self.state)
+            .field("template", &self.template)
+            .field("cpu_millis", &self.cpu_millis)
+            .field("memory_mb", &self.memory_mb)
+            .field("metadata", &self.metadata)
+            .field("env_keys", &self.env.keys().collect::<Vec<_>>())
+            .field("network", &self.network)
+            .field("agent_token", &"<redacted>")
+            .field("net_slot", &self.net_slot)
+            .field("created_at", &self.created_at)
+            .field("expires_at", &self.expires_at)
+            .field("updated_at", &self.updated_at)
+            .field("failure_reason", &self.failure_reason)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+/// What a create flow inserts.
+#[derive(Debug, Clone)]
+pub struct NewSandbox {
+    pub id: String,
+    /// `""` for an unnamed sandbox.
+    pub name: String,
+    pub state: SandboxState,
+    pub template: String,
+    pub cpu_millis: u32,
+    pub memory_mb: u32,
+    pub metadata: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub network: serde_json::Value,
+    pub agent_token: String,
+    /// Also the initial `updated_at`.
+    pub created_at: UnixMillis,
+    pub expires_at: Option<UnixMillis>,
+}
+
+/// Which sandboxes [`ReadTx::list_sandboxes`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxFilter {
+    /// Every pair must be present in the sandbox's metadata.
+    pub metadata: Vec<(String, String)>,
+    /// Any of these states; empty means any state.
+    pub states: Vec<SandboxState>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Page size; 0 means 100, capped at 1000.
+    pub limit: usize,
+}
+
+const COLUMNS: &str = "id, name, state, template, cpu_millis, memory_mb, metadata, env, network, \
+     agent_token, net_slot, created_at, expires_at, updated_at, failure_reason, generation";
+
+fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
+    let text: String = row.get(idx)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
+    Ok(Sandbox {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        state: row.get(2)?,
+        template: row.get(3)?,
+        cpu_millis: row.get(4)?,
+        memory_mb: row.get(5)?,
+        metadata: json_column(row, 6)?,
+        env: json_column(row, 7)?,
+        network: json_column(row, 8)?,
+        agent_token: row.get(9)?,
+        net_slot: row.get(10)?,
+        created_at: row.get(11)?,
+        expires_at: row.get(12)?,
+        updated_at: row.get(13)?,
+        failure_reason: row.get(14)?,
+        generation: row.get(15)?,
+    })
+}
+
+fn states_json(states: &[SandboxState]) -> String {
+    serde_json::to_string(&states.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        .expect("a list of strings serializes")
+}
+
+fn encode_cursor(s: &Sandbox) -> String {
+    format!("{}:{}", s.created_at, s.id)
+}
+
+fn decode_cursor(c: &str) -> Result<(i64, String)> {
+    let (at, id) = c.split_once(':').ok_or(StoreError::InvalidCursor)?;
+    let at = at.parse().map_err(|_| StoreError::InvalidCursor)?;
+    Ok((at, id.to_owned()))
+}
+
+impl ReadTx<'_> {
+    /// The sandbox whose id is `key`, or else whose (non-empty) name is `key`.
+    pub fn get_sandbox(&self, key: &str) -> Result<Option<Sandbox>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM sandboxes WHERE id = ?1 OR (name = ?1 AND ?1 <> '') \
+             ORDER BY id = ?1 DESC LIMIT 1"
+        );
+        Ok(self
+            .conn()
+            .prepare_cached(&sql)?
+            .query_row([key], from_row)
+            .optional()?)
+    }
+
+    /// The sandbox with this id.
+    pub fn get_sandbox_by_id(&self, id: &str) -> Result<Option<Sandbox>> {
+        let sql = format!("SELECT {COLUMNS} FROM sandboxes WHERE id = ?1");
+        Ok(self
+            .conn()
+            .prepare_cached(&sql)?
+            .query_row([id], from_row)
+            .optional()?)
+    }
+
+    /// The sandbox with this (non-empty) name.
+    pub fn get_sandbox_by_name(&self, name: &str) -> Result<Option<Sandbox>> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {COLUMNS} FROM sandboxes WHERE name = ?1");
+        Ok(self
+            .conn()
+            .prepare_cached(&sql)?
+            .query_row([name], from_row)
+            .optional()?)
+    }
+
+    /// One page of sandboxes in `(created_at, id)` order, and the cursor of the next page (`None` on the
+    /// last page).
+    pub fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<(Vec<Sandbox>, Option<String>)> {
+        let limit = match filter.limit {
+            0 => 100,
+            n => n.min(1000),
+        };
+        let (after_at, after_id) = match &filter.cursor {
+            Some(c) => decode_cursor(c)?,
+            None => (i64::MIN, String::new()),
+        };
+        let states = (!filter.states.is_empty()).then(|| states_json(&filter.states));
+        let wanted: serde_json::Map<String, serde_json::Value> = filter
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let wanted = serde_json::Value::Object(wanted).to_string();
+        let sql = format!(
+            "SELECT {COLUMNS} FROM sandboxes s
+             WHERE (s.created_at, s.id) > (?1, ?2)
+               AND (?3 IS NULL OR s.state IN (SELECT value FROM json_each(?3)))
+               AND NOT EXISTS (
+                   SELECT 1 FROM json_each(?4) f
+                   WHERE NOT EXISTS (
+                       SELECT 1 FROM json_each(s.metadata) m WHERE m.key = f.key AND m.value = f.value))
+             ORDER BY s.created_at, s.id
+             LIMIT ?5"
+        );
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let mut page = stmt
+            .query_map(
+                params![after_at, after_id, states, wanted, (limit + 1) as i64],
+                from_row,
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let next = if page.len() > limit {
+            page.truncate(limit);
+            page.last().map(encode_cursor)
+        } else {
+            None
+        };
+        Ok((page, next))
+    }
+
+    /// Sandboxes whose `expires_at` is at or before `now` and that are not already being deleted, oldest
+    /// deadline first. The caller decides what expiry means for each state.
+    pub fn expired_sandboxes(&self, now: UnixMillis) -> Result<Vec<Sandbox>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM sandboxes
+             WHERE expires_at IS NOT NULL AND expires_at <= ?1 AND state <> 'deleting'
+             ORDER BY expires_at, id"
+        );
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map([now], from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Sandboxes in any of `states` (e.g. [`SandboxState::TRANSITIONAL`] for a reconciler), oldest first.
+    pub fn sandboxes_in_states(&self, states: &[SandboxState]) -> Result<Vec<Sandbox>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM sandboxes WHERE state IN (SELECT value FROM json_each(?1))
+             ORDER BY created_at, id"
+        );
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map([states_json(states)], from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+}
+
+impl WriteTx<'_> {
+    /// Inserts a sandbox. A taken non-empty name is [`StoreError::NameConflict`]; a taken id is
+    /// [`StoreError::SandboxExists`].
+    pub fn insert_sandbox(&mut self, new: NewSandbox) -> Result<Sandbox> {
+        let metadata = serde_json::to_string(&new.metadata).expect("a string map serializes");
+        let env = serde_json::to_string(&new.env).expect("a string map serializes");
+        let sql = format!(
+            "INSERT INTO sandboxes (id, name, state, template, cpu_millis, memory_mb, metadata, env, network,
+                                    agent_token, created_at, expires_at, updated_at, generation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0)
+             RETURNING {COLUMNS}"
+        );
+        let inserted = self.conn().prepare_cached(&sql)?.query_row(
+            params![
+                new.id,
+                new.name,
+                new.state,
+                new.template,
+                new.cpu_millis,
+                new.memory_mb,
+                metadata,
+                env,
+                new.network.to_string(),
+                new.agent_token,
+                new.created_at,
+                new.expires_at,
+            ],
+            from_row,
+        );
+        inserted.map_err(|e| {
+            if is_unique_violation_on(&e, "sandboxes.name") {
+                StoreError::NameConflict { name: new.name }
+            } else if is_unique_violation_on(&e, "sandboxes.id") {
+                StoreError::SandboxExists { id: new.id }
+            } else {
+                StoreError::Sqlite(e)
+            }
+        })
+    }
+
+    /// Moves sandbox `id` to `to` if it is currently in one of `from` (an empty `from` never applies), sets
+    /// `failure_reason` to `reason` and bumps `generation`. Returns whether the change applied.
+    pub fn set_state(
+        &mut self,
+        id: &str,
+        from: &[SandboxState],
+        to: SandboxState,
+        reason: Option<&str>,
+        now: UnixMillis,
+    ) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "UPDATE sandboxes
+             SET state = ?3, failure_reason = ?4, updated_at = ?5, generation = generation + 1
+             WHERE id = ?1 AND state IN (SELECT value FROM json_each(?2))",
+            )?
+            .execute(params![id, states_json(from), to, reason, now])?;
+        Ok(n == 1)
+    }
+
+    /// Sets (or clears) the deadline of sandbox `id`. Returns whether the sandbox exists.
+    pub fn set_expires_at(
+        &mut self,
+        id: &str,
+        expires_at: Option<UnixMillis>,
+        now: UnixMillis,
+    ) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached("UPDATE sandboxes SET expires_at = ?2, updated_at = ?3 WHERE id = ?1")?
+            .execute(params![id, expires_at, now])?;
+        Ok(n == 1)
+    }
+
+    /// Deletes sandbox `id` (cascading to its ports and domains, freeing its slot). Returns whether it
+    /// existed.
+    pub fn delete_sandbox(&mut self, id: &str) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached("DELETE FROM sandboxes WHERE id = ?1")?
+            .execute([id])?;
+        Ok(n == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{new_sandbox, open_temp};
+
+    /// Invariant: a non-empty sandbox name belongs to at most one sandbox (`idx_sandboxes_name`).
+    /// 100 concurrent creates with one name: exactly one wins, 99 get the typed conflict.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_same_name_inserts_yield_one_winner() {
+        let (_dir, store, _t) = open_temp();
+        let tasks: Vec<_> = (0..100)
+            .map(|i| {
+                let w = store.writer().clone();
+                tokio::spawn(async move {
+                    w.write(move |tx| tx.insert_sandbox(new_sandbox(&format!("sbx-{i}"), "web", i)))
+                        .await
+                })
+            })
+            .collect();
+        let (mut ok, mut conflict) = (0, 0);
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(s) => {
+                    assert_eq!(s.name, "web");
+                    ok += 1
+                }
+                Err(StoreError::NameConflict { name }) => {
+                    assert_eq!(name, "web");
+                    conflict += 1
+                }
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+        assert_eq!((ok, conflict), (1, 99));
+        let (all, _) = store
+            .reader()
+            .read(|tx| tx.list_sandboxes(&SandboxFilter::default()))
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn unnamed_sandboxes_coexist_and_id_conflict_is_not_a_name_conflict() {
+        let (_dir, store, _t) = open_temp();
+        let w = store.writer();
+        for id in ["a", "b", "c"] {
+            w.write(move |tx| tx.insert_sandbox(new_sandbox(id, "", 1)))
+                .await
+                .unwrap();
+        }
+        let err = w
+            .write(|tx| tx.insert_sandbox(new_sandbox("a", "fresh-name", 2)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::SandboxExists { ref id } if id == "a"),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn get_by_id_or_name_prefers_id() {
+        let (_dir, store, _t) = open_temp();
+        let w = store.writer();
+        w.write(|tx| {
+            tx.insert_sandbox(new_sandbox("sbx-1", "alpha", 1))?;
+            // A sandbox whose *name* equals another's id.
+            tx.insert_sandbox(new_sandbox("sbx-2", "sbx-1", 2))?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let (by_id, by_name, missing, empty) = store
+            .reader()
+            .read(|tx| {
+                Ok((
+                    tx.get_sandbox("sbx-1")?,
+                    tx.get_sandbox("alpha")?,
+                    tx.get_sandbox("nope")?,
+                    tx.get_sandbox("")?,
+                ))
+            })
+            .await
+            .unwrap();
+        assert_eq!(by_id.unwrap().id, "sbx-1");
+        assert_eq!(by_name.unwrap().id, "sbx-1");
+        assert!(missing.is_none());
+        assert!(empty.is_none(), "the empty name matches no sandbox");
+    }
+
+    #[tokio::test]
+    async fn round_trips_every_field() {
+        let (_dir, store, _t) = open_temp();
+        let mut n = new_sandbox("sbx-rt", "rt", 10);
+        n.metadata.insert("team".into(), "a".into());
+        n.env.insert("FOO".into(), "bar".into());
+        n.network = serde_json::json!({"allow": ["1.1.1.1"]});
+        n.expires_at = Some(99);
+        let expected = n.clone();
+        let inserted = store
+            .writer()
+            .write(move |tx| tx.insert_sandbox(n))
+            .await
+            .unwrap();
+        let read = store
+            .reader()
+            .read(|tx| tx.get_sandbox_by_id("sbx-rt"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(inserted, read);
+        assert_eq!(read.metadata, expected.metadata);
+        assert_eq!(read.env, expected.env);
+        assert_eq!(read.network, expected.network);
+        assert_eq!(read.expires_at, Some(99));
+        assert_eq!(read.updated_at, 10);
+        assert_eq!(read.generation, 0);
+        assert!(
+            !format!("{read:?}").contains("tok-sbx-rt"),
+            "Debug redacts the agent token"
+        );
+    }
+
+    /// State changes are conditional: only a sandbox in one of `from` moves, and each move bumps the
+    /// generation.
+    #[tokio::test]
+    async fn set_state_applies_only_from_listed_states() {
+        let (_dir, store, _t) = open_temp();
+        let w = store.writer();
+        w.write(|tx| tx.insert_sandbox(new_sandbox("s", "", 1)))
+            .await
+            .unwrap();
+        use SandboxState::*;
+        let (a, b, c, d) = w
+            .write(|tx| {
+                Ok((
+                    tx.set_state("s", &[Running], Stopping, None, 2)?,
+                    tx.set_state("s", &[Creating, Starting], Running, None, 3)?,
+                    tx.set_state("s", &[Creating], Failed, Some("late"), 4)?,
+                    tx.set_state("s", &[], Failed, None, 5)?,
+                ))
+            })
+            .await
+            .unwrap();
+        assert_eq!((a, b, c, d), (false, true, false, false));
+        let s = store
+            .reader()
+            .read(|tx| tx.get_sandbox_by_id("s"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.state, Running);
+        assert_eq!(s.generation, 1);
+        assert_eq!(s.updated_at, 3);
+        assert!(w
+            .write(|tx| tx.set_state("s", &SandboxState::ALL, Failed, Some("oom"), 6))
+            .await
+            .unwrap());
+        let s = store
+            .reader()
+            .read(|tx| tx.get_sandbox_by_id("s"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (s.state, s.failure_reason.as_deref()),
+            (Failed, Some("oom"))
+        );
+    }
+
+    #[tokio::test]
+    async fn list_pages_by_created_at_and_filters() {
+        let (_dir, store, _t) = open_temp();
+        store
+            .writer()
+            .write(|tx| {
+                for i in 0..25i64 {
+                    let mut n = new_sandbox(&format!("s{i:02}"), "", 100 - i % 5);
+                    n.metadata.insert("parity".into(), (i % 2).to_string());
+                    n.metadata.insert("k".into(), "v".into());
+                    n.state = if i % 3 == 0 {
+                        SandboxState::Running
+                    } else {
+                        SandboxState::Paused
+                    };
+                    tx.insert_sandbox(n)?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+        // Walk every page of 7.
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        loop {
+            let filter = SandboxFilter {
+                cursor: cursor.clone(),
+                limit: 7,
+                ..Default::default()
+            };
+            let (page, next) = store
+                .reader()
+                .read(move |tx| tx.list_sandboxes(&filter))
+                .await
+                .unwrap();
+            assert!(page.len() <= 7);
+            seen.extend(page.into_iter().map(|s| (s.created_at, s.id)));
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        let mut sorted = seen.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(seen, sorted, "ordered, no duplicates");
+        assert_eq!(seen.len(), 25, "nothing skipped");
+
+        let filter = SandboxFilter {
+            metadata: vec![("parity".into(), "0".into()), ("k".into(), "v".into())],
+            states: vec![SandboxState::Running],
+            ..Default::default()
+        };
+        let (page, next) = store
+            .reader()
+            .read(move |tx| tx.list_sandboxes(&filter))
+            .await
+            .unwrap();
+        let mut ids: Vec<_> = page.iter().map(|s| s.id.clone()).collect();
+        ids.sort();
+        // even and divisible by 3: 0, 6, 12, 18, 24
+        assert_eq!(ids, ["s00", "s06", "s12", "s18", "s24"]);
+        assert!(next.is_none());
+
+        let filter = SandboxFilter {
+            metadata: vec![("parity".into(), "2".into())],
+            ..Default::default()
+        };
+        let (page, _) = store
+            .reader()
+            .read(move |tx| tx.list_sandboxes(&filter))
+            .await
+            .unwrap();
+        assert!(page.is_empty());
+
+        let bad = SandboxFilter {
+            cursor: Some("garbage".into()),
+            ..Default::default()
+        };
+        let err = store
+            .reader()
+            .read(move |tx| tx.list_sandboxes(&bad))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::InvalidCursor));
+    }
+
+    #[tokio::test]
+    async fn expired_sandboxes_excludes_future_and_deleting() {
+        let (_dir, store, _t) = open_temp();
+        store
+            .writer()
+            .write(|tx| {
+                for (id, exp) in [
+                    ("past", Some(50)),
+                    ("now", Some(100)),
+                    ("future", Some(101)),
+                    ("never", None),
+                ] {
+                    let mut n = new_sandbox(id, "", 1);
+                    n.expires_at = exp;
+                    tx.insert_sandbox(n)?;
+                }
+                let mut n = new_sandbox("gone", "", 1);
+                n.expires_at = Some(1);
+                n.state = SandboxState::Deleting;
+                tx.insert_sandbox(n)?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let ids: Vec<String> = store
+            .reader()
+            .read(|tx| tx.expired_sandboxes(100))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(ids, ["past", "now"]);
+    }
+
+    #[tokio::test]
+    async fn delete_reports_whether_it_existed() {
+        let (_dir, store, _t) = open_temp();
+        let w = store.writer();
+        w.write(|tx| tx.insert_sandbox(new_sandbox("d", "named", 1)))
+            .await
+            .unwrap();
+        assert!(w.write(|tx| tx.delete_sandbox("d")).await.unwrap());
+        assert!(!w.write(|tx| tx.delete_sandbox("d")).await.unwrap());
+        // The name is free again.
+        w.write(|tx| tx.insert_sandbox(new_sandbox("d2", "named", 2)))
+            .await
+            .unwrap();
+    }
+}

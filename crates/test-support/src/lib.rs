@@ -1,0 +1,120 @@
+//! Fixtures shared by the workspace's tests.
+//!
+//! - [`agent_binary`]: the static `sandboxd-agent`, built on first use (or taken from
+//!   `SANDBOXD_AGENT_BIN`), so `cargo test` works from a clean checkout without a separate build step.
+//! - [`require_root`]: tests that need real namespaces and cgroups fail loudly when not run as root,
+//!   rather than passing without having checked anything.
+//! - [`unique_id`]: ids that do not collide between concurrently running test processes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// The target triple the agent is built for (statically linked).
+pub const AGENT_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/test-support sits two levels below the workspace root")
+        .to_path_buf()
+}
+
+/// Path of the static agent binary, building it if needed.
+pub fn agent_binary() -> PathBuf {
+    static AGENT: OnceLock<PathBuf> = OnceLock::new();
+    AGENT
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("SANDBOXD_AGENT_BIN") {
+                return PathBuf::from(path);
+            }
+            let root = workspace_root();
+            let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target"));
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = Command::new(cargo)
+                .current_dir(&root)
+                .args([
+                    "build",
+                    "--release",
+                    "-p",
+                    "sandboxd-agent",
+                    "--target",
+                    AGENT_TARGET,
+                ])
+                .env(
+                    "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
+                    "-C target-feature=+crt-static",
+                )
+                .status()
+                .expect("run cargo to build the agent");
+            assert!(status.success(), "building the static agent failed");
+            target_dir
+                .join(AGENT_TARGET)
+                .join("release")
+                .join("sandboxd-agent")
+        })
+        .clone()
+}
+
+/// Panics unless the test runs as root (namespaces, cgroups and veth pairs need it). Set
+/// `SANDBOXD_SKIP_ROOT_TESTS=1` to turn such tests into explicit skips on a developer laptop.
+pub fn require_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var_os("SANDBOXD_SKIP_ROOT_TESTS").is_some() {
+        eprintln!("SKIPPED: needs root (SANDBOXD_SKIP_ROOT_TESTS is set)");
+        return false;
+    }
+    panic!(
+        "this test needs root: run the suite as root, or set SANDBOXD_SKIP_ROOT_TESTS=1 to skip it"
+    );
+}
+
+/// An id unique across test processes: `<prefix>-<pid>-<n>`, lowercase, at most 63 characters.
+pub fn unique_id(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+/// A network slot held for the life of this value, so concurrently running test processes never wire
+/// two sandboxes to the same veth name. Backed by `flock` on a per-slot file: a crashed test releases
+/// its slots with its process.
+pub struct TestSlot {
+    /// The slot number.
+    pub slot: u32,
+    _lock: std::fs::File,
+}
+
+/// First slot handed to tests (the daemon's own slots start at 0; tests stay clear of them).
+const TEST_SLOT_BASE: u32 = 8000;
+const TEST_SLOTS: u32 = 4000;
+
+/// Takes a free network slot for a test.
+pub fn test_slot() -> TestSlot {
+    use std::os::fd::AsRawFd;
+    let dir = std::env::temp_dir().join("sandboxd-test-slots");
+    std::fs::create_dir_all(&dir).expect("create slot lock dir");
+    let start = (std::process::id() * 37) % TEST_SLOTS;
+    for i in 0..TEST_SLOTS {
+        let slot = TEST_SLOT_BASE + (start + i) % TEST_SLOTS;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(slot.to_string()))
+            .expect("open slot lock");
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return TestSlot { slot, _lock: file };
+        }
+    }
+    panic!("no free test network slot");
+}
