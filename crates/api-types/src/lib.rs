@@ -184,9 +184,12 @@ pub struct FileList {
 pub struct ExposePort {
     /// Port inside the sandbox (1–65535).
     pub port: u16,
-    /// `http` (default).
+    /// `http` (default: reached through the proxy by hostname) or `tcp` (a host port forwarded to it).
     #[serde(default = "default_protocol")]
     pub protocol: String,
+    /// Expose even if nothing listens on the port yet (default false: answer 409 `port_not_listening`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_listen_check: bool,
 }
 
 fn default_protocol() -> String {
@@ -199,10 +202,13 @@ fn default_protocol() -> String {
 pub struct ExposedPort {
     /// Port inside the sandbox.
     pub port: u16,
-    /// `http`.
+    /// `http` or `tcp`.
     pub protocol: String,
-    /// Where to reach it.
+    /// Where to reach it: `http://{port}-{id}.{domain}:{port}` or `tcp://{host}:{hostPort}`.
     pub public_url: String,
+    /// The host port forwarded to it (`tcp` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_port: Option<u16>,
 }
 
 /// The one error shape of the native API.

@@ -34,6 +34,10 @@ impl Auth {
     }
 }
 
+fn hex_prefix(hash: &[u8; 32]) -> String {
+    hash[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -53,10 +57,18 @@ pub fn presented(req: &Request) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Middleware refusing requests without an accepted token (401).
-pub async fn require(State(auth): State<Auth>, req: Request, next: Next) -> Response {
+/// Who is calling: a hash of their token, to scope what they own (e.g. idempotency keys).
+#[derive(Debug, Clone)]
+pub struct Caller(pub String);
+
+/// Middleware refusing requests without an accepted token (401); accepted requests carry a [`Caller`].
+pub async fn require(State(auth): State<Auth>, mut req: Request, next: Next) -> Response {
     match presented(&req) {
-        Some(token) if auth.accepts(token) => next.run(req).await,
+        Some(token) if auth.accepts(token) => {
+            let caller = Caller(hex_prefix(&hash(token)));
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
         Some(_) => {
             Error::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid token").into_response()
         }

@@ -17,6 +17,8 @@ pub struct Error {
     pub code: &'static str,
     /// Human-readable explanation.
     pub message: String,
+    /// Seconds for a `Retry-After` header.
+    pub retry_after: Option<u64>,
 }
 
 impl Error {
@@ -31,6 +33,7 @@ impl Error {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 }
@@ -44,6 +47,8 @@ impl From<ServiceError> for Error {
             ServiceError::NameConflict(_) => (S::CONFLICT, "name_conflict"),
             ServiceError::Conflict(_) => (S::CONFLICT, "conflict"),
             ServiceError::PortNotListening(_) => (S::CONFLICT, "port_not_listening"),
+            ServiceError::InFlight { .. } => (S::CONFLICT, "request_in_flight"),
+            ServiceError::KeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             ServiceError::Exhausted(_) => (S::SERVICE_UNAVAILABLE, "pool_exhausted"),
             ServiceError::Agent(_) => (S::BAD_GATEWAY, "agent_error"),
             ServiceError::Runtime(_) | ServiceError::Store(_) => {
@@ -53,7 +58,14 @@ impl From<ServiceError> for Error {
         if status.is_server_error() {
             tracing::error!(error = %chain(&e), "request failed");
         }
-        Self::new(status, code, chain(&e))
+        let retry_after = match &e {
+            ServiceError::InFlight { retry_after_secs } => Some(*retry_after_secs),
+            _ => None,
+        };
+        Self {
+            retry_after,
+            ..Self::new(status, code, chain(&e))
+        }
     }
 }
 
@@ -63,7 +75,13 @@ impl IntoResponse for Error {
             code: self.code.to_string(),
             message: self.message,
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

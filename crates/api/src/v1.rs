@@ -1,13 +1,15 @@
 //! The native `/v1` handlers: parse and validate, call one [`Service`] method, shape the answer.
 
+use crate::auth::Caller;
 use crate::error::{parse_json, Error};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use futures::{StreamExt, TryStreamExt};
 use sandboxd_api_types as api;
+use sandboxd_service::idempotency::Replayable;
 use sandboxd_service::sandboxes::to_api;
 use sandboxd_service::Service;
 use sandboxd_store::{SandboxFilter, SandboxState};
@@ -33,10 +35,81 @@ fn required_path(raw: &Option<String>) -> Result<String, Error> {
 #[utoipa::path(post, path = "/v1/sandboxes", request_body = api::CreateSandbox,
     responses((status = 201, body = api::Sandbox), (status = 400, body = api::ApiError),
               (status = 409, body = api::ApiError), (status = 503, body = api::ApiError)))]
-pub async fn create(State(service): State<Service>, body: Bytes) -> Result<Response, Error> {
-    let req: api::CreateSandbox = parse_json(&body)?;
-    let sandbox = service.create(req).await?;
-    Ok((StatusCode::CREATED, Json(to_api(&sandbox))).into_response())
+pub async fn create(
+    State(service): State<Service>,
+    caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Error> {
+    let work = || async {
+        let created = async {
+            let req: api::CreateSandbox = parse_json(&body)?;
+            Ok::<_, Error>(to_api(&service.create(req).await?))
+        };
+        json_response(StatusCode::CREATED, created.await)
+    };
+    idempotently(&service, "v1.create", caller, &headers, &body, work).await
+}
+
+/// A handler's outcome as a storable response.
+fn json_response<T: serde::Serialize>(status: StatusCode, result: Result<T, Error>) -> Replayable {
+    match result {
+        Ok(value) => Replayable {
+            status: status.as_u16(),
+            body: serde_json::to_vec(&value).unwrap_or_default(),
+        },
+        Err(e) => Replayable {
+            status: e.status.as_u16(),
+            body: serde_json::to_vec(&api::ApiError {
+                code: e.code.to_string(),
+                message: e.message,
+            })
+            .unwrap_or_default(),
+        },
+    }
+}
+
+/// Runs `work` once per `Idempotency-Key` (when the request has one) and answers with its response,
+/// marking replays with `Idempotent-Replayed: true`.
+async fn idempotently<F, Fut>(
+    service: &Service,
+    scope: &'static str,
+    caller: Option<Extension<Caller>>,
+    headers: &HeaderMap,
+    body: &[u8],
+    work: F,
+) -> Result<Response, Error>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Replayable>,
+{
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| Error::invalid("Idempotency-Key must be visible ASCII"))?,
+        ),
+    };
+    let (response, replayed) = match (key, caller) {
+        (Some(key), Some(Extension(Caller(caller)))) => {
+            service.idempotent(scope, &caller, key, body, work).await?
+        }
+        _ => (work().await, false),
+    };
+    let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut out = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        response.body,
+    )
+        .into_response();
+    if replayed {
+        out.headers_mut().insert(
+            "idempotent-replayed",
+            header::HeaderValue::from_static("true"),
+        );
+    }
+    Ok(out)
 }
 
 /// List sandboxes (`?metadata=k=v` repeatable, `?state=`, `?cursor=`, `?limit=`).

@@ -19,6 +19,7 @@ impl Client {
         let body = ExposePort {
             port,
             protocol: protocol.to_string(),
+            skip_listen_check: false,
         };
         self.send_json(self.request(Method::POST, url).json(&body), "exposed port")
             .await

@@ -44,12 +44,32 @@ pub struct ServeConfig {
     /// Network slots (one /30 each from 10.201.0.0/16; at most 16384).
     #[arg(long, env = "SB_NET_SLOTS", default_value_t = 8000)]
     pub net_slots: u32,
+    /// First network slot this daemon uses (run several daemons on one host with disjoint ranges).
+    #[arg(long, env = "SB_NET_SLOT_BASE", default_value_t = 0)]
+    pub net_slot_base: u32,
+    /// Host ports for `tcp` exposures, `FIRST-LAST`.
+    #[arg(long, env = "SB_HOST_PORTS", default_value = "22000-23000")]
+    pub host_ports: String,
     /// How often expired sandboxes are swept, milliseconds.
     #[arg(long, env = "SB_SWEEP_INTERVAL_MS", default_value_t = 1000)]
     pub sweep_interval_ms: u64,
 }
 
 impl ServeConfig {
+    /// The `--host-ports` range.
+    pub fn host_ports(&self) -> anyhow::Result<std::ops::RangeInclusive<u16>> {
+        let parsed = self.host_ports.split_once('-').and_then(|(a, b)| {
+            Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+        });
+        match parsed {
+            Some((a, b)) if a > 0 && a <= b => Ok(a..=b),
+            _ => anyhow::bail!(
+                "--host-ports must be FIRST-LAST with 0 < FIRST <= LAST <= 65535, got {:?}",
+                self.host_ports
+            ),
+        }
+    }
+
     /// The agent binary to use: the flag, else `sandboxd-agent` beside this executable, else the static
     /// build of a source checkout.
     pub fn agent_binary(&self) -> Option<PathBuf> {

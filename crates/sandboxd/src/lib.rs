@@ -34,6 +34,8 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Reads FAILPOINTS; a no-op unless built with the `failpoints` feature.
+    let _failpoints = fail::FailScenario::setup();
     let result = match cli.command {
         Command::Serve(config) => runtime.block_on(serve(config)),
     };
@@ -95,7 +97,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     )?;
     let mut runtime_config = NamespaceConfig::new(data_dir.join("runtime"), agent);
     runtime_config.cgroup_parent = config.cgroup_parent.clone();
-    runtime_config.slots = config.net_slots;
+    runtime_config.slots = config
+        .net_slot_base
+        .checked_add(config.net_slots)
+        .context("--net-slot-base + --net-slots overflows")?;
     let runtime = NamespaceRuntime::new(runtime_config)
         .await
         .context("starting the namespace runtime")?;
@@ -105,6 +110,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             public_port: config.listen.port(),
             default_timeout: Duration::from_secs(config.default_timeout),
             net_slots: config.net_slots,
+            net_slot_base: config.net_slot_base,
+            host_ports: config.host_ports()?,
+            forward_ip: config.listen.ip(),
             ..ServiceConfig::default()
         },
         store.writer().clone(),

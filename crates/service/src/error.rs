@@ -22,6 +22,15 @@ pub enum ServiceError {
     /// Nothing listens on the port asked to be exposed.
     #[error("nothing listens on port {0} in the sandbox")]
     PortNotListening(u16),
+    /// The same Idempotency-Key is being processed right now.
+    #[error("a request with this Idempotency-Key is still in progress")]
+    InFlight {
+        /// Seconds after which a retry is worth it.
+        retry_after_secs: u64,
+    },
+    /// The Idempotency-Key was used before for a different request.
+    #[error("this Idempotency-Key was used for a different request")]
+    KeyReused,
     /// A pool (network slots, host ports) is exhausted.
     #[error("{0}")]
     Exhausted(String),

@@ -10,6 +10,8 @@
 
 pub mod error;
 pub mod exec;
+pub mod forwarders;
+pub mod idempotency;
 pub mod lifecycle;
 pub mod ports;
 pub mod sandboxes;
@@ -35,10 +37,16 @@ pub struct ServiceConfig {
     pub max_timeout: Duration,
     /// Network slots available to sandboxes.
     pub net_slots: u32,
+    /// Runtime slot of the store's slot 0 (so several daemons on one host use disjoint slots).
+    pub net_slot_base: u32,
     /// CPUs a sandbox may ask for at most.
     pub max_cpus: f64,
     /// Memory a sandbox may ask for at most, MiB.
     pub max_memory_mb: u64,
+    /// Host ports TCP exposures are allocated from.
+    pub host_ports: std::ops::RangeInclusive<u16>,
+    /// Address TCP forwarders listen on.
+    pub forward_ip: std::net::IpAddr,
 }
 
 impl Default for ServiceConfig {
@@ -49,8 +57,11 @@ impl Default for ServiceConfig {
             default_timeout: Duration::from_secs(300),
             max_timeout: Duration::from_secs(24 * 3600),
             net_slots: 8000,
+            net_slot_base: 0,
             max_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
             max_memory_mb: 64 * 1024,
+            host_ports: 22000..=23000,
+            forward_ip: std::net::Ipv4Addr::LOCALHOST.into(),
         }
     }
 }
@@ -67,6 +78,7 @@ struct Inner {
     reader: StoreReader,
     runtime: Arc<dyn Runtime>,
     endpoints: ports::EndpointCache,
+    forwarders: forwarders::Forwarders,
 }
 
 impl Service {
@@ -84,6 +96,7 @@ impl Service {
                 reader,
                 runtime,
                 endpoints: Default::default(),
+                forwarders: Default::default(),
             }),
         }
     }

@@ -100,9 +100,13 @@ impl Service {
         Ok(report)
     }
 
-    /// Deletes every sandbox past its deadline; returns how many.
+    /// Deletes every sandbox past its deadline and forgets expired idempotency claims; returns how many
+    /// sandboxes it deleted.
     pub async fn sweep_expired(&self) -> Result<usize, ServiceError> {
         let now = unix_millis_now();
+        self.writer()
+            .write(move |tx| tx.sweep_expired_claims(now))
+            .await?;
         let expired = self
             .reader()
             .read(move |tx| tx.expired_sandboxes(now))

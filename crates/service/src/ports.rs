@@ -7,7 +7,7 @@
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_proxy::{port_is_listening, Resolver, RouteError, Target, Upstream};
-use sandboxd_store::{unix_millis_now, ExposedPort, SandboxState};
+use sandboxd_store::{unix_millis_now, ExposedPort, PortState, Protocol, SandboxState};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -76,6 +76,7 @@ impl Service {
     }
 
     pub(crate) fn forget_endpoint(&self, id: &str) {
+        self.inner.forwarders.remove_sandbox(id);
         self.inner
             .endpoints
             .0
@@ -90,7 +91,9 @@ impl Service {
         format!("http://{port}-{id}.{}:{}", cfg.domain, cfg.public_port)
     }
 
-    /// Exposes `port` of a running sandbox over HTTP. Exposing it again returns the same exposure.
+    /// Exposes `port` of a running sandbox: over HTTP through the proxy, or over TCP on a host port from
+    /// the pool. Exposing it again returns the same exposure without walking the pool. Returns whether
+    /// the exposure already existed.
     pub async fn expose(
         &self,
         key: &str,
@@ -101,12 +104,15 @@ impl Service {
                 "port must be between 1 and 65535".into(),
             ));
         }
-        if req.protocol != "http" {
-            return Err(ServiceError::InvalidRequest(format!(
-                "unsupported protocol {:?}: use \"http\"",
-                req.protocol
-            )));
-        }
+        let protocol = match req.protocol.as_str() {
+            "http" => Protocol::Http,
+            "tcp" => Protocol::Tcp,
+            other => {
+                return Err(ServiceError::InvalidRequest(format!(
+                    "unsupported protocol {other:?}: use \"http\" or \"tcp\""
+                )))
+            }
+        };
         let sandbox = self.get(key).await?;
         if sandbox.state != SandboxState::Running {
             return Err(ServiceError::Conflict(format!(
@@ -114,18 +120,106 @@ impl Service {
                 sandbox.id, sandbox.state
             )));
         }
+        let existing = {
+            let (id, port) = (sandbox.id.clone(), req.port);
+            self.reader()
+                .read(move |tx| tx.get_exposed_port(&id, port))
+                .await?
+        };
         let endpoint = self.endpoint(&sandbox.id).await?;
         let upstream = Upstream::Tcp(SocketAddr::from((endpoint.address, req.port)));
-        if !port_is_listening(&upstream, LISTEN_PROBE_TIMEOUT).await {
+        if existing.is_none()
+            && !req.skip_listen_check
+            && !port_is_listening(&upstream, LISTEN_PROBE_TIMEOUT).await
+        {
             return Err(ServiceError::PortNotListening(req.port));
         }
-        let url = self.public_url(&sandbox.id, req.port);
         let id = sandbox.id.clone();
-        let (row, existed) = self
-            .writer()
-            .write(move |tx| tx.expose_http(&id, req.port, &url, unix_millis_now()))
+        let (row, reused) = match protocol {
+            Protocol::Tcp => {
+                let pool = self.config().host_ports.clone();
+                let host = self.config().forward_ip;
+                self.writer()
+                    .write(move |tx| {
+                        tx.allocate_host_port(
+                            &id,
+                            req.port,
+                            Protocol::Tcp,
+                            pool,
+                            |hp| format!("tcp://{host}:{hp}"),
+                            unix_millis_now(),
+                        )
+                    })
+                    .await?
+            }
+            _ => {
+                let url = self.public_url(&sandbox.id, req.port);
+                self.writer()
+                    .write(move |tx| tx.expose_http(&id, req.port, &url, unix_millis_now()))
+                    .await?
+            }
+        };
+        if row.protocol == Protocol::Tcp {
+            self.install_forwarder(&row, upstream, reused).await?;
+        }
+        Ok((to_api(&row), reused))
+    }
+
+    /// Installs the forwarder of a TCP exposure. When it fails, the row is rolled back only if this call
+    /// inserted it (`reused == false`): a row another caller installed is not ours to undo.
+    async fn install_forwarder(
+        &self,
+        row: &ExposedPort,
+        upstream: Upstream,
+        reused: bool,
+    ) -> Result<(), ServiceError> {
+        let listen = SocketAddr::new(self.config().forward_ip, row.host_port);
+        let installed = self
+            .inner
+            .forwarders
+            .install(&row.sandbox_id, row.port, listen, upstream)
+            .await;
+        if let Err(e) = installed {
+            tracing::warn!(sandbox_id = %row.sandbox_id, port = row.port, host_port = row.host_port, error = %e, "forwarder install failed");
+            if !reused {
+                let mine = row.clone();
+                self.writer()
+                    .write(move |tx| tx.delete_exposed_port(&mine))
+                    .await?;
+            }
+            return Err(ServiceError::Exhausted(format!(
+                "could not listen on host port {}: {e}",
+                row.host_port
+            )));
+        }
+        let mine = row.clone();
+        self.writer()
+            .write(move |tx| tx.mark_port_active(&mine))
             .await?;
-        Ok((to_api(&row), existed))
+        Ok(())
+    }
+
+    /// Reinstalls the forwarders of every TCP exposure of running sandboxes (after a restart).
+    pub async fn reinstall_forwarders(&self) -> Result<usize, ServiceError> {
+        let rows = self
+            .reader()
+            .read(|tx| {
+                let mut rows = tx.exposed_ports_in_state(PortState::Active)?;
+                rows.extend(tx.exposed_ports_in_state(PortState::Exposing)?);
+                Ok(rows)
+            })
+            .await?;
+        let mut n = 0;
+        for row in rows.into_iter().filter(|r| r.protocol == Protocol::Tcp) {
+            let Ok(endpoint) = self.endpoint(&row.sandbox_id).await else {
+                continue;
+            };
+            let upstream = Upstream::Tcp(SocketAddr::from((endpoint.address, row.port)));
+            if self.install_forwarder(&row, upstream, true).await.is_ok() {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// The exposed ports of a sandbox.
@@ -144,14 +238,10 @@ impl Service {
         let id = sandbox.id.clone();
         let removed = self
             .writer()
-            .write(move |tx| {
-                let Some(row) = tx.get_exposed_port(&id, port)? else {
-                    return Ok(false);
-                };
-                tx.delete_exposed_port(&row)
-            })
+            .write(move |tx| tx.remove_exposed_port(&id, port))
             .await?;
-        if removed {
+        self.inner.forwarders.remove(&sandbox.id, port);
+        if removed.is_some() {
             Ok(())
         } else {
             Err(ServiceError::NotFound(format!(
@@ -167,6 +257,7 @@ fn to_api(row: &ExposedPort) -> api::ExposedPort {
         port: row.port,
         protocol: row.protocol.as_str().to_string(),
         public_url: row.public_url.clone(),
+        host_port: (row.host_port > 0).then_some(row.host_port),
     }
 }
 

@@ -141,7 +141,7 @@ impl Service {
                 cpu_millis: plan.cpu_millis,
                 pids_max: ResourceLimits::default().pids_max,
             },
-            net_slot: slot,
+            net_slot: self.config().net_slot_base + slot,
             egress: plan.egress,
             envs: plan.env.into_iter().collect(),
             agent_token: token,

@@ -112,8 +112,8 @@ impl Store {
 
 /// Held while a store connection is opened or closed (see the module docs).
 pub(crate) fn lifecycle_lock() -> MutexGuard<'static, ()> {
-    let m: &'static Mutex<()> = Box::leak(Box::new(Mutex::new(())));
-    m.lock().unwrap()
+    static LIFECYCLE: Mutex<()> = Mutex::new(());
+    LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn open_writer_connection(path: &Path, config: &StoreConfig) -> Result<Connection> {

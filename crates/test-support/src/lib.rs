@@ -5,6 +5,7 @@
 //! - [`require_root`]: tests that need real namespaces and cgroups fail loudly when not run as root,
 //!   rather than passing without having checked anything.
 //! - [`unique_id`]: ids that do not collide between concurrently running test processes.
+//! - [`cargo_bin`]: a binary of another workspace package (e.g. the `sbx` CLI), built on first use.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -117,4 +118,75 @@ pub fn test_slot() -> TestSlot {
         }
     }
     panic!("no free test network slot");
+}
+
+/// A block of network slots for one daemon under test (`--net-slot-base`, `--net-slots`), held for the
+/// life of this value so concurrently running test processes never start two daemons on the same veth
+/// names and addresses. Blocks of 64 slots from 1000 to 7999.
+pub struct DaemonSlots {
+    /// First slot of the block.
+    pub base: u32,
+    /// Number of slots in the block.
+    pub count: u32,
+    _lock: std::fs::File,
+}
+
+/// Takes a free block of slots for a daemon under test.
+pub fn daemon_slots() -> DaemonSlots {
+    use std::os::fd::AsRawFd;
+    const BASE: u32 = 1000;
+    const COUNT: u32 = 64;
+    const BLOCKS: u32 = (8000 - BASE) / COUNT;
+    let dir = std::env::temp_dir().join("sandboxd-test-slot-blocks");
+    std::fs::create_dir_all(&dir).expect("create slot-block lock dir");
+    for block in 0..BLOCKS {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(block.to_string()))
+            .expect("open slot-block lock");
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return DaemonSlots {
+                base: BASE + block * COUNT,
+                count: COUNT,
+                _lock: file,
+            };
+        }
+    }
+    panic!("no free block of network slots for a test daemon");
+}
+
+/// Path of binary `bin` of workspace package `package` (debug profile), built with
+/// `cargo build -p <package> --bin <bin>` the first time it is asked for in this process.
+///
+/// For binaries of *other* packages: a test's own package's binaries are `env!("CARGO_BIN_EXE_<bin>")`.
+/// Honours `CARGO_TARGET_DIR`; cargo's own lock serialises concurrent builds from several test processes.
+pub fn cargo_bin(package: &str, bin: &str) -> PathBuf {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static BUILT: OnceLock<Mutex<HashMap<(String, String), PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    // Held across the build: two threads asking for the same binary build it once.
+    let mut built = built.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (package.to_string(), bin.to_string());
+    if let Some(path) = built.get(&key) {
+        return path.clone();
+    }
+    let root = workspace_root();
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "-p", package, "--bin", bin])
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo to build {package}/{bin}: {e}"));
+    assert!(status.success(), "building {package}/{bin} failed");
+    let path = target_dir.join("debug").join(bin);
+    assert!(path.is_file(), "cargo built {package}/{bin} but {} is missing", path.display());
+    built.insert(key, path.clone());
+    path
 }

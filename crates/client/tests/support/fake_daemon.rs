@@ -513,6 +513,7 @@ async fn expose(
         port: body.port,
         protocol: body.protocol,
         public_url: format!("http://{}-{id}.sandbox.test", body.port),
+        host_port: None,
     };
     state.ports.insert((id, body.port), exposed.clone());
     (StatusCode::CREATED, Json(exposed)).into_response()
