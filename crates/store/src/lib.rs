@@ -26,6 +26,21 @@
 //!     (`deliveries::tests::a_delivery_is_recorded_once`).
 //!
 //! Time is always passed in (`now`, Unix milliseconds), so tests control the clock.
+//!
+//! ```no_run
+//! use sandboxd_store::{unix_millis_now, Store, StoreConfig};
+//!
+//! # async fn f() -> Result<(), sandboxd_store::StoreError> {
+//! let (store, writer_thread) = Store::open("/var/lib/sandboxd/store.db", StoreConfig::default())?;
+//! let now = unix_millis_now();
+//! // Writes run on the writer thread, grouped with concurrent writes into one transaction.
+//! let lease = store.writer().write(move |tx| tx.lease_slot("sbx-1", 256, now)).await?;
+//! // Reads run on a read-only connection.
+//! let sandbox = store.reader().read(|tx| tx.get_sandbox("sbx-1")).await?;
+//! # let _ = (lease, sandbox, writer_thread);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod deliveries;
 pub mod domains;

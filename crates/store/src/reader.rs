@@ -206,6 +206,10 @@ mod tests {
     async fn read_connection_is_read_only() {
         let (_dir, store, _thread) = open_temp();
         let err = store.reader().with_raw_connection(|c| {
+            assert!(
+                c.is_readonly("main").unwrap(),
+                "opened SQLITE_OPEN_READ_ONLY"
+            );
             c.execute(
                 "INSERT INTO deliveries (delivery_id, kind, received_at) VALUES ('d', 'k', 0)",
                 [],

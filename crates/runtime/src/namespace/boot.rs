@@ -13,6 +13,7 @@ use crate::{RuntimeError, SandboxSpec};
 use sandboxd_envd::boot::{BindMount, BootConfig, BootMessage, RootfsPlan};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -57,9 +58,12 @@ impl NamespaceRuntime {
         };
         drop(theirs);
         drop(listener);
+        // Set once this call created the veth pair: only then is it ours to delete on failure (the
+        // slot's interface may belong to a live sandbox if the caller handed out a leased slot).
+        let attached = AtomicBool::new(false);
         let outcome = tokio::time::timeout(BOOT_TIMEOUT, async {
             cgroup.add_pid(pid)?;
-            self.handshake(pid, ours, paths, spec).await
+            self.handshake(pid, ours, paths, spec, &attached).await
         })
         .await
         .unwrap_or_else(|_| {
@@ -76,7 +80,9 @@ impl NamespaceRuntime {
             reap(pid);
             let _ = cgroup.kill_all();
             let _ = cgroup.remove();
-            let _ = self.net.detach(spec.net_slot).await;
+            if attached.load(Ordering::SeqCst) {
+                let _ = self.net.detach(spec.net_slot).await;
+            }
             let _ = std::fs::remove_file(&socket);
             return Err(with_log(e, &log_path));
         }
@@ -89,6 +95,7 @@ impl NamespaceRuntime {
         sync: UnixStream,
         paths: &SandboxPaths,
         spec: &SandboxSpec,
+        attached: &AtomicBool,
     ) -> Result<(), RuntimeError> {
         sync.set_nonblocking(true).map_err(RuntimeError::Spawn)?;
         let sync = tokio::net::UnixStream::from_std(sync).map_err(RuntimeError::Spawn)?;
@@ -106,6 +113,7 @@ impl NamespaceRuntime {
                 matches!(m, BootMessage::UserNamespaceReady)
             })
         );
+        attached.store(net.is_ok(), Ordering::SeqCst);
         if let Err(e) = net.and(userns) {
             let _ = write
                 .write_all(

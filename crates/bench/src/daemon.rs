@@ -1,0 +1,270 @@
+//! `bench all`'s own daemon, in a private network namespace.
+//!
+//! A daemon leases network slots from 0 and names its veth ends `sbh<slot>`, so a second daemon in the
+//! host's network namespace would collide with any daemon already running there. [`Daemon::start`]
+//! therefore gives its daemon a fresh network namespace (loopback only, see [`private_netns`]): its
+//! sandboxes' veth pairs, addresses and listener live there and nowhere else. The `bench http` that
+//! measures it runs as a child process in the same namespace ([`Daemon::command`]), so it reaches the
+//! listener and the sandboxes' addresses like any client next to a daemon would.
+//!
+//! Guarantees: [`Daemon::stop`] kills the daemon, then destroys every sandbox left under its data
+//! directory with the runtime library, from a thread inside the namespace (so no host interface is
+//! touched), then removes the data directory; the namespace disappears with its last reference.
+//! Dropping a `Daemon` without `stop` still kills the daemon process (`kill_on_drop`).
+//! The daemon runs in its own process group: Ctrl-C reaches the bench, which cleans up in order.
+
+use crate::runtime::{remove_state_dir, CGROUP_PARENT};
+use anyhow::{bail, Context};
+use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
+use sandboxd_runtime::Runtime;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// How long the daemon gets to print that it listens (first start builds the `base` template).
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A daemon this process started.
+pub struct Daemon {
+    child: tokio::process::Child,
+    netns: File,
+    workdir: PathBuf,
+    agent: PathBuf,
+    /// Its URL (inside its network namespace).
+    pub api: String,
+    /// Its admin token.
+    pub token: String,
+}
+
+/// The daemon binary: the flag, `sandboxd` beside this executable, else `target/release/sandboxd`.
+pub fn daemon_binary(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(p.to_path_buf());
+    }
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::current_exe()?.parent() {
+        candidates.push(dir.join("sandboxd"));
+    }
+    candidates.push(PathBuf::from("target/release/sandboxd"));
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .with_context(|| {
+            format!(
+                "no sandboxd binary (tried {candidates:?}): cargo build --release -p sandboxd, or --daemon"
+            )
+        })
+}
+
+impl Daemon {
+    /// Starts `binary serve` with a temporary data dir, a free port, cgroup parent [`CGROUP_PARENT`] and
+    /// the given agent, in a private network namespace; returns once it listens.
+    pub async fn start(binary: &Path, agent: &Path) -> anyhow::Result<Daemon> {
+        let (netns, port) = private_netns().context("creating a network namespace")?;
+        let workdir =
+            std::env::temp_dir().join(format!("sandboxd-bench-all-{}", std::process::id()));
+        std::fs::create_dir_all(&workdir)
+            .with_context(|| format!("creating {}", workdir.display()))?;
+        let log = File::create(workdir.join("daemon.log")).context("daemon log")?;
+        let token = random_token()?;
+        let listen = format!("127.0.0.1:{port}");
+        let mut cmd = tokio::process::Command::new(binary);
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(workdir.join("data"))
+            .args(["--listen", &listen, "--cgroup-parent", CGROUP_PARENT])
+            .arg("--agent-bin")
+            .arg(agent)
+            .env("SB_PAT_TOKEN", &token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true);
+        enter_on_exec(&mut cmd, netns.as_raw_fd());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdout = child.stdout.take().context("daemon stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(READY_TIMEOUT, async {
+            while let Some(line) = lines.next_line().await? {
+                if line.contains("listening on") {
+                    return Ok(true);
+                }
+            }
+            Ok::<_, std::io::Error>(false)
+        })
+        .await;
+        let mut daemon = Daemon {
+            child,
+            netns,
+            workdir,
+            agent: agent.to_path_buf(),
+            api: format!("http://{listen}"),
+            token,
+        };
+        match ready {
+            Ok(Ok(true)) => {
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                Ok(daemon)
+            }
+            outcome => {
+                let log = daemon.workdir.join("daemon.log");
+                let _ = daemon.child.kill().await;
+                let why = match outcome {
+                    Err(_) => "did not listen in time".to_string(),
+                    Ok(Err(e)) => format!("stdout failed: {e}"),
+                    Ok(Ok(_)) => "exited before listening".to_string(),
+                };
+                bail!(
+                    "the daemon {why}; its log is {}:\n{}",
+                    log.display(),
+                    tail(&log)
+                )
+            }
+        }
+    }
+
+    /// `program` set up to run inside the daemon's network namespace, with `SB_API_URL` and
+    /// `SB_PAT_TOKEN` naming the daemon.
+    pub fn command(&self, program: &Path) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.env("SB_API_URL", &self.api)
+            .env("SB_PAT_TOKEN", &self.token)
+            .kill_on_drop(true);
+        enter_on_exec(&mut cmd, self.netns.as_raw_fd());
+        cmd
+    }
+
+    /// Kills the daemon, destroys what it left, removes its data (and its log unless `keep_log`).
+    /// Returns how many sandboxes were left to destroy.
+    pub async fn stop(mut self, keep_log: bool) -> anyhow::Result<usize> {
+        self.child.kill().await.context("killing the daemon")?;
+        let netns = self.netns.try_clone()?;
+        let runtime_dir = self.workdir.join("data/runtime");
+        let agent = self.agent.clone();
+        let swept = tokio::task::spawn_blocking(move || sweep(netns, runtime_dir, agent))
+            .await
+            .context("the sweep thread failed")??;
+        remove_state_dir(&self.workdir.join("data"))?;
+        if keep_log {
+            eprintln!(
+                "bench: the daemon's log is {}",
+                self.workdir.join("daemon.log").display()
+            );
+        } else {
+            std::fs::remove_dir_all(&self.workdir)
+                .with_context(|| format!("removing {}", self.workdir.display()))?;
+        }
+        Ok(swept)
+    }
+}
+
+/// Destroys every sandbox under `runtime_dir` with a runtime whose netlink socket lives in `netns`.
+fn sweep(netns: File, runtime_dir: PathBuf, agent: PathBuf) -> anyhow::Result<usize> {
+    std::thread::spawn(move || {
+        // SAFETY: setns(2) on a namespace fd we own, for this short-lived thread only.
+        if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("entering the daemon's netns");
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let mut config = NamespaceConfig::new(runtime_dir, agent);
+            config.cgroup_parent = CGROUP_PARENT.into();
+            let runtime = NamespaceRuntime::new(config).await?;
+            let left = runtime.list().await?;
+            let mut failed = Vec::new();
+            for s in &left {
+                if let Err(e) = runtime.destroy(s.id()).await {
+                    failed.push(format!("{}: {e}", s.id()));
+                }
+            }
+            if !failed.is_empty() {
+                bail!("destroying the daemon's sandboxes: {}", failed.join("; "));
+            }
+            Ok(left.len())
+        })
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the sweep thread panicked"))?
+}
+
+/// Makes `cmd`'s child enter the network namespace `fd` before it execs.
+fn enter_on_exec(cmd: &mut tokio::process::Command, fd: RawFd) {
+    // SAFETY: between fork and exec the closure only calls setns(2), which is async-signal-safe;
+    // `fd` stays open in the parent until spawn returns (the caller holds the namespace file).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+/// A new network namespace with its loopback up, and a port free on it.
+///
+/// A fresh thread unshares it (a network namespace is per thread), keeps a handle and ends; the
+/// namespace lives as long as the returned file or a process inside it.
+pub fn private_netns() -> anyhow::Result<(File, u16)> {
+    std::thread::spawn(|| {
+        // SAFETY: unshare(2) of the network namespace affects only this thread, which ends below.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("unshare(CLONE_NEWNET)");
+        }
+        loopback_up()?;
+        let ns = File::open("/proc/thread-self/ns/net")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        Ok((ns, port))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the netns thread panicked"))?
+}
+
+/// Sets `lo` up in the calling thread's network namespace.
+fn loopback_up() -> anyhow::Result<()> {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    // SAFETY: ifreq is plain old data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOC[GS]IFFLAGS read and write the flags member of the ifreq we pass, which outlives
+    // both calls.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) != 0 {
+            return Err(std::io::Error::last_os_error()).context("SIOCGIFFLAGS lo");
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) != 0 {
+            return Err(std::io::Error::last_os_error()).context("SIOCSIFFLAGS lo");
+        }
+    }
+    Ok(())
+}
+
+/// 32 hex characters from the kernel's random source.
+fn random_token() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The last lines of a log file, for an error message.
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}

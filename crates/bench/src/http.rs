@@ -1,0 +1,439 @@
+//! `bench http`: the daemon's proxy against the same server reached directly, and API create→first-exec.
+//!
+//! Against a running daemon (`--api`/`SB_API_URL`, `--token`/`SB_PAT_TOKEN`): one sandbox runs
+//! `python3 -m http.server 8000` (or, with `--server keepalive`, the same handler over HTTP/1.1 with a
+//! deeper listen backlog: the stock server closes every connection and its backlog of 5 overflows
+//! under 32 concurrent connects, so SYN retransmits of 1 s and more dominate its tail); the same GET load ([`crate::load`]) goes (a) straight to the
+//! sandbox's address on its veth pair and (b) to the daemon's listener with the `Host` of the port's
+//! public URL (`8000-<id>.<domain>:<port>`), so the only difference is the proxy hop. Then N sandboxes
+//! are created and each runs `true` once, over the API.
+//!
+//! Guarantees: every sandbox is created with the label `sandboxd-bench=<run>` and a lifetime of
+//! [`SANDBOX_TIMEOUT_SECS`]; at the end (success, error or Ctrl-C) every sandbox carrying this run's
+//! label is deleted, including one whose create answer was lost, and the daemon's own expiry is the
+//! backstop if the bench dies. Assumes this process can reach the sandbox's address (same network
+//! namespace as the daemon).
+
+use crate::load::{self, LoadResult, LoadTarget};
+use crate::report::{verdict, Latency};
+use crate::{interrupted, Interrupt};
+use anyhow::{bail, Context};
+use sandboxd_client::types::{CreateSandbox, ExecRequest};
+use sandboxd_client::{Client, ClientError, ListQuery};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Lifetime asked for every bench sandbox: the daemon's sweeper removes what a killed bench left.
+pub const SANDBOX_TIMEOUT_SECS: u64 = 900;
+const LABEL: &str = "sandboxd-bench";
+const SERVER_PORT: u16 = 8000;
+const ETH0_ADDRESS: &str = "import fcntl,socket,struct;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);print(socket.inet_ntoa(fcntl.ioctl(s.fileno(),0x8915,struct.pack('256s',b'eth0'))[20:24]))";
+/// Proxy throughput relative to direct that the issue asks for.
+const RATIO_TARGET: f64 = 0.8;
+/// How long the server gets to start listening.
+const SERVER_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the daemon gets to answer `/health`.
+const DAEMON_READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Options of `bench http`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// The daemon's URL.
+    #[arg(long, env = "SB_API_URL", default_value = "http://127.0.0.1:21212")]
+    pub api: String,
+    /// The daemon's admin token.
+    #[arg(long, env = "SB_PAT_TOKEN", hide_env_values = true)]
+    pub token: String,
+}
+
+/// How much load `bench http` applies (shared with `bench all`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Total GET requests per path (direct, proxy).
+    #[arg(long, default_value_t = 20000)]
+    pub requests: usize,
+    /// Concurrent keep-alive connections.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Sandboxes created over the API for the API create→first-exec figure.
+    #[arg(long, default_value_t = 20)]
+    pub creates: usize,
+    /// The server in the sandbox.
+    #[arg(long, value_enum, default_value_t = Server::HttpServer)]
+    pub server: Server,
+}
+
+/// Which HTTP server the sandbox runs on port 8000 (both serve the directory listing of the home).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Server {
+    /// `python3 -m http.server 8000`: HTTP/1.0 (a new connection per request), listen backlog 5.
+    HttpServer,
+    /// The same handler speaking HTTP/1.1 keep-alive, with a listen backlog of 128.
+    Keepalive,
+}
+
+impl Server {
+    /// The shell command that starts it in the background.
+    fn start_command(self) -> &'static str {
+        match self {
+            Server::HttpServer => "nohup python3 -m http.server 8000 >/dev/null 2>&1 &",
+            Server::Keepalive => concat!(
+                "nohup python3 -c 'import http.server as h; ",
+                "h.SimpleHTTPRequestHandler.protocol_version = \"HTTP/1.1\"; ",
+                "h.ThreadingHTTPServer.request_queue_size = 128; ",
+                "h.ThreadingHTTPServer((\"\", 8000), h.SimpleHTTPRequestHandler).serve_forever()' ",
+                ">/dev/null 2>&1 &"
+            ),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Server::HttpServer => "python3 -m http.server (HTTP/1.0)",
+            Server::Keepalive => "python3 http.server handler, HTTP/1.1 keep-alive",
+        }
+    }
+}
+
+impl LoadArgs {
+    /// The same options as command-line arguments (for a child `bench http`).
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("--requests={}", self.requests),
+            format!("--concurrency={}", self.concurrency),
+            format!("--creates={}", self.creates),
+            format!(
+                "--server={}",
+                clap::ValueEnum::to_possible_value(&self.server)
+                    .expect("no skipped variants")
+                    .get_name()
+            ),
+        ]
+    }
+}
+
+/// One load run, as reported.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadFigure {
+    pub target: String,
+    #[serde(flatten)]
+    pub result: LoadResult,
+}
+
+/// Figures of `bench http`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpReport {
+    pub server: Server,
+    pub requests: usize,
+    pub concurrency: usize,
+    pub direct: LoadFigure,
+    pub proxy: LoadFigure,
+    /// Proxy req/s over direct req/s.
+    pub ratio: f64,
+    pub ratio_target: f64,
+    pub ratio_met: bool,
+    pub api_create_to_first_exec: Latency,
+    pub api_delete: Option<Latency>,
+}
+
+impl HttpReport {
+    /// Lines for people.
+    pub fn print(&self) {
+        println!(
+            "== http ({} in a sandbox; {} GETs, {} client connections)",
+            self.server.name(),
+            self.requests,
+            self.concurrency
+        );
+        for (label, f) in [("direct", &self.direct), ("proxy", &self.proxy)] {
+            let r = &f.result;
+            let lat = r
+                .latency
+                .map(|s| {
+                    format!(
+                        "p50 {} ms  p99 {} ms",
+                        crate::report::ms(s.p50_ms),
+                        crate::report::ms(s.p99_ms)
+                    )
+                })
+                .unwrap_or_else(|| "no answers".into());
+            println!(
+                "{label:<7} {:>8.0} req/s  {lat}  ({} ok, {} non-2xx, {} errors, {} connections; {})",
+                r.req_per_sec, r.ok, r.non_2xx, r.errors, r.connections, f.target
+            );
+            if let Some(e) = &r.first_error {
+                println!("        first error: {e}");
+            }
+        }
+        println!(
+            "proxy/direct ratio {:.2}  (target ≥{}: {})",
+            self.ratio,
+            self.ratio_target,
+            verdict(self.ratio_met)
+        );
+        println!(
+            "{}",
+            self.api_create_to_first_exec.line("API create→first-exec")
+        );
+        if let Some(d) = &self.api_delete {
+            println!("{}", d.line("API delete"));
+        }
+    }
+}
+
+/// Runs `bench http`.
+pub async fn run(args: &HttpArgs, interrupt: Interrupt) -> anyhow::Result<HttpReport> {
+    let load = &args.load;
+    if load.requests == 0 || load.concurrency == 0 || load.creates == 0 {
+        bail!("--requests, --concurrency and --creates must be at least 1");
+    }
+    let client = Client::new(&args.api, args.token.clone())?;
+    wait_for_daemon(&client).await?;
+    let fleet = Arc::new(ApiFleet {
+        client,
+        run: format!("{}-{}", std::process::id(), unix_nanos()),
+        ids: Mutex::new(Vec::new()),
+    });
+    let work = tokio::spawn(measure(fleet.clone(), args.api.clone(), load.clone()));
+    let abort = work.abort_handle();
+    let outcome = tokio::select! {
+        r = work => r.unwrap_or_else(|e| Err(anyhow::anyhow!("the measuring task failed: {e}"))),
+        _ = interrupted(interrupt) => {
+            abort.abort();
+            Err(anyhow::anyhow!("interrupted"))
+        }
+    };
+    let cleaned = fleet.teardown().await;
+    let report = outcome?;
+    cleaned?;
+    Ok(report)
+}
+
+async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::Result<HttpReport> {
+    let client = &fleet.client;
+    let sandbox = fleet
+        .create()
+        .await
+        .context("creating the server sandbox")?;
+    let id = sandbox.id.as_str();
+    run_ok(client, id, &["sh", "-c", args.server.start_command()]).await?;
+    let address: Ipv4Addr = run_ok(client, id, &["python3", "-c", ETH0_ADDRESS])
+        .await?
+        .trim()
+        .parse()
+        .context("the sandbox's eth0 address")?;
+    let exposed = expose_when_listening(client, id).await?;
+    let public: hyper::Uri = exposed
+        .public_url
+        .parse()
+        .context("the port's public URL")?;
+    let host = public
+        .authority()
+        .context("the port's public URL has no host")?
+        .to_string();
+    let daemon = daemon_addr(&api).await?;
+    let direct = LoadTarget {
+        addr: SocketAddr::from((address, SERVER_PORT)),
+        host: format!("{address}:{SERVER_PORT}"),
+        path: "/".into(),
+    };
+    let proxied = LoadTarget {
+        addr: daemon,
+        host,
+        path: "/".into(),
+    };
+    // One request each way first: a broken path fails loudly instead of as 20000 errors.
+    for t in [&direct, &proxied] {
+        let r = load::drive(t, 1, 1).await;
+        if r.ok != 1 {
+            bail!(
+                "GET http://{}/ with Host {} failed: {}",
+                t.addr,
+                t.host,
+                r.first_error.unwrap_or_else(|| "non-2xx answer".into())
+            );
+        }
+    }
+    let warmup = (args.requests / 10).clamp(1, 1000);
+    let mut figures = Vec::new();
+    for t in [&direct, &proxied] {
+        load::drive(t, warmup, args.concurrency).await;
+        let result = load::drive(t, args.requests, args.concurrency).await;
+        figures.push(LoadFigure {
+            target: format!("{} Host {}", t.addr, t.host),
+            result,
+        });
+    }
+    let proxy = figures.pop().expect("two figures");
+    let direct = figures.pop().expect("two figures");
+    let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
+    let (create, delete) = api_create_first_exec(&fleet, args.creates).await?;
+    Ok(HttpReport {
+        server: args.server,
+        requests: args.requests,
+        concurrency: args.concurrency,
+        direct,
+        proxy,
+        ratio,
+        ratio_target: RATIO_TARGET,
+        ratio_met: ratio >= RATIO_TARGET,
+        api_create_to_first_exec: Latency::new("API create→first-exec", &create, None)?,
+        api_delete: Latency::new("API delete", &delete, None).ok(),
+    })
+}
+
+/// `n` times: create, run `true`; then delete each. Returns both latencies.
+async fn api_create_first_exec(
+    fleet: &ApiFleet,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let mut created = Vec::with_capacity(n);
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let sandbox = fleet.create().await?;
+        run_ok(&fleet.client, &sandbox.id, &["true"]).await?;
+        took.push(t.elapsed());
+        created.push(sandbox.id);
+    }
+    let mut deleted = Vec::with_capacity(n);
+    for id in created {
+        let t = Instant::now();
+        fleet.client.delete(&id).await?;
+        deleted.push(t.elapsed());
+        fleet.forget(&id);
+    }
+    Ok((took, deleted))
+}
+
+/// Runs `cmd` in sandbox `id` and returns its stdout; a non-zero exit is an error.
+async fn run_ok(client: &Client, id: &str, cmd: &[&str]) -> anyhow::Result<String> {
+    let req = ExecRequest {
+        cmd: cmd.iter().map(|s| s.to_string()).collect(),
+        ..ExecRequest::default()
+    };
+    let out = client
+        .exec(id, &req)
+        .await
+        .with_context(|| format!("exec {cmd:?} in {id}"))?;
+    if out.exit_code != 0 {
+        bail!(
+            "{cmd:?} in {id} exited {}: {}",
+            out.exit_code,
+            out.stderr.trim()
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// Exposes the server's port, retrying while the server is not listening yet.
+async fn expose_when_listening(
+    client: &Client,
+    id: &str,
+) -> anyhow::Result<sandboxd_client::types::ExposedPort> {
+    let deadline = Instant::now() + SERVER_READY_TIMEOUT;
+    loop {
+        match client.expose(id, SERVER_PORT, "http").await {
+            Ok(p) => return Ok(p),
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e).context("exposing port 8000 (is http.server running?)"),
+        }
+    }
+}
+
+async fn wait_for_daemon(client: &Client) -> anyhow::Result<()> {
+    let deadline = Instant::now() + DAEMON_READY_TIMEOUT;
+    loop {
+        match client.list(&ListQuery::default()).await {
+            Ok(_) => return Ok(()),
+            Err(e @ (ClientError::Api { .. } | ClientError::Http { .. })) => {
+                return Err(e).context("the daemon refused the token")
+            }
+            Err(e) if Instant::now() >= deadline => {
+                return Err(e).context(format!("no daemon answers at {}", client.base_url()))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// The daemon's listen address, from its URL.
+async fn daemon_addr(api: &str) -> anyhow::Result<SocketAddr> {
+    let uri: hyper::Uri = api.parse().context("--api")?;
+    let host = uri.host().context("--api has no host")?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    let mut addrs = tokio::net::lookup_host((host, port)).await?;
+    addrs
+        .next()
+        .with_context(|| format!("{host} has no address"))
+}
+
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// The sandboxes of this run.
+struct ApiFleet {
+    client: Client,
+    /// Value of this run's label.
+    run: String,
+    ids: Mutex<Vec<String>>,
+}
+
+impl ApiFleet {
+    async fn create(&self) -> anyhow::Result<sandboxd_client::types::Sandbox> {
+        let body = CreateSandbox {
+            metadata: Some(BTreeMap::from([(LABEL.to_string(), self.run.clone())])),
+            timeout_sec: Some(SANDBOX_TIMEOUT_SECS),
+            ..CreateSandbox::default()
+        };
+        let sandbox = self.client.create(&body, None).await?;
+        self.ids
+            .lock()
+            .expect("fleet lock")
+            .push(sandbox.id.clone());
+        Ok(sandbox)
+    }
+
+    fn forget(&self, id: &str) {
+        self.ids.lock().expect("fleet lock").retain(|i| i != id);
+    }
+
+    /// Deletes every sandbox this run created or labelled; tries all before reporting failures.
+    async fn teardown(&self) -> anyhow::Result<()> {
+        let mut ids = std::mem::take(&mut *self.ids.lock().expect("fleet lock"));
+        let labelled = ListQuery {
+            metadata: vec![(LABEL.to_string(), self.run.clone())],
+            ..ListQuery::default()
+        };
+        match self.client.list_all(&labelled).await {
+            Ok(found) => ids.extend(found.into_iter().map(|s| s.id)),
+            Err(e) => eprintln!("bench: listing this run's sandboxes failed: {e}"),
+        }
+        ids.sort();
+        ids.dedup();
+        let mut failed = Vec::new();
+        for id in ids {
+            match self.client.delete(&id).await {
+                Ok(()) | Err(ClientError::Api { status: 404, .. }) => {}
+                Err(e) => failed.push(format!("{id}: {e}")),
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            bail!("deleting bench sandboxes failed: {}", failed.join("; "))
+        }
+    }
+}

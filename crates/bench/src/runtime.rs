@@ -1,0 +1,346 @@
+//! `bench runtime`: sandbox start-up and exec latency through the namespace runtime library.
+//!
+//! Guarantees: every sandbox the bench asks for is recorded in its [`Fleet`] *before* `create` is
+//! called, and [`Fleet::teardown`] destroys each of them whatever happened (success, error, Ctrl-C,
+//! panic of the measuring task); as a last resort dropping the fleet SIGKILLs the inits it knows.
+//! Sandboxes use the cgroup parent [`CGROUP_PARENT`] and network slots from [`FIRST_SLOT`] up, clear of
+//! the runtime tests (8000–11999) and a daemon (0 up), on a private state directory that is removed
+//! afterwards.
+//!
+//! Assumes root, a static `sandboxd-agent`, and that no other bench run uses the same slots at once.
+
+use crate::report::{Latency, Target};
+use crate::{interrupted, Interrupt};
+use anyhow::{bail, Context};
+use sandboxd_envd::{EnvdClient, ExecOptions};
+use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
+use sandboxd_runtime::{ResourceLimits, Runtime, SandboxSpec};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Cgroup parent of every bench sandbox (also passed to the daemon of `bench all`).
+pub const CGROUP_PARENT: &str = "sandboxd-bench";
+/// Network slot of the first bench sandbox.
+pub const FIRST_SLOT: u32 = 12000;
+/// Slots of the runtime's default subnet.
+const SLOTS: u32 = 16384;
+/// The agent of a source checkout, relative to the workspace root.
+const AGENT_IN_CHECKOUT: &str = "target/x86_64-unknown-linux-gnu/release/sandboxd-agent";
+
+const CREATE_FIRST_EXEC: Target = Target {
+    p50_ms: Some(25.0),
+    p99_ms: Some(80.0),
+};
+const EXEC_RTT: Target = Target {
+    p50_ms: Some(2.0),
+    p99_ms: None,
+};
+/// Execs run before the timed ones, to leave the first-call cost out of the round trip.
+const EXEC_WARMUP: usize = 10;
+
+/// Options of `bench runtime`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RuntimeArgs {
+    /// Sandboxes to create (sequentially) for the create→first-exec figure.
+    #[arg(long, default_value_t = 50)]
+    pub sandboxes: usize,
+    /// Timed exec round trips of /bin/true on one sandbox.
+    #[arg(long, default_value_t = 200)]
+    pub execs: usize,
+    /// Untimed sandboxes created first (cold caches, template first use).
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// The static sandboxd-agent (default: $SANDBOXD_AGENT_BIN, else the checkout's static build).
+    #[arg(long)]
+    pub agent: Option<PathBuf>,
+}
+
+/// Median of each step of create→first-exec.
+#[derive(Debug, Clone, Serialize)]
+pub struct Breakdown {
+    pub create_p50_ms: f64,
+    pub start_p50_ms: f64,
+    pub first_exec_p50_ms: f64,
+    pub destroy_p50_ms: Option<f64>,
+}
+
+/// Figures of `bench runtime`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuntimeReport {
+    pub agent: PathBuf,
+    pub create_to_first_exec: Latency,
+    pub exec_round_trip: Latency,
+    pub breakdown: Breakdown,
+    /// `unshare --fork --pid --mount --net --uts --ipc --user --map-root-user true`, for reference.
+    pub unshare_floor: Latency,
+}
+
+impl RuntimeReport {
+    /// Lines for people.
+    pub fn print(&self) {
+        println!(
+            "== runtime (namespace runtime library, agent {})",
+            self.agent.display()
+        );
+        println!("{}", self.create_to_first_exec.line("create→first-exec"));
+        let b = &self.breakdown;
+        println!(
+            "  breakdown p50: create {} ms  start {} ms  first exec {} ms{}",
+            crate::report::ms(b.create_p50_ms).trim(),
+            crate::report::ms(b.start_p50_ms).trim(),
+            crate::report::ms(b.first_exec_p50_ms).trim(),
+            b.destroy_p50_ms
+                .map(|d| format!("  (destroy {} ms)", crate::report::ms(d).trim()))
+                .unwrap_or_default()
+        );
+        println!("{}", self.exec_round_trip.line("exec round trip"));
+        println!("{}", self.unshare_floor.line("floor: unshare … true"));
+    }
+}
+
+/// The agent binary: the flag, `$SANDBOXD_AGENT_BIN`, the checkout's static build (from the current
+/// directory, then from this executable's `target/`), the one beside this executable.
+pub fn agent_binary(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("SANDBOXD_AGENT_BIN") {
+        return Ok(p.into());
+    }
+    let mut candidates = vec![PathBuf::from(AGENT_IN_CHECKOUT)];
+    if let Some(dir) = std::env::current_exe()?.parent() {
+        // target/release/bench → target/x86_64-unknown-linux-gnu/release/sandboxd-agent
+        if let Some(target) = dir.parent() {
+            candidates.push(target.join("x86_64-unknown-linux-gnu/release/sandboxd-agent"));
+        }
+        candidates.push(dir.join("sandboxd-agent"));
+    }
+    let found = candidates.iter().find(|p| p.is_file()).with_context(|| {
+        format!("no sandboxd-agent found (tried {candidates:?}): run scripts/build-agent or pass --agent")
+    })?;
+    Ok(std::fs::canonicalize(found)?)
+}
+
+/// Runs `bench runtime`.
+pub async fn run(args: &RuntimeArgs, interrupt: Interrupt) -> anyhow::Result<RuntimeReport> {
+    let total = args.warmup + args.sandboxes;
+    if args.sandboxes == 0 || args.execs == 0 {
+        bail!("--sandboxes and --execs must be at least 1");
+    }
+    if FIRST_SLOT as usize + total > SLOTS as usize {
+        bail!(
+            "at most {} sandboxes fit above slot {FIRST_SLOT}",
+            SLOTS - FIRST_SLOT
+        );
+    }
+    let agent = agent_binary(args.agent.as_deref())?;
+    let state_dir = std::env::temp_dir().join(format!("sandboxd-bench-{}", std::process::id()));
+    let mut config = NamespaceConfig::new(&state_dir, &agent);
+    config.cgroup_parent = CGROUP_PARENT.into();
+    let rt = match NamespaceRuntime::new(config).await {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = remove_state_dir(&state_dir);
+            return Err(e).context("starting the namespace runtime");
+        }
+    };
+    let fleet = Arc::new(Fleet {
+        rt,
+        state_dir,
+        live: Mutex::new(Vec::new()),
+    });
+    let work = tokio::spawn(measure(fleet.clone(), args.clone(), agent));
+    let abort = work.abort_handle();
+    let outcome = tokio::select! {
+        r = work => r.unwrap_or_else(|e| Err(anyhow::anyhow!("the measuring task failed: {e}"))),
+        _ = interrupted(interrupt) => {
+            abort.abort();
+            Err(anyhow::anyhow!("interrupted"))
+        }
+    };
+    let destroy = fleet.teardown().await;
+    let mut report = outcome?;
+    let destroy = destroy?;
+    report.breakdown.destroy_p50_ms = crate::stats::Summary::of(&destroy).map(|s| s.p50_ms);
+    Ok(report)
+}
+
+async fn measure(
+    fleet: Arc<Fleet>,
+    args: RuntimeArgs,
+    agent: PathBuf,
+) -> anyhow::Result<RuntimeReport> {
+    let tag = std::process::id();
+    let cmd = ["/bin/true".to_string()];
+    let (mut create, mut start, mut first, mut whole) = (vec![], vec![], vec![], vec![]);
+    let mut last = None;
+    for i in 0..args.warmup + args.sandboxes {
+        let spec = SandboxSpec {
+            id: format!("bench-{tag}-{i}"),
+            template: "base".into(),
+            limits: ResourceLimits::default(),
+            net_slot: FIRST_SLOT + i as u32,
+            egress: false,
+            envs: Default::default(),
+            agent_token: format!("bench-token-{tag}-{i}"),
+        };
+        fleet.record(&spec.id, None);
+        let t0 = Instant::now();
+        fleet.rt.create(&spec).await.context("create")?;
+        let t1 = Instant::now();
+        let info = fleet.rt.start(&spec.id).await.context("start")?;
+        let t2 = Instant::now();
+        fleet.record(&spec.id, info.pid);
+        let client = EnvdClient::new(&info.agent.socket, &info.agent.token);
+        let out = client.exec(&cmd, ExecOptions::default()).await?;
+        let t3 = Instant::now();
+        if out.exit_code != 0 {
+            bail!("/bin/true exited {} in {}", out.exit_code, spec.id);
+        }
+        if i >= args.warmup {
+            create.push(t1 - t0);
+            start.push(t2 - t1);
+            first.push(t3 - t2);
+            whole.push(t3 - t0);
+        }
+        last = Some(client);
+    }
+    let client = last.expect("at least one sandbox");
+    let mut rtt = Vec::with_capacity(args.execs);
+    for i in 0..EXEC_WARMUP + args.execs {
+        let t = Instant::now();
+        let out = client.exec(&cmd, ExecOptions::default()).await?;
+        if out.exit_code != 0 {
+            bail!("/bin/true exited {}", out.exit_code);
+        }
+        if i >= EXEC_WARMUP {
+            rtt.push(t.elapsed());
+        }
+    }
+    let floor = unshare_floor(args.sandboxes).await?;
+    let p50 = |v: &[Duration]| crate::stats::Summary::of(v).map_or(0.0, |s| s.p50_ms);
+    Ok(RuntimeReport {
+        agent,
+        create_to_first_exec: Latency::new("create→first-exec", &whole, Some(CREATE_FIRST_EXEC))?,
+        exec_round_trip: Latency::new("exec round trip", &rtt, Some(EXEC_RTT))?,
+        breakdown: Breakdown {
+            create_p50_ms: p50(&create),
+            start_p50_ms: p50(&start),
+            first_exec_p50_ms: p50(&first),
+            destroy_p50_ms: None,
+        },
+        unshare_floor: Latency::new("unshare", &floor, None)?,
+    })
+}
+
+/// `n` spawns of `unshare … true`: the cost of the namespaces alone, without rootfs, cgroup, network
+/// or agent.
+async fn unshare_floor(n: usize) -> anyhow::Result<Vec<Duration>> {
+    let args = [
+        "--fork",
+        "--pid",
+        "--mount",
+        "--net",
+        "--uts",
+        "--ipc",
+        "--user",
+        "--map-root-user",
+        "true",
+    ];
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let status = tokio::process::Command::new("unshare")
+            .args(args)
+            .status()
+            .await
+            .context("running unshare")?;
+        samples.push(t.elapsed());
+        if !status.success() {
+            bail!("unshare {} failed: {status}", args.join(" "));
+        }
+    }
+    Ok(samples)
+}
+
+/// Removes a runtime state directory the bench made, unless something is mounted inside it (a leaked
+/// mount would make `remove_dir_all` reach into the host's files): then it is left for a human.
+pub fn remove_state_dir(dir: &Path) -> anyhow::Result<()> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("mountinfo")?;
+    // Field 5 is the mount point; octal escapes (\040) never matter for our own /tmp paths.
+    if let Some(m) = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .find(|m| Path::new(m).starts_with(dir))
+    {
+        bail!("not removing {}: {m} is mounted inside it", dir.display());
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", dir.display())),
+    }
+}
+
+/// Every sandbox this run asked for, and the runtime that made them.
+struct Fleet {
+    rt: NamespaceRuntime,
+    state_dir: PathBuf,
+    /// (id, init pid once started), in creation order.
+    live: Mutex<Vec<(String, Option<i32>)>>,
+}
+
+impl Fleet {
+    fn record(&self, id: &str, pid: Option<i32>) {
+        let mut live = self.live.lock().expect("fleet lock");
+        match live.iter_mut().find(|(i, _)| i == id) {
+            Some(entry) => entry.1 = pid,
+            None => live.push((id.to_string(), pid)),
+        }
+    }
+
+    /// Destroys every recorded sandbox (each is tried even when one fails), then removes the state
+    /// directory. Returns the destroy latencies.
+    async fn teardown(&self) -> anyhow::Result<Vec<Duration>> {
+        let ids: Vec<String> = {
+            let live = self.live.lock().expect("fleet lock");
+            live.iter().map(|(id, _)| id.clone()).collect()
+        };
+        let mut took = Vec::with_capacity(ids.len());
+        let mut failed = Vec::new();
+        for id in ids {
+            let t = Instant::now();
+            match self.rt.destroy(&id).await {
+                Ok(()) => {
+                    took.push(t.elapsed());
+                    self.live
+                        .lock()
+                        .expect("fleet lock")
+                        .retain(|(i, _)| *i != id);
+                }
+                Err(e) => failed.push(format!("{id}: {e}")),
+            }
+        }
+        if !failed.is_empty() {
+            bail!("destroying bench sandboxes failed: {}", failed.join("; "));
+        }
+        remove_state_dir(&self.state_dir)?;
+        Ok(took)
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let live = self.live.get_mut().map(std::mem::take).unwrap_or_default();
+        for (id, pid) in live {
+            if let Some(pid) = pid {
+                // SAFETY: kill(2) on the init of a sandbox this run started and did not destroy; it
+                // takes the sandbox's whole pid namespace (and with it its veth pair) down.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            eprintln!("bench: sandbox {id} was not destroyed cleanly");
+        }
+    }
+}
