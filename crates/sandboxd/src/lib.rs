@@ -22,8 +22,9 @@ use std::time::Duration;
 pub fn run(cli: Cli) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SB_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_env("SB_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,netlink_packet_route=error")
+            }),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -123,7 +124,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .adopt()
         .await
         .context("adopting running sandboxes")?;
-    tracing::info!(?adoption, "store and runtime reconciled");
+    let forwarders = service
+        .reinstall_forwarders()
+        .await
+        .context("reinstalling TCP forwarders")?;
+    tracing::info!(?adoption, forwarders, "store and runtime reconciled");
     let proxy = Arc::new(sandboxd_proxy::Proxy::new(
         config.domain.clone(),
         Arc::new(service.clone()),

@@ -98,26 +98,30 @@ pub struct TestSlot {
 const TEST_SLOT_BASE: u32 = 8000;
 const TEST_SLOTS: u32 = 4000;
 
+/// An exclusive `flock` on `<tmp>/<dir>/<name>`, or `None` when another process holds it.
+fn try_lock(dir: &str, name: u32) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let dir = std::env::temp_dir().join(dir);
+    std::fs::create_dir_all(&dir).expect("create lock dir");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(name.to_string()))
+        .expect("open lock file");
+    // SAFETY: flock on a descriptor we own.
+    (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0).then_some(file)
+}
+
 /// Takes a free network slot for a test.
 pub fn test_slot() -> TestSlot {
-    use std::os::fd::AsRawFd;
-    let dir = std::env::temp_dir().join("sandboxd-test-slots");
-    std::fs::create_dir_all(&dir).expect("create slot lock dir");
     let start = (std::process::id() * 37) % TEST_SLOTS;
-    for i in 0..TEST_SLOTS {
-        let slot = TEST_SLOT_BASE + (start + i) % TEST_SLOTS;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(slot.to_string()))
-            .expect("open slot lock");
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return TestSlot { slot, _lock: file };
-        }
-    }
-    panic!("no free test network slot");
+    (0..TEST_SLOTS)
+        .map(|i| TEST_SLOT_BASE + (start + i) % TEST_SLOTS)
+        .find_map(|slot| {
+            try_lock("sandboxd-test-slots", slot).map(|_lock| TestSlot { slot, _lock })
+        })
+        .expect("no free test network slot")
 }
 
 /// A block of network slots for one daemon under test (`--net-slot-base`, `--net-slots`), held for the
@@ -133,29 +137,18 @@ pub struct DaemonSlots {
 
 /// Takes a free block of slots for a daemon under test.
 pub fn daemon_slots() -> DaemonSlots {
-    use std::os::fd::AsRawFd;
     const BASE: u32 = 1000;
     const COUNT: u32 = 64;
-    const BLOCKS: u32 = (8000 - BASE) / COUNT;
-    let dir = std::env::temp_dir().join("sandboxd-test-slot-blocks");
-    std::fs::create_dir_all(&dir).expect("create slot-block lock dir");
-    for block in 0..BLOCKS {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(block.to_string()))
-            .expect("open slot-block lock");
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return DaemonSlots {
+    const BLOCKS: u32 = (TEST_SLOT_BASE - BASE) / COUNT;
+    (0..BLOCKS)
+        .find_map(|block| {
+            try_lock("sandboxd-test-slot-blocks", block).map(|_lock| DaemonSlots {
                 base: BASE + block * COUNT,
                 count: COUNT,
-                _lock: file,
-            };
-        }
-    }
-    panic!("no free block of network slots for a test daemon");
+                _lock,
+            })
+        })
+        .expect("no free block of network slots for a test daemon")
 }
 
 /// Path of binary `bin` of workspace package `package` (debug profile), built with
@@ -186,7 +179,11 @@ pub fn cargo_bin(package: &str, bin: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("run cargo to build {package}/{bin}: {e}"));
     assert!(status.success(), "building {package}/{bin} failed");
     let path = target_dir.join("debug").join(bin);
-    assert!(path.is_file(), "cargo built {package}/{bin} but {} is missing", path.display());
+    assert!(
+        path.is_file(),
+        "cargo built {package}/{bin} but {} is missing",
+        path.display()
+    );
     built.insert(key, path.clone());
     path
 }

@@ -1,0 +1,632 @@
+//! Fixture for end-to-end tests of the real `sandboxd` binary: [`Daemon`] starts `sandboxd serve` on a
+//! fresh data dir and a free port, and tears everything down again even when the test panics.
+//!
+//! Isolation. Slot `n`'s host interface is `sbh<n>` host-wide, and the runtime's boot cleanup deletes
+//! `sbh<n>` by name, so two daemons leasing the same slots would break each other's sandboxes. Each
+//! [`Daemon`] therefore holds a block of slots from [`daemon_slots`] (an `flock`ed range no other test
+//! process uses) and passes it as `--net-slot-base`/`--net-slots`; its sandboxes get cgroups under
+//! [`CGROUP_PARENT`]. Tests still run one at a time ([`e2e`] holds a process-wide lock): two cores, and
+//! a start-up time budget that must not measure contention.
+//!
+//! Cleanup ([`Daemon`]'s `Drop`): `DELETE` every sandbox the daemon lists, kill the daemon, then — for
+//! whatever is left, e.g. when the daemon was down — kill each sandbox init recorded in
+//! `<data-dir>/runtime/sandboxes/*/state.json` (after checking its start time, so a recycled pid is never
+//! hit) and remove its cgroup directories. The veth pair of a killed sandbox goes with its namespace.
+
+#![allow(dead_code)] // each test uses a different part
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sandboxd_test_support::{agent_binary, cargo_bin, daemon_slots, require_root, DaemonSlots};
+use serde_json::Value;
+
+/// Cgroup parent of the e2e daemons' sandboxes (apart from the runtime tests' and a real daemon's).
+pub const CGROUP_PARENT: &str = "sandboxd-e2e";
+/// The token [`Daemon::start`] gives the daemon.
+pub const TOKEN: &str = "e2e-token-4f7d0c";
+/// Longest a whole e2e test may run before it is failed (and cleaned up).
+const TEST_TIMEOUT: Duration = Duration::from_secs(90);
+/// Longest a daemon may take to answer `/health` outside the start-up-time test.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Runs one e2e test, serially with the others, on a current-thread runtime, failed (and cleaned up)
+/// after [`TEST_TIMEOUT`].
+pub fn e2e<F, Fut>(test: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !require_root() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        tokio::time::timeout(TEST_TIMEOUT, test())
+            .await
+            .unwrap_or_else(|_| panic!("e2e test ran longer than {TEST_TIMEOUT:?}"))
+    });
+}
+
+/// The `sbx` CLI, built on first use.
+pub fn sbx_binary() -> PathBuf {
+    cargo_bin("sandboxd-sbx", "sbx")
+}
+
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A running `sandboxd serve`.
+pub struct Daemon {
+    /// Holds `data/` and the daemon's logs.
+    root: tempfile::TempDir,
+    port: u16,
+    /// The token passed as `SB_PAT_TOKEN`; `None` lets the daemon generate one into the data dir.
+    given_token: Option<String>,
+    token: String,
+    child: Option<Child>,
+    /// How many times the daemon was started (names the log files).
+    starts: u32,
+    http: reqwest::Client,
+    /// Flags added to every `sandboxd serve` of this daemon.
+    extra_args: Vec<String>,
+    /// Environment added to every start ([`Daemon::set_env`]).
+    extra_env: Vec<(String, String)>,
+    /// This daemon's network slots, held until it is dropped (declared last: released after cleanup).
+    slots: DaemonSlots,
+}
+
+impl Daemon {
+    /// Starts a daemon on a fresh data dir with the token [`TOKEN`] and waits until it is ready.
+    pub async fn start() -> Self {
+        let mut daemon = Self::spawn_fresh(Some(TOKEN.to_string()));
+        daemon.wait_ready(READY_TIMEOUT).await;
+        daemon
+    }
+
+    /// Like [`Daemon::start`], with extra `serve` flags and environment (e.g. `FAILPOINTS`), which also
+    /// apply to every [`Daemon::restart`].
+    pub async fn start_with(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut daemon = Self::unstarted(Some(TOKEN.to_string()));
+        daemon.extra_args = args.iter().map(|a| a.to_string()).collect();
+        for (key, value) in env {
+            daemon.set_env(key, value);
+        }
+        daemon.spawn();
+        daemon.wait_ready(READY_TIMEOUT).await;
+        daemon
+    }
+
+    /// Sets an environment variable for the daemon's next (re)start, replacing an earlier value.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.extra_env.retain(|(k, _)| k != key);
+        self.extra_env.push((key.to_string(), value.to_string()));
+    }
+
+    /// Starts a daemon on a fresh data dir without `SB_PAT_TOKEN`, so it makes up its own token.
+    pub async fn start_with_generated_token() -> Self {
+        let mut daemon = Self::spawn_fresh(None);
+        daemon.wait_ready(READY_TIMEOUT).await;
+        daemon.token = daemon.saved_token();
+        daemon.http = authed_client(&daemon.token);
+        daemon
+    }
+
+    /// Spawns a daemon on a fresh data dir *without* waiting for it (see [`Daemon::wait_ready`]).
+    pub fn spawn_fresh(given_token: Option<String>) -> Self {
+        let mut daemon = Self::unstarted(given_token);
+        daemon.spawn();
+        daemon
+    }
+
+    fn unstarted(given_token: Option<String>) -> Self {
+        let root = tempfile::Builder::new()
+            .prefix("sandboxd-e2e-")
+            .tempdir()
+            .expect("tempdir");
+        let token = given_token.clone().unwrap_or_default();
+        Daemon {
+            root,
+            port: free_port(),
+            http: authed_client(&token),
+            given_token,
+            token,
+            child: None,
+            starts: 0,
+            extra_args: Vec::new(),
+            extra_env: Vec::new(),
+            slots: daemon_slots(),
+        }
+    }
+
+    fn spawn(&mut self) {
+        assert!(self.child.is_none(), "the daemon is already running");
+        self.starts += 1;
+        let log = |ext: &str| {
+            std::fs::File::create(self.log_path(self.starts, ext)).expect("create daemon log")
+        };
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandboxd"));
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--cgroup-parent")
+            .arg(CGROUP_PARENT)
+            .arg("--net-slot-base")
+            .arg(self.slots.base.to_string())
+            .arg("--net-slots")
+            .arg(self.slots.count.to_string())
+            .arg("--agent-bin")
+            .arg(agent_binary())
+            .stdin(Stdio::null())
+            .stdout(log("out"))
+            .stderr(log("err"));
+        // Only the flags above configure it, whatever the environment of the test run holds.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("SB_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("SB_LOG", "info");
+        if let Some(token) = &self.given_token {
+            cmd.env("SB_PAT_TOKEN", token);
+        }
+        cmd.args(&self.extra_args)
+            .envs(self.extra_env.iter().cloned());
+        self.child = Some(cmd.spawn().expect("spawn sandboxd"));
+    }
+
+    /// Polls `GET /health` until it answers 200; returns how long that took. Panics after `within`, or
+    /// when the daemon exits first.
+    pub async fn wait_ready(&mut self, within: Duration) -> Duration {
+        let started = Instant::now();
+        let plain = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("http client");
+        loop {
+            if let Ok(resp) = plain.get(self.endpoint("/health")).send().await {
+                if resp.status() == 200 {
+                    return started.elapsed();
+                }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "sandboxd exited with {status} before it was ready:\n{}",
+                    self.log_tail(60)
+                );
+            }
+            assert!(
+                started.elapsed() < within,
+                "sandboxd not ready within {within:?}:\n{}",
+                self.log_tail(60)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The URL of `path` (which starts with `/`).
+    pub fn endpoint(&self, path: &str) -> String {
+        format!("{}{path}", self.url())
+    }
+
+    /// The listen port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The listen address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The admin token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// A client sending the admin token.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The data dir.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// The runtime directory of sandbox `id`.
+    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.data_dir().join("runtime/sandboxes").join(id)
+    }
+
+    /// The network slots this daemon may use: `base..base + count`.
+    pub fn slot_range(&self) -> std::ops::Range<u32> {
+        self.slots.base..self.slots.base + self.slots.count
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon running").id()
+    }
+
+    fn log_path(&self, start: u32, ext: &str) -> PathBuf {
+        self.root.path().join(format!("daemon-{start}.{ext}"))
+    }
+
+    /// What the daemon's `start`-th run (1-based) printed on stdout.
+    pub fn stdout_of_start(&self, start: u32) -> String {
+        std::fs::read_to_string(self.log_path(start, "out")).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of the current run's stderr.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.log_path(self.starts, "err")).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The token the daemon saved in `<data-dir>/admin-token`.
+    pub fn saved_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir().join("admin-token"))
+            .expect("read admin-token")
+            .trim()
+            .to_string()
+    }
+
+    /// Kills the daemon with SIGKILL (its sandboxes keep running) and reaps it.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts the daemon again on the same data dir and port, and waits until it is ready; returns how
+    /// long that took.
+    pub async fn restart(&mut self) -> Duration {
+        if self.child.is_some() {
+            self.kill9();
+        }
+        self.spawn();
+        self.wait_ready(READY_TIMEOUT).await
+    }
+
+    /// Runs `sbx ARGS` against this daemon and waits for it.
+    pub fn sbx(&self, args: &[&str]) -> Output {
+        self.sbx_command(args).output().expect("run sbx")
+    }
+
+    /// An `sbx ARGS` command aimed at this daemon (to spawn it yourself).
+    pub fn sbx_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(sbx_binary());
+        cmd.args(args)
+            .env("SB_API_URL", self.url())
+            .env("SB_PAT_TOKEN", &self.token)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// `POST /v1/sandboxes` with `body`; panics unless it answers 201. Returns the sandbox.
+    pub async fn create(&self, body: Value) -> Value {
+        let resp = self
+            .http
+            .post(self.endpoint("/v1/sandboxes"))
+            .json(&body)
+            .send()
+            .await
+            .expect("create request");
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        assert_eq!(status, 201, "create {body}: {text}");
+        serde_json::from_str(&text).expect("create answers a Sandbox")
+    }
+
+    /// Creates a sandbox with default settings; returns its id.
+    pub async fn create_id(&self) -> String {
+        id_of(&self.create(serde_json::json!({})).await)
+    }
+
+    /// Runs `cmd` to completion through `POST /exec`; panics unless the call itself succeeds.
+    pub async fn exec(&self, id: &str, cmd: &[&str]) -> ExecResult {
+        let resp = self
+            .http
+            .post(self.endpoint(&format!("/v1/sandboxes/{id}/exec")))
+            .json(&serde_json::json!({ "cmd": cmd }))
+            .send()
+            .await
+            .expect("exec request");
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        assert_eq!(status, 200, "exec {cmd:?} in {id}: {text}");
+        let v: Value = serde_json::from_str(&text).expect("exec answers an ExecResult");
+        ExecResult {
+            exit_code: v["exitCode"].as_i64().expect("exitCode") as i32,
+            stdout: v["stdout"].as_str().unwrap_or_default().to_string(),
+            stderr: v["stderr"].as_str().unwrap_or_default().to_string(),
+        }
+    }
+
+    /// Writes `data` to `path` in sandbox `id` (`PUT /files`); panics unless it answers 204.
+    pub async fn put_file(&self, id: &str, path: &str, data: Vec<u8>) {
+        let resp = self
+            .http
+            .put(self.endpoint(&format!("/v1/sandboxes/{id}/files")))
+            .query(&[("path", path)])
+            .body(data)
+            .send()
+            .await
+            .expect("upload request");
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        assert_eq!(status, 204, "upload {path} to {id}: {text}");
+    }
+
+    /// Reads `path` from sandbox `id` (`GET /files`); panics unless it answers 200.
+    pub async fn get_file(&self, id: &str, path: &str) -> Vec<u8> {
+        let resp = self
+            .http
+            .get(self.endpoint(&format!("/v1/sandboxes/{id}/files")))
+            .query(&[("path", path)])
+            .send()
+            .await
+            .expect("download request");
+        let status = resp.status();
+        let body = resp.bytes().await.expect("download body").to_vec();
+        assert_eq!(
+            status,
+            200,
+            "download {path} from {id}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        body
+    }
+
+    /// Every sandbox the daemon lists (all pages).
+    pub async fn list_all(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut req = self
+                .http
+                .get(self.endpoint("/v1/sandboxes"))
+                .query(&[("limit", "1000")]);
+            if let Some(c) = &cursor {
+                req = req.query(&[("cursor", c)]);
+            }
+            let resp = req.send().await.expect("list request");
+            assert_eq!(resp.status(), 200, "list sandboxes");
+            let page: Value = resp.json().await.expect("list answers a SandboxList");
+            out.extend(page["sandboxes"].as_array().expect("sandboxes").clone());
+            match page["nextCursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => return out,
+            }
+        }
+    }
+
+    /// Best effort, blocking: destroys every sandbox through the API, then kills the daemon, then
+    /// whatever sandbox processes and cgroups are left.
+    fn teardown(&mut self) {
+        let alive = self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+        if alive {
+            for id in self.listed_ids_blocking() {
+                let path = format!("/v1/sandboxes/{id}");
+                if let Some((status, body)) = raw_http(self.port, "DELETE", &path, &self.token) {
+                    if status != 204 && status != 404 {
+                        eprintln!(
+                            "e2e cleanup: DELETE {id} answered {status}: {}",
+                            String::from_utf8_lossy(&body)
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        kill_leftover_sandboxes(&self.data_dir().join("runtime/sandboxes"));
+    }
+
+    fn listed_ids_blocking(&self) -> Vec<String> {
+        let Some((200, body)) = raw_http(self.port, "GET", "/v1/sandboxes?limit=1000", &self.token)
+        else {
+            return Vec::new();
+        };
+        serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v["sandboxes"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| s["id"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- sandboxd stderr (run {}, last lines) ---\n{}\n---",
+                self.starts,
+                self.log_tail(60)
+            );
+        }
+        self.teardown();
+    }
+}
+
+/// Result of `POST /exec`.
+#[derive(Debug)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A client sending `token` as the bearer token.
+pub fn authed_client(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(value) = format!("Bearer {token}").parse() {
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client")
+}
+
+/// The `id` of a sandbox body.
+pub fn id_of(sandbox: &Value) -> String {
+    sandbox["id"].as_str().expect("sandbox id").to_string()
+}
+
+/// Stdout as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Panics (showing both streams) unless `out` exited 0.
+pub fn assert_success(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} exited {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// `n` pseudo-random bytes (xorshift; different per `seed`), incompressible enough for transfer tests.
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+/// One HTTP/1.0 request over a plain socket, for cleanup in `Drop` (no async runtime needed). Returns
+/// the status and body, or `None` when the daemon does not answer.
+fn raw_http(port: u16, method: &str, path: &str, token: &str) -> Option<(u16, Vec<u8>)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&response[..split]);
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, response[split + 4..].to_vec()))
+}
+
+/// Kills every sandbox init recorded under `sandboxes_dir` that is still the very process recorded,
+/// then removes the sandboxes' cgroup directories.
+fn kill_leftover_sandboxes(sandboxes_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(sandboxes_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let id = entry.file_name().to_string_lossy().into_owned();
+        let state = std::fs::read(entry.path().join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        if let Some(state) = state {
+            let pid = state["pid"].as_i64().map(|p| p as i32);
+            let start = state["start_time"].as_u64();
+            if let (Some(pid), Some(start)) = (pid, start) {
+                if process_start_time(pid) == Some(start) {
+                    eprintln!("e2e cleanup: killing leftover sandbox {id} (init {pid})");
+                    // SAFETY: kill of a pid whose start time matches the sandbox init we recorded.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    while process_start_time(pid) == Some(start) && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        remove_cgroups(&id);
+    }
+}
+
+/// Field 22 of `/proc/<pid>/stat` (start time in clock ticks since boot) of a live, non-zombie process.
+fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Removes `<hierarchy>/sandboxd-e2e/<id>` on cgroup v1 and `sandboxd-e2e/<id>` on v2, if present.
+fn remove_cgroups(id: &str) {
+    for dir in cgroup_dirs_of(id) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while std::fs::remove_dir(&dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Every cgroup directory of sandbox `id` that still exists.
+pub fn cgroup_dirs_of(id: &str) -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    let mut dirs = vec![root.join(CGROUP_PARENT).join(id)];
+    if let Ok(hierarchies) = std::fs::read_dir(root) {
+        dirs.extend(
+            hierarchies
+                .flatten()
+                .map(|h| h.path().join(CGROUP_PARENT).join(id)),
+        );
+    }
+    dirs.into_iter().filter(|d| d.is_dir()).collect()
+}
