@@ -6,9 +6,11 @@
 //! 2. `/health`, `/metrics` and `/v1/openapi.json` answer without a token;
 //! 3. everything under `/v1` needs a token ([`auth`]) and is handled in [`v1`], which calls the
 //!    service;
-//! 4. anything else is a JSON 404.
+//! 4. the E2B control API ([`e2b`]) answers at the root (`/sandboxes`, `/v2/sandboxes`, …), with a token;
+//! 5. anything else is a JSON 404 — in the E2B shape outside `/v1` ([`e2b::error::shape_errors`]).
 
 pub mod auth;
+pub mod e2b;
 pub mod error;
 pub mod metrics;
 pub mod v1;
@@ -63,6 +65,7 @@ pub fn router(
     metrics: metrics::Metrics,
     proxy: Arc<Proxy>,
 ) -> Router {
+    let e2b = e2b::router(service.clone(), auth.clone());
     let sandboxes = Router::new()
         .route("/sandboxes", post(v1::create).get(v1::list))
         .route("/sandboxes/{id}", get(v1::get).delete(v1::delete))
@@ -99,6 +102,7 @@ pub fn router(
     Router::new()
         .nest("/v1", sandboxes)
         .merge(open)
+        .merge(e2b)
         .fallback(|| async {
             error::Error::new(StatusCode::NOT_FOUND, "not_found", "no such route").into_response()
         })
@@ -110,9 +114,11 @@ pub fn router(
             )
             .into_response()
         })
+        .layer(middleware::from_fn(e2b::error::shape_errors))
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
         .layer(middleware::from_fn_with_state(
             proxy,
             sandboxd_proxy::middleware,
         ))
+        .layer(middleware::from_fn(e2b::unroute_control_calls))
 }

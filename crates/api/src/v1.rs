@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures::{StreamExt, TryStreamExt};
 use sandboxd_api_types as api;
-use sandboxd_service::idempotency::Replayable;
+use sandboxd_service::idempotency::{Replayable, V1_CREATE_SCOPE};
+use sandboxd_service::sandboxes::random_id;
 use sandboxd_service::sandboxes::to_api;
-use sandboxd_service::Service;
+use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::{SandboxFilter, SandboxState};
 
 fn query_pairs(raw: &Option<String>) -> Vec<(String, String)> {
@@ -41,14 +42,33 @@ pub async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Error> {
-    let work = || async {
+    // The id is chosen before the work so a crashed attempt's sandbox can be found and undone.
+    let id = random_id("sb", 14);
+    let work = |stale: Option<String>| async {
         let created = async {
             let req: api::CreateSandbox = parse_json(&body)?;
-            Ok::<_, Error>(to_api(&service.create(req).await?))
+            let plan = service.plan_create(req)?;
+            if let Some(stale) = stale {
+                // An earlier attempt with this key died before answering: undo what it made.
+                match service.delete(&stale).await {
+                    Ok(()) | Err(ServiceError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok::<_, Error>(to_api(&service.create_with_id(id.clone(), plan).await?))
         };
         json_response(StatusCode::CREATED, created.await)
     };
-    idempotently(&service, "v1.create", caller, &headers, &body, work).await
+    idempotently(
+        &service,
+        V1_CREATE_SCOPE,
+        caller,
+        &headers,
+        &body,
+        Some(id.clone()),
+        work,
+    )
+    .await
 }
 
 /// A handler's outcome as a storable response.
@@ -77,10 +97,11 @@ async fn idempotently<F, Fut>(
     caller: Option<Extension<Caller>>,
     headers: &HeaderMap,
     body: &[u8],
+    target: Option<String>,
     work: F,
 ) -> Result<Response, Error>
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce(Option<String>) -> Fut,
     Fut: std::future::Future<Output = Replayable>,
 {
     let key = match headers.get("idempotency-key") {
@@ -92,9 +113,11 @@ where
     };
     let (response, replayed) = match (key, caller) {
         (Some(key), Some(Extension(Caller(caller)))) => {
-            service.idempotent(scope, &caller, key, body, work).await?
+            service
+                .idempotent(scope, &caller, key, body, target, work)
+                .await?
         }
-        _ => (work().await, false),
+        _ => (work(None).await, false),
     };
     let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut out = (

@@ -1,6 +1,9 @@
 //! The plain-HTTP `/files` surface of envd: download with `GET /files?path=&username=`, upload with
-//! `POST /files?path=&username=` (multipart field `file`, or `application/octet-stream`), answered by
-//! a JSON array of [`WriteInfo`]; failures carry a JSON [`FilesError`] with the HTTP status.
+//! `POST /files?path=&username=` (multipart, one file per `file` part named by the part's filename, or
+//! `application/octet-stream`), answered by a JSON array of [`WriteInfo`]; failures carry a JSON
+//! [`FilesError`] with the HTTP status. Bodies may be gzip (`Content-Encoding` on uploads,
+//! `Accept-Encoding` on downloads). `X-Metadata-<key>: <value>` headers on an upload attach metadata to
+//! every file written ([`METADATA_HEADER_PREFIX`]); it comes back in `EntryInfo.metadata`.
 //!
 //! A caller without the access token may instead present a signature ([`signature`]) made from the
 //! token, exactly as the E2B SDK mints signed URLs.
@@ -9,11 +12,15 @@ use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 
 /// URL path of the files endpoint.
 pub const PATH: &str = "/files";
 /// URL path of the health endpoint.
 pub const HEALTH_PATH: &str = "/health";
+/// Prefix of upload headers carrying file metadata (`X-Metadata-Author: mish` sets `author`), matched
+/// case-insensitively; keys are lowercased.
+pub const METADATA_HEADER_PREFIX: &str = "x-metadata-";
 
 /// Query parameters of `/files`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +51,9 @@ pub struct WriteInfo {
     #[serde(rename = "type")]
     pub kind: WriteType,
     pub path: String,
+    /// The metadata the upload attached (from `X-Metadata-*` headers).
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    pub metadata: HashMap<String, String>,
 }
 
 /// The JSON body of a failed `/files` or `/health` call (`message` is what the SDK shows).
@@ -109,14 +119,20 @@ mod tests {
 
     #[test]
     fn write_info_shape() {
-        let w = WriteInfo {
+        let mut w = WriteInfo {
             name: "a".into(),
             kind: WriteType::File,
             path: "/a".into(),
+            metadata: HashMap::new(),
         };
         assert_eq!(
             serde_json::to_string(&w).unwrap(),
             r#"{"name":"a","type":"file","path":"/a"}"#
+        );
+        w.metadata.insert("author".into(), "mish".into());
+        assert_eq!(
+            serde_json::to_string(&w).unwrap(),
+            r#"{"name":"a","type":"file","path":"/a","metadata":{"author":"mish"}}"#
         );
     }
 }

@@ -1,6 +1,8 @@
-//! `filesystem.Filesystem` messages (envd's `filesystem/filesystem.proto`) in canonical protobuf JSON,
-//! plus the two value formats envd uses inside them: Go's `FileMode.String()` for `permissions`
-//! ([`permissions_string`]) and RFC 3339 for `modifiedTime` ([`rfc3339`]).
+//! `filesystem.Filesystem` messages (envd's `filesystem/filesystem.proto`) in canonical protobuf JSON:
+//! the unary calls, the `WatchDir` stream and the polling watcher calls (`CreateWatcher`,
+//! `GetWatcherEvents`, `RemoveWatcher`). Plus the two value formats envd uses inside them: Go's
+//! `FileMode.String()` for `permissions` ([`permissions_string`]) and RFC 3339 for `modifiedTime`
+//! ([`rfc3339`]).
 
 use crate::json;
 use serde::{Deserialize, Serialize};
@@ -114,6 +116,105 @@ pub struct RemoveRequest {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoveResponse {}
+
+/// `filesystem.Filesystem/WatchDir` request (and, as [`CreateWatcherRequest`], `CreateWatcher`'s).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct WatchDirRequest {
+    pub path: String,
+    pub recursive: bool,
+    /// Attach the entry's [`EntryInfo`] to each event when it can still be stat-ed.
+    #[serde(alias = "include_entry", skip_serializing_if = "std::ops::Not::not")]
+    pub include_entry: bool,
+    /// Allow watching a directory on NFS, CIFS/SMB or FUSE (refused otherwise).
+    #[serde(
+        alias = "allow_network_mounts",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub allow_network_mounts: bool,
+}
+
+/// `filesystem.Filesystem/CreateWatcher` request.
+pub type CreateWatcherRequest = WatchDirRequest;
+
+/// The `filesystem.EventType` enum, by name on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventType {
+    #[default]
+    #[serde(rename = "EVENT_TYPE_UNSPECIFIED")]
+    Unspecified,
+    #[serde(rename = "EVENT_TYPE_CREATE")]
+    Create,
+    #[serde(rename = "EVENT_TYPE_WRITE")]
+    Write,
+    #[serde(rename = "EVENT_TYPE_REMOVE")]
+    Remove,
+    #[serde(rename = "EVENT_TYPE_RENAME")]
+    Rename,
+    #[serde(rename = "EVENT_TYPE_CHMOD")]
+    Chmod,
+}
+
+/// One change under a watched directory; `name` is relative to it (`sub/file.txt`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilesystemEvent {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<EntryInfo>,
+}
+
+/// One message of a `WatchDir` stream. The message is nothing but its `event` oneof, whose member
+/// protobuf JSON puts at the top level: `{"filesystem":{"name":"a","type":"EVENT_TYPE_CREATE"}}`.
+pub type WatchDirResponse = WatchEvent;
+
+/// The `WatchDirResponse.event` oneof: `start` once the watch is in place, then `filesystem` events
+/// and `keepalive`s.
+// A transient wire message, built and consumed one at a time: boxing the big variant buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WatchEvent {
+    Start(Empty),
+    Filesystem(FilesystemEvent),
+    Keepalive(Empty),
+}
+
+/// An empty message (`WatchDirResponse.StartEvent`, `.KeepAlive`, the watcher calls' answers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Empty {}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CreateWatcherResponse {
+    #[serde(alias = "watcher_id")]
+    pub watcher_id: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct GetWatcherEventsRequest {
+    #[serde(alias = "watcher_id")]
+    pub watcher_id: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GetWatcherEventsResponse {
+    pub events: Vec<FilesystemEvent>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct RemoveWatcherRequest {
+    #[serde(alias = "watcher_id")]
+    pub watcher_id: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveWatcherResponse {}
 
 /// Go's `os.FileMode.String()` of a Linux `st_mode`, as envd reports it: type letters (`d`, `L`, `D`,
 /// `p`, `S`, `u`, `g`, `c`, `t`, `?`) then `rwxrwxrwx`, e.g. `-rw-r--r--`, `drwxr-xr-x`, `Lrwxrwxrwx`.
@@ -246,5 +347,34 @@ mod tests {
         );
         let back: EntryInfo = serde_json::from_str(&json).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn watch_messages_use_sdk_shapes() {
+        let req: WatchDirRequest = serde_json::from_str(
+            r#"{"path":"/tmp","recursive":true,"includeEntry":true,"allow_network_mounts":true}"#,
+        )
+        .unwrap();
+        assert!(req.recursive && req.include_entry && req.allow_network_mounts);
+        let ev: WatchDirResponse = WatchEvent::Filesystem(FilesystemEvent {
+            name: "sub/a.txt".into(),
+            event_type: EventType::Create,
+            entry: None,
+        });
+        assert_eq!(
+            serde_json::to_string(&ev).unwrap(),
+            r#"{"filesystem":{"name":"sub/a.txt","type":"EVENT_TYPE_CREATE"}}"#
+        );
+        let start: WatchDirResponse = WatchEvent::Start(Empty {});
+        assert_eq!(serde_json::to_string(&start).unwrap(), r#"{"start":{}}"#);
+        let created = CreateWatcherResponse {
+            watcher_id: "w1".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&created).unwrap(),
+            r#"{"watcherId":"w1"}"#
+        );
+        let get: GetWatcherEventsRequest = serde_json::from_str(r#"{"watcher_id":"w1"}"#).unwrap();
+        assert_eq!(get.watcher_id, "w1");
     }
 }

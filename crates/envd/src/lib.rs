@@ -21,6 +21,7 @@ pub mod files;
 pub mod filesystem;
 pub mod json;
 pub mod process;
+pub mod version;
 
 pub use client::{EnvdClient, ExecOptions, ExecOutput, ProcessStream};
 pub use connect::{Code, ConnectError};

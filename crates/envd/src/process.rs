@@ -224,6 +224,54 @@ pub struct CloseStdinRequest {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CloseStdinResponse {}
 
+/// `process.Process/Connect` request: attach to a running process. Its stream is shaped like `Start`'s:
+/// `start` (with the pid), output from now on, `end`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectRequest {
+    pub process: ProcessSelector,
+}
+
+/// One message of a `Connect` stream (the same shape as [`StartResponse`]).
+pub type ConnectResponse = StartResponse;
+
+/// `process.Process/Update` request: today only a PTY resize.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateRequest {
+    pub process: ProcessSelector,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<Pty>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateResponse {}
+
+/// One message of the `process.Process/StreamInput` client stream: `start` (which process) first, then
+/// `data` messages, with optional `keepalive`s anywhere. The message is nothing but its `event` oneof,
+/// whose member protobuf JSON puts at the top level: `{"data":{"input":{"stdin":"..."}}}`.
+pub type StreamInputRequest = StreamInputEvent;
+
+/// The `StreamInputRequest.event` oneof.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamInputEvent {
+    Start(StreamInputStart),
+    Data(StreamInputData),
+    Keepalive(KeepAlive),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamInputStart {
+    pub process: ProcessSelector,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamInputData {
+    pub input: ProcessInput,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamInputResponse {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,6 +344,43 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&by_name).unwrap(),
             r#"{"process":{"pid":12},"signal":"SIGNAL_SIGKILL"}"#
+        );
+    }
+
+    #[test]
+    fn connect_update_and_stream_input_use_sdk_shapes() {
+        let c: ConnectRequest = serde_json::from_str(r#"{"process":{"tag":"srv"}}"#).unwrap();
+        assert_eq!(c.process, ProcessSelector::Tag("srv".into()));
+        let u: UpdateRequest =
+            serde_json::from_str(r#"{"process":{"pid":7},"pty":{"size":{"cols":120,"rows":40}}}"#)
+                .unwrap();
+        assert_eq!(
+            u.pty.and_then(|p| p.size),
+            Some(PtySize {
+                cols: 120,
+                rows: 40
+            })
+        );
+        // As the E2B SDK sends them (protobuf JSON puts oneof members in the message itself).
+        let start: StreamInputRequest = StreamInputEvent::Start(StreamInputStart {
+            process: ProcessSelector::Pid(7),
+        });
+        assert_eq!(
+            serde_json::to_string(&start).unwrap(),
+            r#"{"start":{"process":{"pid":7}}}"#
+        );
+        let data: StreamInputRequest =
+            serde_json::from_str(r#"{"data":{"input":{"pty":"aGk="}}}"#).unwrap();
+        assert_eq!(
+            data,
+            StreamInputEvent::Data(StreamInputData {
+                input: ProcessInput::Pty(Bytes::from_static(b"hi"))
+            })
+        );
+        let ka: StreamInputRequest = serde_json::from_str(r#"{"keepalive":{}}"#).unwrap();
+        assert!(matches!(ka, StreamInputEvent::Keepalive(_)));
+        assert!(
+            serde_json::from_str::<StreamInputRequest>(r#"{"event":{"keepalive":{}}}"#).is_err()
         );
     }
 }

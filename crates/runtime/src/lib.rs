@@ -1,7 +1,7 @@
 //! Where sandboxes actually run.
 //!
 //! [`Runtime`] is the contract the daemon programs against: create, start, stop, destroy, inspect and
-//! list sandboxes. The runtime is the *authority* for what runs (the store is the authority for what
+//! list sandboxes, pause and resume them in place, and read their resource usage. The runtime is the *authority* for what runs (the store is the authority for what
 //! should run); [`Runtime::list`] after a restart is how a fresh daemon adopts what is already running.
 //!
 //! [`namespace::NamespaceRuntime`] is the embedded default: user, pid, mount, net, uts and ipc namespaces,
@@ -33,4 +33,23 @@ pub trait Runtime: Send + Sync + 'static {
     async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError>;
     /// Every sandbox the runtime has a trace of, running or not.
     async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError>;
+    /// Freezes every process of the sandbox in place (processes and memory are kept) and returns once
+    /// the kernel reports them frozen. Pausing a paused sandbox succeeds.
+    async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unsupported(format!(
+            "pausing sandbox {id} is not available in this runtime"
+        )))
+    }
+    /// Lets a paused sandbox's processes run again. Resuming a running sandbox succeeds.
+    async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unsupported(format!(
+            "resuming sandbox {id} is not available in this runtime"
+        )))
+    }
+    /// Current resource usage and limits of the sandbox's processes.
+    async fn stats(&self, id: &str) -> Result<cgroup::CgroupStats, RuntimeError> {
+        Err(RuntimeError::Unsupported(format!(
+            "usage statistics of sandbox {id} are not available in this runtime"
+        )))
+    }
 }

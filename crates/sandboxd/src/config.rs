@@ -50,6 +50,9 @@ pub struct ServeConfig {
     /// Host ports for `tcp` exposures, `FIRST-LAST`.
     #[arg(long, env = "SB_HOST_PORTS", default_value = "22000-23000")]
     pub host_ports: String,
+    /// How long an Idempotency-Key attempt may run before a retry may take over, milliseconds.
+    #[arg(long, env = "SB_IDEMPOTENCY_PENDING_TTL_MS", default_value_t = 120_000)]
+    pub idempotency_pending_ttl_ms: u64,
     /// How often expired sandboxes are swept, milliseconds.
     #[arg(long, env = "SB_SWEEP_INTERVAL_MS", default_value_t = 1000)]
     pub sweep_interval_ms: u64,

@@ -114,6 +114,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             net_slot_base: config.net_slot_base,
             host_ports: config.host_ports()?,
             forward_ip: config.listen.ip(),
+            idempotency_pending_ttl: Duration::from_millis(config.idempotency_pending_ttl_ms),
             ..ServiceConfig::default()
         },
         store.writer().clone(),

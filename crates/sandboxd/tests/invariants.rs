@@ -154,7 +154,7 @@ fn racing_sandboxes_never_share_a_host_port_and_a_full_pool_is_503() {
         let calls = [&a, &b].into_iter().flat_map(|id| {
             ports.iter().map(move |p| {
                 let path = format!("/v1/sandboxes/{id}/ports");
-                async move { post(&d, &path, None, &json!({"port": p, "protocol": "tcp"})).await }
+                async move { post(d, &path, None, &json!({"port": p, "protocol": "tcp"})).await }
             })
         });
         let answers = tokio::time::timeout(Duration::from_secs(30), join_all(calls))
@@ -255,5 +255,104 @@ fn failed_reinstall_keeps_the_existing_exposure() {
             .await
             .unwrap();
         assert!(page.text().await.unwrap().contains("Directory listing"));
+    });
+}
+
+/// Invariant (the claim's case 4): an attempt that died holding its claim is redone once the lock
+/// expires — and what the dead attempt made is undone — so the end state has exactly one sandbox.
+#[test]
+fn kill9_with_a_pending_claim_then_a_retry_redoes_the_work_once() {
+    e2e(|| async {
+        let mut d = Daemon::start_with(
+            &["--idempotency-pending-ttl-ms", "3000"],
+            &[("FAILPOINTS", "idempotency.before-complete=sleep(60000)")],
+        )
+        .await;
+        let body = json!({"metadata": {"crash": "pending"}});
+        // The first attempt makes its sandbox, then hangs before completing its claim.
+        let (http, url, sent) = (d.http().clone(), d.endpoint("/v1/sandboxes"), body.clone());
+        let first = tokio::spawn(async move {
+            http.post(url)
+                .header("Idempotency-Key", "crash-1")
+                .json(&sent)
+                .send()
+                .await
+        });
+        let mut crashed = Vec::new();
+        for _ in 0..200 {
+            crashed = d.list_all().await;
+            if crashed.iter().any(|s| s["state"] == "running") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(crashed.len(), 1, "the first attempt never made its sandbox");
+        d.kill9();
+        assert!(
+            first.await.unwrap().is_err(),
+            "the first attempt cannot have answered"
+        );
+        d.set_env("FAILPOINTS", "");
+        d.restart().await;
+        // While the dead attempt's lock lives, a retry is told to come back; after it, the work is redone.
+        let (status, value) = loop {
+            let (status, value, _) = post(&d, "/v1/sandboxes", Some("crash-1"), &body).await;
+            if status != 409 {
+                break (status, value);
+            }
+            assert_eq!(value["code"], "request_in_flight", "{value}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(status, 201, "{value}");
+        let all = d.list_all().await;
+        assert_eq!(all.len(), 1, "exactly one sandbox: {all:?}");
+        assert_eq!(id_of(&all[0]), id_of(&value));
+        assert_ne!(id_of(&value), id_of(&crashed[0]), "the work was redone");
+        // And from now on the key replays.
+        let (status, again, replayed) = post(&d, "/v1/sandboxes", Some("crash-1"), &body).await;
+        assert_eq!((status, replayed), (201, true));
+        assert_eq!(again, value);
+    });
+}
+
+/// Invariant: an abandoned create (its daemon died holding the claim) is undone by the sweep even if
+/// nobody retries: no sandbox outlives a request that never answered.
+#[test]
+fn abandoned_create_is_undone_without_any_retry() {
+    e2e(|| async {
+        let mut d = Daemon::start_with(
+            &["--idempotency-pending-ttl-ms", "2000"],
+            &[("FAILPOINTS", "idempotency.before-complete=sleep(60000)")],
+        )
+        .await;
+        let (http, url) = (d.http().clone(), d.endpoint("/v1/sandboxes"));
+        let first = tokio::spawn(async move {
+            http.post(url)
+                .header("Idempotency-Key", "abandon-1")
+                .json(&json!({}))
+                .send()
+                .await
+        });
+        for _ in 0..200 {
+            if d.list_all().await.iter().any(|s| s["state"] == "running") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(d.list_all().await.len(), 1);
+        d.kill9();
+        let _ = first.await;
+        d.set_env("FAILPOINTS", "");
+        d.restart().await;
+        for _ in 0..100 {
+            if d.list_all().await.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "the abandoned sandbox is still there: {:?}",
+            d.list_all().await
+        );
     });
 }

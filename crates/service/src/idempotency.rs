@@ -8,15 +8,19 @@
 //! leaves a pending claim whose lock expires, after which a retry redoes the work (the seed's case 4).
 
 use crate::{Service, ServiceError};
-use sandboxd_store::{unix_millis_now, ClaimOutcome, StoredResponse};
+use sandboxd_store::{unix_millis_now, ClaimOutcome, ClaimState, StoredResponse};
 use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::time::Duration;
 
-/// How long an attempt may run before a retry may take over.
+/// How long an attempt may run before a retry may take over (default of
+/// [`crate::ServiceConfig::idempotency_pending_ttl`]).
 pub const PENDING_TTL: Duration = Duration::from_secs(120);
 /// How long a completed attempt is replayed.
 pub const REPLAY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Scope of `POST /v1/sandboxes` claims; their targets are sandbox ids.
+pub const V1_CREATE_SCOPE: &str = "v1.create";
 
 /// A response that can be stored and replayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,25 +53,49 @@ pub fn validate_key(key: &str) -> Result<(), ServiceError> {
 impl Service {
     /// Runs `work` at most once per (`scope`, `caller`, `key`) within the replay window; returns its
     /// response and whether it is a replay.
+    ///
+    /// `target` names the resource the work will make, when known up front; it is recorded on the claim
+    /// so that if this attempt dies mid-way, the attempt that later finds the claim stale receives it
+    /// (`work`'s argument) and can undo it before redoing the work.
     pub async fn idempotent<F, Fut>(
         &self,
         scope: &'static str,
         caller: &str,
         key: &str,
         request: &[u8],
+        target: Option<String>,
         work: F,
     ) -> Result<(Replayable, bool), ServiceError>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(Option<String>) -> Fut,
         Fut: Future<Output = Replayable>,
     {
         validate_key(key)?;
         let fingerprint = digest(&[caller.as_bytes(), key.as_bytes()]);
         let request_hash = digest(&[request]);
         let fp = fingerprint.clone();
-        let outcome = self
+        let pending_ttl = self.config().idempotency_pending_ttl;
+        let (outcome, stale_target) = self
             .writer()
-            .write(move |tx| tx.claim(scope, &fp, &request_hash, unix_millis_now(), PENDING_TTL))
+            .write(move |tx| {
+                let previous = tx.get_claim(scope, &fp)?;
+                let outcome =
+                    tx.claim(scope, &fp, &request_hash, unix_millis_now(), pending_ttl)?;
+                let mut stale_target = None;
+                if let ClaimOutcome::Acquired { generation } = outcome {
+                    if let Some(t) = &target {
+                        tx.set_claim_target(scope, &fp, generation, t)?;
+                    }
+                    // Only an attempt that never completed left something to undo; a completed one
+                    // whose window closed made a resource the caller legitimately has.
+                    stale_target = previous
+                        .filter(|p| {
+                            p.state == ClaimState::Pending && !p.response.target_id.is_empty()
+                        })
+                        .map(|p| p.response.target_id);
+                }
+                Ok((outcome, stale_target))
+            })
             .await?;
         let generation = match outcome {
             ClaimOutcome::Acquired { generation } => generation,
@@ -88,7 +116,8 @@ impl Service {
             }
             ClaimOutcome::Mismatch => return Err(ServiceError::KeyReused),
         };
-        let response = work().await;
+        let response = work(stale_target).await;
+        fail::fail_point!("idempotency.before-complete");
         let stored = response.clone();
         let result = if response.status >= 500 {
             self.writer()

@@ -3,16 +3,19 @@
 //! Where a request goes: `api` parses and authenticates, then calls one method of [`Service`]:
 //! [`sandboxes`] (create, get, list, delete), [`exec`] (commands and files, translated onto the
 //! sandbox's agent), [`ports`] (exposure, and the proxy's [`sandboxd_proxy::Resolver`]), [`lifecycle`]
-//! (adoption at start-up, expiry).
+//! (adoption at start-up, expiry), [`pause`] (freezing and thawing in place, usage), [`e2b`] (the E2B
+//! facade's create dedupe, timeouts and connect).
 //!
 //! Authority: the store says what was promised (which sandboxes exist, their names, slots and ports);
 //! the runtime says what runs. Every write goes through the store's single writer.
 
+pub mod e2b;
 pub mod error;
 pub mod exec;
 pub mod forwarders;
 pub mod idempotency;
 pub mod lifecycle;
+pub mod pause;
 pub mod ports;
 pub mod sandboxes;
 mod validate;
@@ -47,6 +50,8 @@ pub struct ServiceConfig {
     pub host_ports: std::ops::RangeInclusive<u16>,
     /// Address TCP forwarders listen on.
     pub forward_ip: std::net::IpAddr,
+    /// How long an Idempotency-Key attempt may run before a retry may take over.
+    pub idempotency_pending_ttl: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -62,6 +67,7 @@ impl Default for ServiceConfig {
             max_memory_mb: 64 * 1024,
             host_ports: 22000..=23000,
             forward_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            idempotency_pending_ttl: idempotency::PENDING_TTL,
         }
     }
 }
@@ -79,6 +85,7 @@ struct Inner {
     runtime: Arc<dyn Runtime>,
     endpoints: ports::EndpointCache,
     forwarders: forwarders::Forwarders,
+    sandbox_locks: pause::SandboxLocks,
 }
 
 impl Service {
@@ -97,6 +104,7 @@ impl Service {
                 runtime,
                 endpoints: Default::default(),
                 forwarders: Default::default(),
+                sandbox_locks: Default::default(),
             }),
         }
     }

@@ -46,7 +46,7 @@ impl Service {
                 .is_some_and(|i| i.state == RuntimeState::Running);
             let id = row.id.clone();
             match row.state {
-                SandboxState::Running if running => report.adopted += 1,
+                SandboxState::Running | SandboxState::Paused if running => report.adopted += 1,
                 SandboxState::Running | SandboxState::Paused => {
                     report.lost += 1;
                     self.writer()
@@ -100,10 +100,37 @@ impl Service {
         Ok(report)
     }
 
+    /// The reconciler of pending `v1.create` claims: an attempt whose lock expired without completing
+    /// died mid-way (e.g. the daemon was killed); the sandbox it was making is deleted, then the claim,
+    /// so the key's next use redoes the work and the end state holds one sandbox.
+    async fn undo_abandoned_creates(&self, now: i64) -> Result<(), ServiceError> {
+        let abandoned = self
+            .reader()
+            .read(move |tx| tx.abandoned_claims(crate::idempotency::V1_CREATE_SCOPE, now))
+            .await?;
+        for claim in abandoned {
+            match self.delete(&claim.target_id).await {
+                Ok(()) | Err(ServiceError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(sandbox_id = %claim.target_id, error = %crate::error::chain(&e), "cannot undo an abandoned create");
+                    continue;
+                }
+            }
+            tracing::info!(sandbox_id = %claim.target_id, "undid the sandbox of an abandoned create");
+            self.writer()
+                .write(move |tx| {
+                    tx.delete_claim(&claim.scope, &claim.fingerprint, claim.generation)
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Deletes every sandbox past its deadline and forgets expired idempotency claims; returns how many
     /// sandboxes it deleted.
     pub async fn sweep_expired(&self) -> Result<usize, ServiceError> {
         let now = unix_millis_now();
+        self.undo_abandoned_creates(now).await?;
         self.writer()
             .write(move |tx| tx.sweep_expired_claims(now))
             .await?;

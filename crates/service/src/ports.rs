@@ -75,6 +75,16 @@ impl Service {
             .cloned()
     }
 
+    /// Drops the cached endpoint of `id`, so the next lookup checks the store (and the runtime) again.
+    pub(crate) fn evict_endpoint(&self, id: &str) {
+        self.inner
+            .endpoints
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
     pub(crate) fn forget_endpoint(&self, id: &str) {
         self.inner.forwarders.remove_sandbox(id);
         self.inner

@@ -106,10 +106,43 @@ fn read_record(
         .optional()?)
 }
 
+/// A pending claim whose lock expired while it named the resource its attempt was making.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbandonedClaim {
+    /// Scope of the claim.
+    pub scope: String,
+    /// Fingerprint of the claim.
+    pub fingerprint: String,
+    /// Generation of the dead attempt.
+    pub generation: i64,
+    /// What the dead attempt was making.
+    pub target_id: String,
+}
+
 impl ReadTx<'_> {
     /// The claim row for `(scope, fingerprint)`, if any.
     pub fn get_claim(&self, scope: &str, fingerprint: &str) -> Result<Option<ClaimRecord>> {
         read_record(self.conn(), scope, fingerprint)
+    }
+
+    /// Pending claims of `scope` whose lock expired before `now` and that name a target: attempts that
+    /// died mid-way, whose resource someone must undo before the claim is forgotten.
+    pub fn abandoned_claims(&self, scope: &str, now: UnixMillis) -> Result<Vec<AbandonedClaim>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT scope, fingerprint, generation, target_id FROM request_idempotency
+             WHERE scope = ?1 AND state = 'pending' AND locked_until <= ?2 AND target_id <> ''",
+        )?;
+        let rows = stmt
+            .query_map(params![scope, now], |r| {
+                Ok(AbandonedClaim {
+                    scope: r.get(0)?,
+                    fingerprint: r.get(1)?,
+                    generation: r.get(2)?,
+                    target_id: r.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
     }
 }
 
@@ -228,6 +261,34 @@ impl WriteTx<'_> {
         }
     }
 
+    /// Records, on a pending claim of `generation`, the resource the attempt is about to make, so a
+    /// later claimer that finds the claim stale can undo it. [`StoreError::ClaimLost`] when the claim
+    /// was reset meanwhile.
+    pub fn set_claim_target(
+        &mut self,
+        scope: &str,
+        fingerprint: &str,
+        generation: i64,
+        target_id: &str,
+    ) -> Result<()> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "UPDATE request_idempotency SET target_id = ?4
+                 WHERE scope = ?1 AND fingerprint = ?2 AND generation = ?3 AND state = 'pending'",
+            )?
+            .execute(params![scope, fingerprint, generation, target_id])?;
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::ClaimLost {
+                scope: scope.to_owned(),
+                fingerprint: fingerprint.to_owned(),
+                generation,
+            })
+        }
+    }
+
     /// Drops the attempt `generation` (its work rolled back) so the next retry starts at once instead of
     /// waiting out the lock. Returns whether it deleted.
     pub fn delete_claim(
@@ -245,13 +306,16 @@ impl WriteTx<'_> {
         Ok(n == 1)
     }
 
-    /// Deletes every row whose lock (pending) or replay window (ready) has passed. Returns how many.
+    /// Deletes every row whose replay window (ready) or lock (pending) has passed — except pending rows
+    /// that name a target: their attempt died mid-way and its resource must be undone first (see
+    /// [`ReadTx::abandoned_claims`]; the owner deletes those with [`WriteTx::delete_claim`]). Returns how
+    /// many.
     pub fn sweep_expired_claims(&mut self, now: UnixMillis) -> Result<usize> {
         Ok(self
             .conn()
             .prepare_cached(
                 "DELETE FROM request_idempotency
-                 WHERE (state = 'pending' AND locked_until <= ?1)
+                 WHERE (state = 'pending' AND locked_until <= ?1 AND target_id = '')
                     OR (state = 'ready' AND replay_until <= ?1)",
             )?
             .execute([now])?)
@@ -262,6 +326,56 @@ impl WriteTx<'_> {
 mod tests {
     use super::*;
     use crate::test_util::open_temp;
+
+    #[tokio::test]
+    async fn an_abandoned_attempt_keeps_its_target_until_undone() {
+        let (_dir, store, _thread) = open_temp();
+        let w = store.writer().clone();
+        let ttl = Duration::from_millis(100);
+        let gen = w
+            .write(move |tx| match tx.claim("s", "fp", "h", 1_000, ttl)? {
+                ClaimOutcome::Acquired { generation } => {
+                    tx.set_claim_target("s", "fp", generation, "sb-dead")?;
+                    Ok(generation)
+                }
+                other => panic!("{other:?}"),
+            })
+            .await
+            .unwrap();
+        // The sweep keeps a dead attempt that names what it was making...
+        assert_eq!(
+            w.write(|tx| tx.sweep_expired_claims(5_000)).await.unwrap(),
+            0
+        );
+        let abandoned = store
+            .reader()
+            .read(|tx| tx.abandoned_claims("s", 5_000))
+            .await
+            .unwrap();
+        assert_eq!(abandoned.len(), 1);
+        assert_eq!(
+            (abandoned[0].target_id.as_str(), abandoned[0].generation),
+            ("sb-dead", gen)
+        );
+        // ...and a live lock is not abandoned yet.
+        let early = store
+            .reader()
+            .read(|tx| tx.abandoned_claims("s", 1_050))
+            .await
+            .unwrap();
+        assert!(early.is_empty());
+        // A stale generation cannot retarget a reset claim.
+        w.write(|tx| {
+            tx.claim("s", "fp", "h", 5_000, Duration::from_secs(1))
+                .map(|_| ())
+        })
+        .await
+        .unwrap();
+        assert!(w
+            .write(move |tx| tx.set_claim_target("s", "fp", gen, "x"))
+            .await
+            .is_err());
+    }
     use crate::StoreWriter;
 
     const PENDING: Duration = Duration::from_secs(120);

@@ -58,7 +58,7 @@ pub mod writer;
 
 pub use domains::{normalize_hostname, BindOutcome, DomainBinding};
 pub use error::{Result, StoreError};
-pub use idempotency::{ClaimOutcome, ClaimRecord, ClaimState, StoredResponse};
+pub use idempotency::{AbandonedClaim, ClaimOutcome, ClaimRecord, ClaimState, StoredResponse};
 pub use open::{Store, StoreConfig, Synchronous};
 pub use outbox::{NewWebhook, OutboxEntry, OutboxState};
 pub use ports::{ExposedPort, PortState, Protocol, ReserveOutcome};

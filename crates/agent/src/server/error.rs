@@ -25,6 +25,9 @@ pub enum ServerError {
     /// The state of the target forbids the call (e.g. stdin already closed).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A limit of the agent was reached (too many watchers, for one).
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// The call or option is not implemented by this agent.
     #[error("{0}")]
     Unimplemented(String),
@@ -63,6 +66,7 @@ impl ServerError {
             ServerError::PermissionDenied(_) => Code::PermissionDenied,
             ServerError::Unauthenticated(_) => Code::Unauthenticated,
             ServerError::FailedPrecondition(_) => Code::FailedPrecondition,
+            ServerError::ResourceExhausted(_) => Code::ResourceExhausted,
             ServerError::Unimplemented(_) | ServerError::UnsupportedMediaType(_) => {
                 Code::Unimplemented
             }

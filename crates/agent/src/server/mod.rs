@@ -2,16 +2,18 @@
 //! [`sandboxd_envd::EnvdClient`]) talks to inside a sandbox.
 //!
 //! Contract:
-//! - Serves HTTP/1.1 on the inherited unix socket: Connect RPCs `process.Process/{Start, List,
-//!   SendSignal, SendInput, CloseStdin}` and `filesystem.Filesystem/{Stat, ListDir, MakeDir, Move,
-//!   Remove}`, plus `GET/POST /files` and `GET /health`.
+//! - Serves HTTP/1.1 on the inherited unix socket: Connect RPCs `process.Process/{Start, Connect,
+//!   List, SendInput, StreamInput, SendSignal, CloseStdin, Update}` and `filesystem.Filesystem/{Stat,
+//!   ListDir, MakeDir, Move, Remove, WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher}`, plus
+//!   `GET/POST /files` and `GET /health`: the envd 0.6.4 surface (`sandboxd_envd::version::ENVD_VERSION`).
 //! - Every route but `GET /health` requires the sandbox's access token in `X-Access-Token` (compared in
 //!   constant time); `/files` alternatively accepts an E2B v1 URL signature made from that token.
 //! - Each call acts as one user: `Authorization: Basic base64("<user>:")` (or `username=` on `/files`),
 //!   else [`AgentConfig::default_user`]. Processes run with that user's uid, gid and groups; file
 //!   operations run on a thread whose fsuid/fsgid are that user's, so the kernel checks permissions and
 //!   new entries belong to the user.
-//! - Process output streams with backpressure; the agent holds a bounded amount of it per process.
+//! - Process output streams with backpressure to every attached client; the agent holds a bounded
+//!   amount of it per process and client. Processes outlive the calls that started them.
 //! - On SIGTERM/SIGINT the server stops accepting, gives open calls a short grace period, kills the
 //!   process groups it started, and returns.
 
@@ -46,7 +48,7 @@ pub struct AgentConfig {
 /// Tunables with production defaults; tests shorten them.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
-    /// Idle time after which a process stream gets a keepalive event, unless the client asks for
+    /// Idle time after which a process or watch stream gets a keepalive event, unless the client asks for
     /// another interval with `Keepalive-Ping-Interval` (default 50 s, the SDK's value).
     pub keepalive: Duration,
     /// How long open calls may run on after a shutdown signal (default 2 s).
@@ -69,6 +71,7 @@ pub(crate) struct Shared {
     pub envs: HashMap<String, String>,
     pub opts: ServerOptions,
     pub processes: process::ProcessTable,
+    pub watchers: fs::WatcherTable,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -134,6 +137,7 @@ pub async fn serve_with(
         envs: cfg.envs,
         opts,
         processes: process::ProcessTable::default(),
+        watchers: fs::WatcherTable::default(),
     });
     let app = router(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -69,6 +69,18 @@ impl Agent {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> (u16, Vec<u8>) {
+        let (status, _, body) = self.raw_with_headers(method, uri, headers, body).await;
+        (status, body)
+    }
+
+    /// One raw HTTP/1.1 request; returns status, response headers and body.
+    pub async fn raw_with_headers(
+        &self,
+        method: &str,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> (u16, hyper::HeaderMap, Vec<u8>) {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
             .expect("connect");
@@ -88,6 +100,7 @@ impl Agent {
             .await
             .expect("response");
         let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
         let body = resp
             .into_body()
             .collect()
@@ -95,7 +108,7 @@ impl Agent {
             .expect("body")
             .to_bytes()
             .to_vec();
-        (status, body)
+        (status, headers, body)
     }
 }
 
@@ -113,6 +126,23 @@ impl Drop for Agent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `program args` with `input` on stdin and returns its stdout (None if it cannot run).
+pub fn filter(program: &str, args: &[&str], input: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut stdin = child.stdin.take()?;
+    let data = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().ok()?;
+    writer.join().ok()?.ok()?;
+    out.status.success().then_some(out.stdout)
 }
 
 pub fn sh(script: &str) -> Vec<String> {

@@ -4,19 +4,21 @@
 //! the next) and carries the access token; the client is an `Arc` inside, cheap to clone and share.
 //! [`EnvdClient::as_user`] picks the user calls run as (sent as `Authorization: Basic user:` on RPCs
 //! and `username=` on `/files`, like the E2B SDK); without it the agent's default user applies.
-//! Server streams are read incrementally: a [`ProcessStream`] holds at most one envelope at a time.
+//! Server streams are read incrementally: a [`ProcessStream`] or [`WatchStream`] holds at most one
+//! envelope at a time; the `StreamInput` client stream sends each input as it comes.
 
 mod stream;
 mod wire;
 
-pub use stream::ProcessStream;
+pub use stream::{ProcessStream, WatchStream};
 
 use self::wire::{collect_limited, empty, files_error, full, percent_encode, rpc_error};
 use crate::connect::{self, STREAM_CONTENT_TYPE};
 use crate::files::{self, FilesQuery, WriteInfo};
-use crate::filesystem::{self as fs, EntryInfo};
+use crate::filesystem::{self as fs, EntryInfo, FilesystemEvent, WatchDirRequest};
 use crate::process::{
-    self as proc, DataEvent, EndEvent, ProcessEvent, ProcessSelector, StartRequest,
+    self as proc, DataEvent, EndEvent, ProcessEvent, ProcessInput, ProcessSelector, PtySize,
+    StartRequest,
 };
 use crate::{Error, ACCESS_TOKEN_HEADER, KEEPALIVE_HEADER, TIMEOUT_HEADER};
 use base64::engine::general_purpose::STANDARD;
@@ -119,21 +121,21 @@ impl EnvdClient {
         req: StartRequest,
         timeout: Option<Duration>,
     ) -> Result<ProcessStream, Error> {
-        let body = connect::encode_message(&req)?;
-        let mut b = self
-            .rpc_builder(&proc::path("Start"))
-            .header(header::CONTENT_TYPE, STREAM_CONTENT_TYPE);
-        if let Some(secs) = self.keepalive_secs {
-            b = b.header(KEEPALIVE_HEADER, secs.to_string());
-        }
-        if let Some(t) = timeout {
-            b = b.header(TIMEOUT_HEADER, t.as_millis().max(1).to_string());
-        }
-        let resp = self.send(b.body(full(body))?).await?;
-        if resp.status() != StatusCode::OK {
-            return Err(rpc_error(resp).await);
-        }
-        Ok(ProcessStream::new(resp.into_body()))
+        let body = self
+            .server_stream(&proc::path("Start"), &req, timeout)
+            .await?;
+        Ok(ProcessStream::new(body))
+    }
+
+    /// `process.Process/Connect`: attaches to a running process (by pid or tag). The stream opens with
+    /// `start` (its pid), carries its output from now on and ends with `end`; dropping it leaves the
+    /// process running.
+    pub async fn connect(&self, process: ProcessSelector) -> Result<ProcessStream, Error> {
+        let req = proc::ConnectRequest { process };
+        let body = self
+            .server_stream(&proc::path("Connect"), &req, None)
+            .await?;
+        Ok(ProcessStream::new(body))
     }
 
     /// Runs `cmd[0]` with arguments `cmd[1..]` and collects its output and exit status.
@@ -193,6 +195,55 @@ impl EnvdClient {
             input: proc::ProcessInput::Stdin(data),
         };
         let _: proc::SendInputResponse = self.unary(&proc::path("SendInput"), &req).await?;
+        Ok(())
+    }
+
+    /// `process.Process/SendInput` to the process's terminal (a process started with `pty`).
+    pub async fn send_pty(&self, process: ProcessSelector, data: Bytes) -> Result<(), Error> {
+        let req = proc::SendInputRequest {
+            process,
+            input: proc::ProcessInput::Pty(data),
+        };
+        let _: proc::SendInputResponse = self.unary(&proc::path("SendInput"), &req).await?;
+        Ok(())
+    }
+
+    /// `process.Process/StreamInput`: one request carrying `inputs` (stdin or pty bytes) as they come;
+    /// returns once the stream is sent and the agent has written all of it.
+    pub async fn stream_input<S>(&self, process: ProcessSelector, inputs: S) -> Result<(), Error>
+    where
+        S: Stream<Item = ProcessInput> + Send + Sync + 'static,
+    {
+        use proc::{StreamInputData, StreamInputEvent, StreamInputStart};
+        let start = StreamInputEvent::Start(StreamInputStart { process });
+        let first = futures::stream::iter([Ok(start)]);
+        let data = inputs.map(|input| Ok(StreamInputEvent::Data(StreamInputData { input })));
+        let frames = first.chain(data).map(|msg: Result<_, std::io::Error>| {
+            let msg = msg?;
+            connect::encode_message(&msg)
+                .map(Frame::data)
+                .map_err(std::io::Error::other)
+        });
+        let body = BodyExt::boxed(StreamBody::new(frames));
+        let req = self
+            .rpc_builder(&proc::path("StreamInput"))
+            .header(header::CONTENT_TYPE, STREAM_CONTENT_TYPE)
+            .body(body)?;
+        let resp = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(rpc_error(resp).await);
+        }
+        let _: proc::StreamInputResponse = stream::client_stream_answer(resp.into_body()).await?;
+        Ok(())
+    }
+
+    /// `process.Process/Update`: resizes the terminal of a process started with `pty`.
+    pub async fn resize_pty(&self, process: ProcessSelector, size: PtySize) -> Result<(), Error> {
+        let req = proc::UpdateRequest {
+            process,
+            pty: Some(proc::Pty { size: Some(size) }),
+        };
+        let _: proc::UpdateResponse = self.unary(&proc::path("Update"), &req).await?;
         Ok(())
     }
 
@@ -256,6 +307,44 @@ impl EnvdClient {
         Ok(())
     }
 
+    /// `filesystem.Filesystem/WatchDir`: a stream of changes under a directory, opening with `start`
+    /// once the watch is in place. Dropping the stream ends the watch.
+    pub async fn watch_dir(&self, req: WatchDirRequest) -> Result<WatchStream, Error> {
+        let body = self
+            .server_stream(&fs::path("WatchDir"), &req, None)
+            .await?;
+        Ok(WatchStream::new(body))
+    }
+
+    /// `filesystem.Filesystem/CreateWatcher`: a watch whose events the agent buffers until
+    /// [`get_watcher_events`](Self::get_watcher_events) collects them; returns the watcher id.
+    pub async fn create_watcher(&self, req: WatchDirRequest) -> Result<String, Error> {
+        let resp: fs::CreateWatcherResponse = self.unary(&fs::path("CreateWatcher"), &req).await?;
+        Ok(resp.watcher_id)
+    }
+
+    /// `filesystem.Filesystem/GetWatcherEvents`: the events buffered since the last call.
+    pub async fn get_watcher_events(
+        &self,
+        watcher_id: &str,
+    ) -> Result<Vec<FilesystemEvent>, Error> {
+        let req = fs::GetWatcherEventsRequest {
+            watcher_id: watcher_id.into(),
+        };
+        let resp: fs::GetWatcherEventsResponse =
+            self.unary(&fs::path("GetWatcherEvents"), &req).await?;
+        Ok(resp.events)
+    }
+
+    /// `filesystem.Filesystem/RemoveWatcher`.
+    pub async fn remove_watcher(&self, watcher_id: &str) -> Result<(), Error> {
+        let req = fs::RemoveWatcherRequest {
+            watcher_id: watcher_id.into(),
+        };
+        let _: fs::RemoveWatcherResponse = self.unary(&fs::path("RemoveWatcher"), &req).await?;
+        Ok(())
+    }
+
     /// `GET /files`: the whole file (up to 256 MiB; use [`read_file_stream`](Self::read_file_stream)
     /// beyond that).
     pub async fn read_file(&self, path: &str, user: Option<&str>) -> Result<Bytes, Error> {
@@ -280,7 +369,21 @@ impl EnvdClient {
         user: Option<&str>,
         data: impl Into<Bytes>,
     ) -> Result<WriteInfo, Error> {
-        self.write_body(path, user, full(data.into())).await
+        self.write_body(path, user, full(data.into()), &HashMap::new())
+            .await
+    }
+
+    /// [`write_file`](Self::write_file) attaching `metadata` to the file (`X-Metadata-*` headers;
+    /// keys are stored lowercased).
+    pub async fn write_file_with_metadata(
+        &self,
+        path: &str,
+        user: Option<&str>,
+        data: impl Into<Bytes>,
+        metadata: &HashMap<String, String>,
+    ) -> Result<WriteInfo, Error> {
+        self.write_body(path, user, full(data.into()), metadata)
+            .await
     }
 
     /// `POST /files` streaming the body from `data`.
@@ -294,7 +397,7 @@ impl EnvdClient {
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static,
     {
         let body = BodyExt::boxed(StreamBody::new(data.map_ok(Frame::data)));
-        self.write_body(path, user, body).await
+        self.write_body(path, user, body, &HashMap::new()).await
     }
 
     async fn write_body(
@@ -302,12 +405,16 @@ impl EnvdClient {
         path: &str,
         user: Option<&str>,
         body: Body,
+        metadata: &HashMap<String, String>,
     ) -> Result<WriteInfo, Error> {
         let uri = self.files_uri(path, user);
-        let req = self
+        let mut b = self
             .builder(Method::POST, &uri)
-            .header(header::CONTENT_TYPE, "application/octet-stream")
-            .body(body)?;
+            .header(header::CONTENT_TYPE, "application/octet-stream");
+        for (key, value) in metadata {
+            b = b.header(format!("{}{key}", files::METADATA_HEADER_PREFIX), value);
+        }
+        let req = b.body(body)?;
         let resp = self.send(req).await?;
         if !resp.status().is_success() {
             return Err(files_error(resp).await);
@@ -353,6 +460,30 @@ impl EnvdClient {
             uri.push_str(&percent_encode(&u));
         }
         uri
+    }
+
+    /// Opens a server stream at `path` with the one request `msg`; returns the response body.
+    async fn server_stream<Req: Serialize>(
+        &self,
+        path: &str,
+        msg: &Req,
+        timeout: Option<Duration>,
+    ) -> Result<Incoming, Error> {
+        let body = connect::encode_message(msg)?;
+        let mut b = self
+            .rpc_builder(path)
+            .header(header::CONTENT_TYPE, STREAM_CONTENT_TYPE);
+        if let Some(secs) = self.keepalive_secs {
+            b = b.header(KEEPALIVE_HEADER, secs.to_string());
+        }
+        if let Some(t) = timeout {
+            b = b.header(TIMEOUT_HEADER, t.as_millis().max(1).to_string());
+        }
+        let resp = self.send(b.body(full(body))?).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(rpc_error(resp).await);
+        }
+        Ok(resp.into_body())
     }
 
     async fn unary<Req: Serialize, Resp: DeserializeOwned>(

@@ -1,22 +1,82 @@
-//! [`ProcessStream`]: the incremental reader of a `Start` response body.
+//! Incremental readers of server-stream response bodies: [`ProcessStream`] (`Start`, `Connect`) and
+//! [`WatchStream`] (`WatchDir`), both built on one envelope reader.
 //!
-//! It holds at most one partial envelope; it yields each event as its envelope completes, ends at the
-//! end-of-stream frame, and turns an error frame or a body that stops early into one final error.
+//! The reader holds at most one partial envelope; it yields each message as its envelope completes,
+//! ends at the end-of-stream frame, and turns an error frame or a body that stops early into one final
+//! error.
 
 use crate::connect::{EndStream, EnvelopeDecoder};
+use crate::filesystem::WatchEvent;
 use crate::process::{self as proc, ProcessEvent};
 use crate::Error;
 use bytes::BytesMut;
 use futures::Stream;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use serde::de::DeserializeOwned;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio_util::codec::Decoder;
 
-/// The events of one `Start` stream, decoded as they arrive. Ends after `end` (or an error).
+type Inner<T> = Pin<Box<dyn Stream<Item = Result<T, Error>> + Send>>;
+
+/// The events of one `Start` or `Connect` stream, decoded as they arrive. Ends after `end` (or an
+/// error).
 pub struct ProcessStream {
-    inner: Pin<Box<dyn Stream<Item = Result<ProcessEvent, Error>> + Send>>,
+    inner: Inner<ProcessEvent>,
+}
+
+impl ProcessStream {
+    pub(super) fn new(body: Incoming) -> Self {
+        ProcessStream {
+            inner: messages(body, |r: proc::StartResponse| r.event),
+        }
+    }
+}
+
+impl Stream for ProcessStream {
+    type Item = Result<ProcessEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// The events of one `WatchDir` stream: `start` first, then filesystem events and keepalives until the
+/// stream is dropped (or fails).
+pub struct WatchStream {
+    inner: Inner<WatchEvent>,
+}
+
+impl WatchStream {
+    pub(super) fn new(body: Incoming) -> Self {
+        WatchStream {
+            inner: messages(body, |e: WatchEvent| e),
+        }
+    }
+}
+
+impl Stream for WatchStream {
+    type Item = Result<WatchEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// The one answer of a client-stream call: its message, then the end-of-stream frame (whose error, if
+/// any, is the call's).
+pub(super) async fn client_stream_answer<M>(body: Incoming) -> Result<M, Error>
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    use futures::StreamExt;
+    let mut msgs = messages(body, |m: M| m);
+    let mut answer = None;
+    while let Some(msg) = msgs.next().await {
+        answer = Some(msg?);
+    }
+    answer.ok_or_else(|| Error::Protocol("the call ended without an answer".into()))
 }
 
 struct StreamState {
@@ -25,34 +85,33 @@ struct StreamState {
     done: bool,
 }
 
-impl ProcessStream {
-    pub(super) fn new(body: Incoming) -> Self {
-        let state = StreamState {
-            body,
-            buf: BytesMut::new(),
-            done: false,
-        };
-        let inner = futures::stream::unfold(state, |mut st| async move {
-            if st.done {
-                return None;
-            }
-            let item = next_event(&mut st).await;
-            match item {
-                Some(Ok(ev)) => Some((Ok(ev), st)),
-                Some(Err(e)) => {
-                    st.done = true;
-                    Some((Err(e), st))
-                }
-                None => None,
-            }
-        });
-        ProcessStream {
-            inner: Box::pin(inner),
+/// Decodes the messages `M` of a response body, mapped by `map`.
+fn messages<M, T>(body: Incoming, map: fn(M) -> T) -> Inner<T>
+where
+    M: DeserializeOwned + Send + 'static,
+    T: Send + 'static,
+{
+    let state = StreamState {
+        body,
+        buf: BytesMut::new(),
+        done: false,
+    };
+    Box::pin(futures::stream::unfold(state, move |mut st| async move {
+        if st.done {
+            return None;
         }
-    }
+        match next_message::<M>(&mut st).await {
+            Some(Ok(msg)) => Some((Ok(map(msg)), st)),
+            Some(Err(e)) => {
+                st.done = true;
+                Some((Err(e), st))
+            }
+            None => None,
+        }
+    }))
 }
 
-async fn next_event(st: &mut StreamState) -> Option<Result<ProcessEvent, Error>> {
+async fn next_message<M: DeserializeOwned>(st: &mut StreamState) -> Option<Result<M, Error>> {
     loop {
         match EnvelopeDecoder.decode(&mut st.buf) {
             Err(e) => return Some(Err(e.into())),
@@ -65,11 +124,7 @@ async fn next_event(st: &mut StreamState) -> Option<Result<ProcessEvent, Error>>
                 };
             }
             Ok(Some(env)) => {
-                return Some(
-                    serde_json::from_slice::<proc::StartResponse>(&env.data)
-                        .map(|r| r.event)
-                        .map_err(Error::from),
-                )
+                return Some(serde_json::from_slice::<M>(&env.data).map_err(Error::from))
             }
             Ok(None) => {}
         }
@@ -86,13 +141,5 @@ async fn next_event(st: &mut StreamState) -> Option<Result<ProcessEvent, Error>>
                 )))
             }
         }
-    }
-}
-
-impl Stream for ProcessStream {
-    type Item = Result<ProcessEvent, Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.as_mut().poll_next(cx)
     }
 }

@@ -108,7 +108,13 @@ impl NamespaceRuntime {
             .map_err(RuntimeError::Spawn)?;
         // The network is wired while the agent builds its root.
         let (net, userns) = tokio::join!(
-            self.net.attach(spec.net_slot, pid),
+            async {
+                let addrs = self.net.attach(spec.net_slot, pid, spec.egress).await?;
+                if spec.egress {
+                    super::egress::allow(addrs.sandbox).await?;
+                }
+                Ok::<_, RuntimeError>(addrs)
+            },
             expect(&mut lines, "user namespace", |m| {
                 matches!(m, BootMessage::UserNamespaceReady)
             })

@@ -13,6 +13,7 @@
 //! adopt them ([`crate::Runtime::list`], [`crate::Runtime::inspect`]).
 
 mod boot;
+pub mod egress;
 pub mod net;
 pub mod process;
 pub mod rootfs;
@@ -143,6 +144,9 @@ impl NamespaceRuntime {
     /// Kills the init of `p` (and with it the whole pid namespace), then removes the cgroup and the
     /// veth pair. Idempotent.
     async fn kill(&self, p: &Persisted) -> Result<(), RuntimeError> {
+        // A paused (frozen) sandbox must be thawed to die: a cgroup v1 freezer holds even SIGKILL.
+        // Best effort: a sandbox that never ran has no group to thaw.
+        let _ = self.cgroups.open(&p.spec.id).thaw();
         if let Some(pid) = p.live_pid() {
             if let Ok(fd) = PidFd::open(pid) {
                 // Re-check after opening: the pidfd now pins the process we verified.
@@ -161,8 +165,32 @@ impl NamespaceRuntime {
         let cgroup = self.cgroups.open(&p.spec.id);
         cgroup.kill_all()?;
         cgroup.remove()?;
+        if p.spec.egress {
+            egress::revoke(self.net.addrs(p.spec.net_slot)?.sandbox).await;
+        }
         self.net.detach(p.spec.net_slot).await
     }
+}
+
+impl NamespaceRuntime {
+    /// The cgroup of sandbox `id`, whose init must be alive ([`RuntimeError::NotFound`] otherwise).
+    fn running_cgroup(&self, id: &str) -> Result<crate::cgroup::SandboxCgroup, RuntimeError> {
+        let (_, p) = self.load(id)?;
+        if p.live_pid().is_none() {
+            return Err(RuntimeError::NotFound(id.to_string()));
+        }
+        Ok(self.cgroups.open(id))
+    }
+}
+
+/// Runs blocking cgroup file I/O off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, crate::cgroup::CgroupError> + Send + 'static,
+) -> Result<T, RuntimeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RuntimeError::Host(format!("cgroup task panicked: {e}")))?
+        .map_err(RuntimeError::Cgroup)
 }
 
 fn limits(spec: &SandboxSpec) -> Limits {
@@ -191,11 +219,6 @@ impl Runtime for NamespaceRuntime {
         validate_id(&spec.id)?;
         if spec.template != "base" {
             return Err(RuntimeError::UnknownTemplate(spec.template.clone()));
-        }
-        if spec.egress {
-            return Err(RuntimeError::Unsupported(
-                "egress to the outside is not available on this host yet".into(),
-            ));
         }
         self.net.addrs(spec.net_slot)?;
         let paths = self.paths(&spec.id);
@@ -274,6 +297,21 @@ impl Runtime for NamespaceRuntime {
             Err(RuntimeError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
+        let cgroup = self.running_cgroup(id)?;
+        blocking(move || cgroup.freeze()).await
+    }
+
+    async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
+        let cgroup = self.running_cgroup(id)?;
+        blocking(move || cgroup.thaw()).await
+    }
+
+    async fn stats(&self, id: &str) -> Result<crate::cgroup::CgroupStats, RuntimeError> {
+        let cgroup = self.running_cgroup(id)?;
+        blocking(move || cgroup.stats()).await
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {

@@ -4,14 +4,14 @@
 //! sandbox end (`eth0`, created directly inside the sandbox's namespace) gets `.2`. The caller leases
 //! slots (the daemon from its store), so two live sandboxes never share one.
 //!
-//! Without egress the sandbox has no default route: it reaches its own loopback and the host end of its
+//! Without egress the sandbox has no default route (with it, see [`super::egress`]): it reaches its own loopback and the host end of its
 //! pair only, and the host's loopback services are out of reach (127.0.0.1 inside is the sandbox's own).
 //! The daemon reaches the sandbox's ports over the pair; the agent itself is reached over a unix socket.
 
 use crate::{NetAddrs, RuntimeError};
 use futures::TryStreamExt;
 use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
-use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Point-to-point prefix of every slot.
@@ -63,7 +63,14 @@ impl Network {
 
     /// Creates the veth pair of `slot` with its inner end in the network namespace of `pid`, and
     /// configures both ends. Fails if the slot's interface already exists (a live sandbox holds it).
-    pub async fn attach(&self, slot: u32, pid: i32) -> Result<NetAddrs, RuntimeError> {
+    /// With `egress`, the sandbox also gets a default route via the host end (NAT is the caller's job,
+    /// see [`super::egress`]).
+    pub async fn attach(
+        &self,
+        slot: u32,
+        pid: i32,
+        egress: bool,
+    ) -> Result<NetAddrs, RuntimeError> {
         let addrs = self.addrs(slot)?;
         let host_if = Self::host_ifname(slot);
         let peer = LinkMessageBuilder::<LinkUnspec>::new()
@@ -99,7 +106,20 @@ impl Network {
                 .execute()
                 .await
                 .map_err(net_err("address sandbox end"))?;
-            set_up(&inner, eth0).await
+            set_up(&inner, eth0).await?;
+            if egress {
+                let route = RouteMessageBuilder::<Ipv4Addr>::new()
+                    .gateway(addrs.host)
+                    .output_interface(eth0)
+                    .build();
+                inner
+                    .route()
+                    .add(route)
+                    .execute()
+                    .await
+                    .map_err(net_err("default route"))?;
+            }
+            Ok(())
         }
         .await;
         if let Err(e) = configured {

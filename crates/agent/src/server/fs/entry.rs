@@ -1,4 +1,4 @@
-//! Describing filesystem entries the way envd does, and resolving request paths.
+//! Describing filesystem entries the way envd does (metadata included), and resolving request paths.
 //!
 //! These run on a [`super::creds::run_as`] thread: every `stat` here is the user's.
 
@@ -94,7 +94,7 @@ pub fn describe(path: &Path, md: &Metadata, db: &UserDb) -> EntryInfo {
         group: db.group_name(md.gid()),
         modified_time: Some(rfc3339(md.mtime(), nanos)),
         symlink_target: symlink_target.map(|t| t.to_string_lossy().into_owned()),
-        metadata: Default::default(),
+        metadata: super::xattr::read(path),
         is_symlink,
     }
 }

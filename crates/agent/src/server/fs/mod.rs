@@ -1,11 +1,15 @@
 //! `filesystem.Filesystem`: Stat, ListDir, MakeDir, Move, Remove, each done with the caller's
-//! filesystem identity (see [`creds`]). Semantics follow envd: MakeDir creates parents and answers
-//! `already_exists` for an existing directory (`invalid_argument` for an existing non-directory); Move
-//! creates the destination's parents; Remove is recursive and succeeds when nothing is there.
-//! Still to come on this surface: WatchDir and the watcher calls.
+//! filesystem identity (see [`creds`]), and watching directories ([`watch`]). Semantics follow envd:
+//! MakeDir creates parents and answers `already_exists` for an existing directory (`invalid_argument`
+//! for an existing non-directory); Move creates the destination's parents; Remove is recursive and
+//! succeeds when nothing is there; entries carry their metadata ([`xattr`]).
 
 pub mod creds;
 mod entry;
+mod watch;
+pub mod xattr;
+
+pub use watch::WatcherTable;
 
 pub use entry::resolve_path;
 
@@ -13,6 +17,7 @@ use super::auth::Caller;
 use super::error::ServerError;
 use super::rpc;
 use super::AppState;
+use axum::routing::post;
 use axum::Router;
 use sandboxd_envd::filesystem::{
     self as proto, ListDirRequest, ListDirResponse, MakeDirRequest, MakeDirResponse, MoveRequest,
@@ -29,6 +34,19 @@ pub fn routes() -> Router<AppState> {
         .route(&proto::path("MakeDir"), rpc::unary(make_dir))
         .route(&proto::path("Move"), rpc::unary(move_entry))
         .route(&proto::path("Remove"), rpc::unary(remove))
+        .route(&proto::path("WatchDir"), post(watch::watch_dir))
+        .route(
+            &proto::path("CreateWatcher"),
+            rpc::unary(watch::create_watcher),
+        )
+        .route(
+            &proto::path("GetWatcherEvents"),
+            rpc::unary(watch::get_watcher_events),
+        )
+        .route(
+            &proto::path("RemoveWatcher"),
+            rpc::unary(watch::remove_watcher),
+        )
 }
 
 async fn stat(

@@ -1,16 +1,24 @@
-//! `process.Process`: starting processes as a user, streaming their output, signalling and listing them.
+//! `process.Process`: starting processes as a user (on pipes or a terminal), streaming their output to
+//! any number of attached clients, input, signals, resizing and listing.
 //!
 //! The [`ProcessTable`] holds every process started through the agent from spawn until it has been
-//! reaped; `List`, `SendSignal`, `SendInput` and `CloseStdin` see exactly those. A process is its own
-//! process group, and signals go to the group, so a shell's children go with it.
-//! Still to come on this surface: `Connect` (reattach), `StreamInput`, `Update` and PTYs.
+//! reaped; `List`, `Connect`, `SendSignal`, `SendInput`, `StreamInput`, `CloseStdin` and `Update` see
+//! exactly those, selected by pid or tag. A process is its own process group (with a terminal, its own
+//! session), and signals go to the group, so a shell's children go with it.
+//!
+//! A process outlives the call that started it: a `Start` stream the client drops detaches like a
+//! `Connect` stream would, and the process runs on (as with envd) until it exits, is signalled, or its
+//! `Connect-Timeout-Ms` deadline from `Start` passes.
 
+mod input;
+mod output;
+mod pty;
 mod pump;
 mod spawn;
 
 use super::auth::Caller;
 use super::error::ServerError;
-use super::rpc;
+use super::rpc::{self, StreamShape};
 use super::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -18,24 +26,29 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
+use futures::Stream;
+use input::Input;
+use output::Hub;
+use sandboxd_envd::connect::ConnectError;
 use sandboxd_envd::process::{
-    self as proto, CloseStdinRequest, CloseStdinResponse, ListRequest, ListResponse, ProcessConfig,
-    ProcessInfo, ProcessInput, ProcessSelector, SendInputRequest, SendInputResponse,
-    SendSignalRequest, SendSignalResponse, Signal, StartRequest,
+    self as proto, ConnectRequest, KeepAlive, ListRequest, ListResponse, ProcessConfig,
+    ProcessEvent, ProcessInfo, ProcessSelector, SendSignalRequest, SendSignalResponse, Signal,
+    StartEvent, StartRequest, StartResponse, UpdateRequest, UpdateResponse,
 };
-use sandboxd_envd::{KEEPALIVE_HEADER, TIMEOUT_HEADER};
+use sandboxd_envd::{Code, TIMEOUT_HEADER};
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::process::ChildStdin;
+use tokio::sync::mpsc;
 
 /// One running process.
 pub struct ProcEntry {
     pub pid: u32,
     pub config: ProcessConfig,
     pub tag: Option<String>,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    input: Input,
+    output: Arc<Hub>,
 }
 
 /// The processes started through the agent and not yet reaped.
@@ -108,10 +121,13 @@ fn signal_group(pid: u32, sig: libc::c_int) -> bool {
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route(&proto::path("Start"), post(start))
+        .route(&proto::path("Connect"), post(connect))
         .route(&proto::path("List"), rpc::unary(list))
         .route(&proto::path("SendSignal"), rpc::unary(send_signal))
-        .route(&proto::path("SendInput"), rpc::unary(send_input))
-        .route(&proto::path("CloseStdin"), rpc::unary(close_stdin))
+        .route(&proto::path("SendInput"), rpc::unary(input::send_input))
+        .route(&proto::path("StreamInput"), post(input::stream_input))
+        .route(&proto::path("CloseStdin"), rpc::unary(input::close_stdin))
+        .route(&proto::path("Update"), rpc::unary(update))
 }
 
 async fn start(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
@@ -125,43 +141,98 @@ fn start_process(
     state: &AppState,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<
-    impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
-    ServerError,
-> {
+) -> Result<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static, ServerError> {
     let req: StartRequest = rpc::stream_request(headers, body)?;
-    if req.pty.is_some() {
-        return Err(ServerError::Unimplemented(
-            "PTY processes are not supported yet".into(),
-        ));
-    }
     let caller = Caller::from_headers(state, headers)?;
-    let keepalive = header_u64(headers, KEEPALIVE_HEADER)
-        .filter(|s| *s > 0)
-        .map(Duration::from_secs)
-        .unwrap_or(state.opts.keepalive);
-    let deadline = header_u64(headers, TIMEOUT_HEADER)
+    let keepalive = rpc::keepalive_interval(headers, state.opts.keepalive);
+    let deadline = headers
+        .get(TIMEOUT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|ms| *ms > 0)
         .map(Duration::from_millis);
     let spec = spawn::SpawnSpec::new(&req, &caller.user, &state.envs)?;
-    let mut child = spawn::spawn(spec)?;
+    let spawn::Spawned { mut child, pty } = spawn::spawn(spec)?;
     let pid = child
         .id()
         .ok_or_else(|| ServerError::Internal("spawned process has no pid".into()))?;
-    let entry = Arc::new(ProcEntry {
+    let hub = Arc::new(Hub::default());
+    let events = hub
+        .subscribe()
+        .ok_or_else(|| ServerError::Internal("a new process refused its first stream".into()))?;
+    let pty = pty.map(Arc::new);
+    let input = match &pty {
+        Some(master) => Input::Pty(master.clone()),
+        None => Input::Pipe(tokio::sync::Mutex::new(child.stdin.take())),
+    };
+    state.processes.insert(Arc::new(ProcEntry {
         pid,
         config: req.process.clone(),
         tag: req.tag.clone(),
-        stdin: tokio::sync::Mutex::new(child.stdin.take()),
-    });
-    state.processes.insert(entry);
-    tracing::info!(pid, cmd = %req.process.cmd, user = %caller.user.name, "process started");
-    let events = pump::supervise(child, pid, deadline, state.clone());
-    Ok(pump::event_stream(pid, events, keepalive))
+        input,
+        output: hub.clone(),
+    }));
+    tracing::info!(
+        pid,
+        cmd = %req.process.cmd,
+        user = %caller.user.name,
+        pty = pty.is_some(),
+        "process started"
+    );
+    pump::supervise(child, pid, pty, deadline, state.clone(), hub);
+    Ok(event_stream(pid, events, keepalive))
 }
 
-fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
-    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+/// `Connect`: a stream of a running process's events from now on, shaped like `Start`'s.
+async fn connect(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    match attach(&state, &headers, &body) {
+        Ok(stream) => rpc::stream_response(Body::from_stream(stream)),
+        Err(e) => rpc::stream_error(&e),
+    }
+}
+
+fn attach(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static, ServerError> {
+    let req: ConnectRequest = rpc::stream_request(headers, body)?;
+    Caller::from_headers(state, headers)?;
+    let entry = state.processes.find(&req.process)?;
+    // A process that has just ended refuses new streams; to the caller it is gone.
+    let events = entry.output.subscribe().ok_or_else(|| {
+        ServerError::NotFound(format!("process with pid {} not found", entry.pid))
+    })?;
+    let keepalive = rpc::keepalive_interval(headers, state.opts.keepalive);
+    tracing::debug!(pid = entry.pid, "client attached to process");
+    Ok(event_stream(entry.pid, events, keepalive))
+}
+
+/// The framed body of a `Start` or `Connect` call: `start`, data and keepalives, `end`.
+fn event_stream(
+    pid: u32,
+    events: mpsc::Receiver<ProcessEvent>,
+    keepalive: Duration,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    let events = futures::stream::unfold(events, |mut rx| async move {
+        let event = rx.recv().await?;
+        Some((Ok(StartResponse { event }), rx))
+    });
+    let shape = StreamShape {
+        keepalive_message: StartResponse {
+            event: ProcessEvent::Keepalive(KeepAlive {}),
+        },
+        keepalive,
+        is_last: |m: &StartResponse| matches!(m.event, ProcessEvent::End(_)),
+        on_exhausted: Some(ConnectError::new(
+            Code::Internal,
+            "the process supervisor ended without an end event",
+        )),
+    };
+    let first = StartResponse {
+        event: ProcessEvent::Start(StartEvent { pid }),
+    };
+    rpc::message_stream(first, events, shape)
 }
 
 async fn list(
@@ -198,36 +269,30 @@ async fn send_signal(
     Ok(SendSignalResponse {})
 }
 
-async fn send_input(
+/// `Update`: resizes a process's terminal (a request without `pty` changes nothing).
+async fn update(
     state: AppState,
     _caller: Caller,
-    req: SendInputRequest,
-) -> Result<SendInputResponse, ServerError> {
+    req: UpdateRequest,
+) -> Result<UpdateResponse, ServerError> {
     let entry = state.processes.find(&req.process)?;
-    let data = match req.input {
-        ProcessInput::Stdin(d) => d,
-        ProcessInput::Pty(_) => {
-            return Err(ServerError::FailedPrecondition(
-                "process has no pty; write to stdin instead".into(),
-            ))
-        }
+    let Some(size) = req.pty.map(|p| p.size.unwrap_or_default()) else {
+        return Ok(UpdateResponse {});
     };
-    let mut stdin = entry.stdin.lock().await;
-    let pipe = stdin
-        .as_mut()
-        .ok_or_else(|| ServerError::FailedPrecondition("stdin not enabled or closed".into()))?;
-    pipe.write_all(&data)
-        .await
-        .map_err(ServerError::io("write stdin of process", entry.pid))?;
-    Ok(SendInputResponse {})
-}
-
-async fn close_stdin(
-    state: AppState,
-    _caller: Caller,
-    req: CloseStdinRequest,
-) -> Result<CloseStdinResponse, ServerError> {
-    let entry = state.processes.find(&req.process)?;
-    entry.stdin.lock().await.take();
-    Ok(CloseStdinResponse {})
+    let Input::Pty(master) = &entry.input else {
+        return Err(ServerError::FailedPrecondition(format!(
+            "process {} has no terminal to resize",
+            entry.pid
+        )));
+    };
+    master
+        .resize(size)
+        .map_err(ServerError::io("resize the terminal of process", entry.pid))?;
+    tracing::debug!(
+        pid = entry.pid,
+        cols = size.cols,
+        rows = size.rows,
+        "terminal resized"
+    );
+    Ok(UpdateResponse {})
 }

@@ -1,63 +1,80 @@
-//! Moving a process's output to its `Start` stream, with backpressure and in order.
+//! Moving a process's output to the streams attached to it, with backpressure and in order, and
+//! reporting its end.
 //!
 //! Guarantees:
-//! - Output is read in chunks of at most [`CHUNK`] bytes into a channel of [`QUEUE`] events; a slow
-//!   client stalls the readers, the full pipe stalls the child, so memory per process stays bounded.
-//! - `end` follows all output: after the process is reaped, stdout and stderr are read to EOF, or until
-//!   they stay silent for [`DRAIN_IDLE`] (a background grandchild may hold them open forever).
-//! - A client that goes away does not stop the process: the readers keep draining and discarding.
-//! - The stream opens with `start`, gets `keepalive` after each idle interval, and always closes with an
-//!   end-of-stream frame (an error frame if the supervisor vanished without an `end`).
+//! - Output is read in chunks of at most [`CHUNK`] bytes and handed to the process's [`Hub`]; a slow
+//!   client stalls the readers, the full pipe (or terminal) stalls the child, so memory per process
+//!   stays bounded.
+//! - `end` follows all output: after the process is reaped, its output is read to EOF, or until it
+//!   stays silent for [`DRAIN_IDLE`] (a background grandchild may hold it open forever).
+//! - Clients that go away do not stop the process: the readers keep draining and discarding.
+//! - Once the process has ended it leaves the process table, and every stream still attached gets
+//!   `end` as its last event.
 
 use super::super::AppState;
+use super::output::{self, Hub};
+use super::pty::{PtyMaster, PtyReader};
 use super::signal_group;
 use axum::body::Bytes;
 use bytes::BytesMut;
-use futures::Stream;
-use sandboxd_envd::connect::{self, ConnectError};
-use sandboxd_envd::process::{
-    DataEvent, EndEvent, KeepAlive, ProcessEvent, StartEvent, StartResponse,
-};
-use sandboxd_envd::Code;
-use std::convert::Infallible;
+use sandboxd_envd::process::{DataEvent, EndEvent, ProcessEvent};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Child;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 /// Largest output chunk per event.
 pub const CHUNK: usize = 32 << 10;
-/// Events buffered between the readers and the client.
-pub const QUEUE: usize = 8;
 /// How long output may stay silent after the process exited before the stream ends anyway.
 pub const DRAIN_IDLE: Duration = Duration::from_millis(200);
 
-/// Spawns the tasks that read `child`'s output and reap it; returns the receiving end of its events
-/// (data then exactly one `end`).
+/// Spawns the tasks that read `child`'s output (its pipes, or the terminal behind `pty`) into `hub`
+/// and reap it.
 pub fn supervise(
     mut child: Child,
     pid: u32,
+    pty: Option<Arc<PtyMaster>>,
     deadline: Option<Duration>,
     state: AppState,
-) -> mpsc::Receiver<ProcessEvent> {
-    let (tx, rx) = mpsc::channel(QUEUE);
+    hub: Arc<Hub>,
+) {
     let (exited_tx, exited_rx) = watch::channel(false);
-    let stdout = child
-        .stdout
-        .take()
-        .map(|out| tokio::spawn(pump(out, DataEvent::Stdout, tx.clone(), exited_rx.clone())));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|err| tokio::spawn(pump(err, DataEvent::Stderr, tx.clone(), exited_rx.clone())));
+    let mut readers = Vec::new();
+    if let Some(master) = pty {
+        let terminal = PtyReader(master);
+        readers.push(tokio::spawn(pump(
+            terminal,
+            DataEvent::Pty,
+            hub.clone(),
+            exited_rx.clone(),
+        )));
+    }
+    if let Some(out) = child.stdout.take() {
+        readers.push(tokio::spawn(pump(
+            out,
+            DataEvent::Stdout,
+            hub.clone(),
+            exited_rx.clone(),
+        )));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.push(tokio::spawn(pump(
+            err,
+            DataEvent::Stderr,
+            hub.clone(),
+            exited_rx,
+        )));
+    }
     tokio::spawn(async move {
         let status = wait_with_deadline(&mut child, pid, deadline).await;
         let _ = exited_tx.send(true);
-        for reader in [stdout, stderr].into_iter().flatten() {
+        for reader in readers {
             let _ = reader.await;
         }
+        let listeners = hub.close();
         state.processes.remove(pid);
         let end = match status {
             Ok(status) => end_event(status),
@@ -69,9 +86,8 @@ pub fn supervise(
             },
         };
         tracing::info!(pid, status = %end.status, "process ended");
-        let _ = tx.send(ProcessEvent::End(end)).await;
+        output::finish(listeners, ProcessEvent::End(end)).await;
     });
-    rx
 }
 
 async fn wait_with_deadline(
@@ -92,27 +108,25 @@ async fn wait_with_deadline(
     }
 }
 
-/// Reads `pipe` to EOF (or to silence after exit), sending chunks as `kind` events while someone
-/// listens and discarding them afterwards.
+/// Reads `source` to EOF (or to silence after exit), publishing chunks as `kind` events.
 async fn pump<R: AsyncRead + Unpin>(
-    mut pipe: R,
+    mut source: R,
     kind: fn(Bytes) -> DataEvent,
-    tx: mpsc::Sender<ProcessEvent>,
+    hub: Arc<Hub>,
     mut exited: watch::Receiver<bool>,
 ) {
     let mut buf = BytesMut::with_capacity(CHUNK);
-    let mut listening = true;
     let mut draining = false;
     loop {
         buf.reserve(CHUNK);
         let read = if draining || *exited.borrow() {
-            match tokio::time::timeout(DRAIN_IDLE, pipe.read_buf(&mut buf)).await {
+            match tokio::time::timeout(DRAIN_IDLE, source.read_buf(&mut buf)).await {
                 Ok(r) => r,
                 Err(_) => return,
             }
         } else {
             tokio::select! {
-                r = pipe.read_buf(&mut buf) => r,
+                r = source.read_buf(&mut buf) => r,
                 // Sent, or the supervisor is gone: either way the process is over.
                 _ = exited.changed() => {
                     draining = true;
@@ -124,9 +138,7 @@ async fn pump<R: AsyncRead + Unpin>(
             Ok(0) => return,
             Ok(_) => {
                 let chunk = buf.split().freeze();
-                if listening && tx.send(ProcessEvent::Data(kind(chunk))).await.is_err() {
-                    listening = false;
-                }
+                hub.publish(ProcessEvent::Data(kind(chunk))).await;
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
@@ -204,71 +216,6 @@ fn signal_name(sig: i32) -> String {
         .and_then(|i| NAMES.get(i))
         .map(|s| s.to_string())
         .unwrap_or_else(|| format!("signal {sig}"))
-}
-
-struct StreamState {
-    pid: u32,
-    events: mpsc::Receiver<ProcessEvent>,
-    keepalive: Duration,
-    phase: Phase,
-}
-
-enum Phase {
-    Start,
-    Running,
-    Finish(Option<ConnectError>),
-    Done,
-}
-
-/// The framed response body of a `Start` call: `start`, data and keepalives, `end`, end-of-stream.
-pub fn event_stream(
-    pid: u32,
-    events: mpsc::Receiver<ProcessEvent>,
-    keepalive: Duration,
-) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
-    let state = StreamState {
-        pid,
-        events,
-        keepalive,
-        phase: Phase::Start,
-    };
-    futures::stream::unfold(state, |mut st| async move {
-        let frame = match std::mem::replace(&mut st.phase, Phase::Running) {
-            Phase::Done => return None,
-            Phase::Finish(err) => {
-                st.phase = Phase::Done;
-                connect::encode_end_stream(err)
-            }
-            Phase::Start => frame(ProcessEvent::Start(StartEvent { pid: st.pid })),
-            Phase::Running => {
-                let next = tokio::time::timeout(st.keepalive, st.events.recv()).await;
-                match next {
-                    Err(_) => frame(ProcessEvent::Keepalive(KeepAlive {})),
-                    Ok(Some(ev @ ProcessEvent::End(_))) => {
-                        st.phase = Phase::Finish(None);
-                        frame(ev)
-                    }
-                    Ok(Some(ev)) => frame(ev),
-                    Ok(None) => {
-                        st.phase = Phase::Done;
-                        connect::encode_end_stream(Some(ConnectError::new(
-                            Code::Internal,
-                            "the process supervisor ended without an end event",
-                        )))
-                    }
-                }
-            }
-        };
-        Some((Ok(frame), st))
-    })
-}
-
-fn frame(event: ProcessEvent) -> Bytes {
-    // Events are plain data; serialization cannot fail, but never panic on it.
-    connect::encode_message(&StartResponse { event }).unwrap_or_else(|e| {
-        tracing::error!(error = %e, "cannot encode a process event");
-        Bytes::new()
-    })
 }
 
 #[cfg(test)]

@@ -1,17 +1,21 @@
-//! Spawning one process as a user.
+//! Spawning one process as a user, on pipes or on a terminal.
 //!
-//! Guarantees for the child, all set up between fork and exec: its own process group; `oom_score_adj`
-//! back to 0 (the agent runs at -1000 and children must be killable first); the user's supplementary
-//! groups, gid and uid (in that order, so no privilege is kept); then `chdir` to the working directory
-//! as that user. The environment is built from scratch: `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`,
-//! then the sandbox-wide variables, then the request's, each later source overriding earlier ones.
+//! Guarantees for the child, all set up between fork and exec: its own process group (with a PTY: its
+//! own session, whose controlling terminal is the PTY); `oom_score_adj` back to 0 (the agent runs at
+//! -1000 and children must be killable first); the user's supplementary groups, gid and uid (in that
+//! order, so no privilege is kept); then `chdir` to the working directory as that user. The environment
+//! is built from scratch: `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL` (and `TERM=xterm-256color` with a
+//! PTY), then the sandbox-wide variables, then the request's, each later source overriding earlier ones.
+//! With a PTY the terminal is the child's stdin, stdout and stderr, and belongs to the user.
 
 use super::super::error::ServerError;
 use super::super::fs::resolve_path;
 use super::super::users::User;
-use sandboxd_envd::process::StartRequest;
+use super::pty::{self, PtyMaster};
+use sandboxd_envd::process::{PtySize, StartRequest};
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -19,6 +23,8 @@ use tokio::process::{Child, Command};
 
 /// `PATH` when neither the sandbox nor the request sets one.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// `TERM` of a PTY process when neither the sandbox nor the request sets one.
+pub const DEFAULT_TERM: &str = "xterm-256color";
 
 /// A validated request to run something.
 pub struct SpawnSpec {
@@ -28,6 +34,14 @@ pub struct SpawnSpec {
     pub cwd: PathBuf,
     pub user: User,
     pub stdin: bool,
+    /// Run on a terminal of this size instead of pipes.
+    pub pty: Option<PtySize>,
+}
+
+/// A started process: on pipes (`child.stdout`, `child.stderr`, maybe `child.stdin`) or on a terminal.
+pub struct Spawned {
+    pub child: Child,
+    pub pty: Option<PtyMaster>,
 }
 
 impl SpawnSpec {
@@ -57,6 +71,7 @@ impl SpawnSpec {
         } else {
             user.shell.as_str()
         };
+        let pty = req.pty.as_ref().map(|p| p.size.unwrap_or_default());
         let mut env: Vec<(String, String)> = vec![
             ("PATH".into(), DEFAULT_PATH.into()),
             ("HOME".into(), user.home.to_string_lossy().into_owned()),
@@ -64,6 +79,9 @@ impl SpawnSpec {
             ("LOGNAME".into(), user.name.clone()),
             ("SHELL".into(), shell.into()),
         ];
+        if pty.is_some() {
+            env.push(("TERM".into(), DEFAULT_TERM.into()));
+        }
         let mut sandbox: Vec<_> = sandbox_envs.iter().collect();
         sandbox.sort();
         let mut request: Vec<_> = p.envs.iter().collect();
@@ -85,12 +103,14 @@ impl SpawnSpec {
             user: user.clone(),
             // envd keeps a stdin pipe unless the caller says `stdin: false`.
             stdin: req.stdin.unwrap_or(true),
+            pty,
         })
     }
 }
 
-/// Starts the process with piped stdout/stderr (and stdin when asked, else `/dev/null`).
-pub fn spawn(spec: SpawnSpec) -> Result<Child, ServerError> {
+/// Starts the process on a new terminal, or with piped stdout/stderr (and stdin when asked, else
+/// `/dev/null`).
+pub fn spawn(spec: SpawnSpec) -> Result<Spawned, ServerError> {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     let switch_user = euid != spec.user.uid;
@@ -106,24 +126,46 @@ pub fn spawn(spec: SpawnSpec) -> Result<Child, ServerError> {
     let mut groups: Vec<libc::gid_t> = vec![gid];
     groups.extend(spec.user.groups.iter().copied());
 
+    let terminal = match spec.pty {
+        Some(size) => Some(open_terminal(size, switch_user.then_some(uid))?),
+        None => None,
+    };
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(if spec.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(false);
+    match &terminal {
+        Some((_, slave)) => {
+            let dup = |fd: &OwnedFd| {
+                fd.try_clone()
+                    .map_err(ServerError::io("duplicate the terminal for", &spec.program))
+            };
+            cmd.stdin(Stdio::from(dup(slave)?))
+                .stdout(Stdio::from(dup(slave)?))
+                .stderr(Stdio::from(dup(slave)?));
+        }
+        None => {
+            cmd.stdin(if spec.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        }
+    }
+    let with_terminal = terminal.is_some();
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (open/write/close, setgroups/setgid/setuid, chdir) on memory prepared before fork.
+    // system calls (open/write/close, setsid/ioctl, setgroups/setgid/setuid, chdir) on memory prepared
+    // before fork.
     unsafe {
         cmd.pre_exec(move || {
             reset_oom_score();
+            if with_terminal {
+                pty::make_controlling_terminal()?;
+            }
             if switch_user
                 && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
                     || libc::setgid(gid) != 0
@@ -137,7 +179,7 @@ pub fn spawn(spec: SpawnSpec) -> Result<Child, ServerError> {
             Ok(())
         });
     }
-    cmd.spawn().map_err(|source| match source.kind() {
+    let child = cmd.spawn().map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound
         | std::io::ErrorKind::PermissionDenied
         | std::io::ErrorKind::InvalidInput => ServerError::InvalidArgument(format!(
@@ -149,7 +191,32 @@ pub fn spawn(spec: SpawnSpec) -> Result<Child, ServerError> {
             path: spec.program.clone(),
             source,
         },
+    })?;
+    // The command and `terminal`'s slave go out of scope here: only the child holds the slave now, so
+    // the master reads end of file once the child (and whatever inherited the terminal) is gone.
+    drop(cmd);
+    Ok(Spawned {
+        child,
+        pty: terminal.map(|(master, _slave)| master),
     })
+}
+
+/// A terminal for a new process, its slave handed to `owner` when the process runs as another user.
+fn open_terminal(
+    size: PtySize,
+    owner: Option<libc::uid_t>,
+) -> Result<(PtyMaster, OwnedFd), ServerError> {
+    let (master, slave) =
+        pty::open(size).map_err(ServerError::io("open a terminal", "/dev/ptmx"))?;
+    if let Some(uid) = owner {
+        // SAFETY: fchown on an fd we own; gid -1 leaves the group (tty) as devpts set it.
+        if unsafe { libc::fchown(slave.as_raw_fd(), uid, libc::gid_t::MAX) } != 0 {
+            return Err(ServerError::io("hand the terminal to uid", uid)(
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok((master, slave))
 }
 
 /// Sets this (forked) process's `oom_score_adj` to 0. Raising it needs no privilege.
@@ -210,6 +277,35 @@ mod tests {
         assert_eq!(get("SHELL"), Some("/bin/bash"));
         assert_eq!(spec.env.iter().filter(|(k, _)| k == "A").count(), 1);
         assert!(spec.stdin);
+        assert_eq!(get("TERM"), None);
+        assert_eq!(spec.pty, None);
+    }
+
+    #[test]
+    fn pty_requests_get_a_term_and_a_size() {
+        use sandboxd_envd::process::Pty;
+        let mut req = StartRequest {
+            process: ProcessConfig {
+                cmd: "bash".into(),
+                ..Default::default()
+            },
+            pty: Some(Pty {
+                size: Some(PtySize { cols: 90, rows: 20 }),
+            }),
+            ..Default::default()
+        };
+        let spec = SpawnSpec::new(&req, &root(), &HashMap::new()).unwrap();
+        assert_eq!(spec.pty, Some(PtySize { cols: 90, rows: 20 }));
+        let term = |s: &SpawnSpec| {
+            s.env
+                .iter()
+                .find(|(k, _)| k == "TERM")
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(term(&spec).as_deref(), Some(DEFAULT_TERM));
+        req.process.envs.insert("TERM".into(), "dumb".into());
+        let spec = SpawnSpec::new(&req, &root(), &HashMap::new()).unwrap();
+        assert_eq!(term(&spec).as_deref(), Some("dumb"));
     }
 
     #[test]

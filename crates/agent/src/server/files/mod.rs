@@ -5,12 +5,17 @@
 //! directories) on a thread holding the caller's filesystem identity, so the kernel applies the user's
 //! permissions and new entries belong to the user; the data is then moved on the open descriptor.
 //! Uploads: `application/octet-stream` to `path`, or `multipart/*` where each `file` part goes to
-//! `path` or, without it, to the part's filename. Not yet supported: gzip request bodies, gzip
-//! downloads, Range requests and `X-Metadata-*` headers (file metadata).
+//! `path` or, without it, to the part's filename (so one request can write several files). A body may
+//! be gzip (`Content-Encoding`), and a download is gzip when `Accept-Encoding` prefers it
+//! ([`encoding`]). `X-Metadata-*` headers set metadata on every file an upload writes (see
+//! [`super::fs::xattr`]), echoed in the answer. A full disk answers 507. Not supported: Range
+//! requests.
+
+mod encoding;
 
 use super::auth::{check_files_access, Caller};
 use super::error::ServerError;
-use super::fs::{create_dirs, creds, resolve_path};
+use super::fs::{create_dirs, creds, resolve_path, xattr};
 use super::AppState;
 use axum::body::Body;
 use axum::extract::{Query, State};
@@ -21,9 +26,11 @@ use axum::Router;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sandboxd_envd::files::{FilesError, FilesQuery, Operation, WriteInfo, WriteType};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::PathBuf;
+use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::ReaderStream;
 
@@ -81,14 +88,27 @@ async fn try_download(
     let caller = Caller::named(state, q.username.as_deref())?;
     let path = resolve_path(q.path.as_deref().unwrap_or(""), &caller.user)?;
     let (file, len) = creds::run_as(&caller.user, move || open_for_read(path)).await?;
-    let stream = ReaderStream::with_capacity(tokio::fs::File::from_std(file), READ_CHUNK);
-    let mut resp = Response::new(Body::from_stream(stream));
+    let gzip = encoding::wants_gzip(headers);
+    let body = if gzip {
+        encoding::gzip_file(file)
+    } else {
+        Body::from_stream(ReaderStream::with_capacity(
+            tokio::fs::File::from_std(file),
+            READ_CHUNK,
+        ))
+    };
+    let mut resp = Response::new(body);
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    if gzip {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    } else {
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
     Ok(resp)
 }
 
@@ -156,13 +176,11 @@ async fn try_upload(
     let q = parse_query(uri)?;
     check_files_access(state, headers, &q, Operation::Write)?;
     let caller = Caller::named(state, q.username.as_deref())?;
-    if let Some(enc) = headers.get(header::CONTENT_ENCODING) {
-        if !enc.as_bytes().eq_ignore_ascii_case(b"identity") {
-            return Err(ServerError::InvalidArgument(format!(
-                "content encoding {enc:?} is not supported, send the body uncompressed"
-            )));
-        }
-    }
+    let body = match encoding::request_coding(headers)? {
+        encoding::Coding::Identity => body,
+        encoding::Coding::Gzip => encoding::gunzip_body(body),
+    };
+    let metadata = Arc::new(xattr::from_headers(headers)?);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -184,7 +202,7 @@ async fn try_upload(
         let stream = body
             .into_data_stream()
             .map(|r| r.map_err(|e| e.to_string()));
-        return Ok(vec![write_stream(&caller, path, stream).await?]);
+        return Ok(vec![write_stream(&caller, path, stream, &metadata).await?]);
     }
     if !media.starts_with("multipart/") {
         return Err(ServerError::InvalidArgument(format!(
@@ -221,18 +239,30 @@ async fn try_upload(
             )));
         }
         let stream = field.map(|r| r.map_err(|e| e.to_string()));
-        written.push(write_stream(&caller, path, stream).await?);
+        written.push(write_stream(&caller, path, stream, &metadata).await?);
     }
     Ok(written)
 }
 
-/// Creates/truncates `path` as the caller and copies `data` into it chunk by chunk.
-async fn write_stream<S>(caller: &Caller, path: PathBuf, data: S) -> Result<WriteInfo, ServerError>
+/// Creates/truncates `path` as the caller, sets `metadata` on it and copies `data` into it chunk by
+/// chunk.
+async fn write_stream<S>(
+    caller: &Caller,
+    path: PathBuf,
+    data: S,
+    metadata: &Arc<HashMap<String, String>>,
+) -> Result<WriteInfo, ServerError>
 where
     S: Stream<Item = Result<Bytes, String>>,
 {
     let target = path.clone();
-    let file = creds::run_as(&caller.user, move || open_for_write(&target)).await?;
+    let meta = metadata.clone();
+    let file = creds::run_as(&caller.user, move || {
+        let file = open_for_write(&target)?;
+        xattr::write(&file, &target, &meta)?;
+        Ok(file)
+    })
+    .await?;
     let mut file = tokio::fs::File::from_std(file);
     let mut data = std::pin::pin!(data);
     while let Some(chunk) = data.next().await {
@@ -253,6 +283,7 @@ where
             .unwrap_or_default(),
         kind: WriteType::File,
         path: path.to_string_lossy().into_owned(),
+        metadata: (**metadata).clone(),
     })
 }
 

@@ -1,0 +1,461 @@
+//! The E2B control API's handlers: parse, call the service, answer in E2B's shapes.
+
+use super::error::E2bError;
+use super::models::{
+    e2b_state, ConnectRequest, Metric, NewSandbox, PauseRequest, SandboxBody, TimeoutRequest,
+};
+use crate::auth::Caller;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use sandboxd_service::e2b::{parse_timestamp, CREATE_KEY_SCOPE};
+use sandboxd_service::idempotency::Replayable;
+use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::Service;
+use sandboxd_store::{unix_millis_now, Sandbox, SandboxFilter, SandboxState};
+use std::time::Duration;
+
+type Result<T> = std::result::Result<T, E2bError>;
+
+/// Timeout of a v2 connect that names none, seconds (the SDK model's default).
+const CONNECT_DEFAULT_TIMEOUT: u64 = 300;
+/// How far apart the two cgroup samples of a metrics answer are (the CPU percentage is their slope).
+const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Parses a JSON body; every way it can be wrong is a 400.
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
+    if body.is_empty() {
+        return Err(E2bError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| E2bError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// Parses an optional JSON body: empty means every field's default.
+fn parse_optional<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    parse(body)
+}
+
+/// The sandbox `id` if E2B clients can see it (running or paused), else a 404.
+async fn visible(service: &Service, id: &str) -> Result<Sandbox> {
+    let sandbox = service.get(id).await?;
+    if e2b_state(sandbox.state).is_none() {
+        return Err(E2bError::not_found(format!("sandbox {id} not found")));
+    }
+    Ok(sandbox)
+}
+
+fn detail(service: &Service, sandbox: &Sandbox) -> SandboxBody {
+    SandboxBody::detail(sandbox, service.config())
+}
+
+/// `POST /sandboxes`, `POST /v2/sandboxes`: create, deduplicated by body (see
+/// [`sandboxd_service::e2b`]) and, when the request carries one, by `Idempotency-Key`.
+pub async fn create(
+    State(service): State<Service>,
+    caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response> {
+    let req = parse::<NewSandbox>(&body)?.into_create()?;
+    let work = |_stale: Option<String>| async {
+        let created = service.e2b_create(req).await;
+        match created {
+            Ok(sandbox) => Replayable {
+                status: StatusCode::CREATED.as_u16(),
+                body: serde_json::to_vec(&detail(&service, &sandbox)).unwrap_or_default(),
+            },
+            Err(e) => {
+                let e = E2bError::from(e);
+                Replayable {
+                    status: e.status.as_u16(),
+                    body: serde_json::to_vec(&e.body()).unwrap_or_default(),
+                }
+            }
+        }
+    };
+    let key = headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| E2bError::bad_request("Idempotency-Key must be visible ASCII"))
+        })
+        .transpose()?;
+    let (answer, replayed) = match (key, caller) {
+        (Some(key), Some(Extension(Caller(caller)))) => {
+            service
+                .idempotent(CREATE_KEY_SCOPE, &caller, key, &body, None, work)
+                .await?
+        }
+        _ => (work(None).await, false),
+    };
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        answer.body,
+    )
+        .into_response();
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// `GET /sandboxes/{id}`.
+pub async fn get(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<Json<SandboxBody>> {
+    let sandbox = visible(&service, &id).await?;
+    Ok(Json(detail(&service, &sandbox)))
+}
+
+/// `DELETE /sandboxes/{id}`: 204, or 404 when there is no such sandbox.
+pub async fn kill(State(service): State<Service>, Path(id): Path<String>) -> Result<StatusCode> {
+    service.delete(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/timeout {timeout}`: the sandbox now expires `timeout` seconds from now.
+pub async fn set_timeout(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode> {
+    let req: TimeoutRequest = parse(&body)?;
+    visible(&service, &id).await?;
+    service
+        .set_timeout(&id, Duration::from_secs(req.timeout), false)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/pause`: 204; 409 when already paused.
+pub async fn pause(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode> {
+    let req: PauseRequest = parse_optional(&body)?;
+    if req.memory == Some(false) {
+        return Err(E2bError::bad_request(
+            "a filesystem-only pause is not supported: a pause keeps processes and memory",
+        ));
+    }
+    visible(&service, &id).await?;
+    service.pause(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/connect {timeout}` (timeout required).
+pub async fn connect_v1(state: State<Service>, id: Path<String>, body: Bytes) -> Result<Response> {
+    let req: ConnectRequest = parse(&body)?;
+    if req.timeout.is_none() {
+        return Err(E2bError::bad_request("timeout is required"));
+    }
+    connect(state, id, req).await
+}
+
+/// `POST /v2/sandboxes/{id}/connect {timeout?}`.
+pub async fn connect_v2(state: State<Service>, id: Path<String>, body: Bytes) -> Result<Response> {
+    let req: ConnectRequest = parse_optional(&body)?;
+    connect(state, id, req).await
+}
+
+/// Connect: resumes a paused sandbox (201) or extends a running one's deadline (200); either way the
+/// answer is the sandbox.
+async fn connect(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    req: ConnectRequest,
+) -> Result<Response> {
+    let sandbox = visible(&service, &id).await?;
+    if req.memory == Some(false) && sandbox.state == SandboxState::Paused {
+        return Err(E2bError::bad_request(
+            "resuming from disk only is not supported: a paused sandbox resumes where it stopped",
+        ));
+    }
+    let timeout = Duration::from_secs(req.timeout.unwrap_or(CONNECT_DEFAULT_TIMEOUT));
+    let (sandbox, resumed) = service.e2b_connect(&id, timeout).await?;
+    let status = if resumed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(detail(&service, &sandbox))).into_response())
+}
+
+/// `POST /sandboxes/{id}/resume {timeout}` (older SDKs): 201 with the sandbox; 409 if it is running.
+pub async fn resume(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    let req: ConnectRequest = parse_optional(&body)?;
+    let sandbox = visible(&service, &id).await?;
+    if sandbox.state != SandboxState::Paused {
+        return Err(E2bError::new(
+            StatusCode::CONFLICT,
+            format!("sandbox {id} is already running"),
+        ));
+    }
+    let timeout = Duration::from_secs(req.timeout.unwrap_or(CONNECT_DEFAULT_TIMEOUT));
+    let (sandbox, _) = service.e2b_connect(&id, timeout).await?;
+    Ok((StatusCode::CREATED, Json(detail(&service, &sandbox))).into_response())
+}
+
+/// `GET /sandboxes/{id}/metrics`: one sample of the sandbox's cgroup, now.
+pub async fn metrics(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<Metric>>> {
+    visible(&service, &id).await?;
+    let (_, before) = service.usage(&id).await?;
+    let started = std::time::Instant::now();
+    tokio::time::sleep(CPU_SAMPLE_INTERVAL).await;
+    let (sandbox, after) = service.usage(&id).await?;
+    let elapsed_usec = started.elapsed().as_micros().max(1) as f64;
+    let cpus = f64::from(sandbox.cpu_millis.max(1)) / 1000.0;
+    let used_usec = after.cpu_usage_usec.saturating_sub(before.cpu_usage_usec) as f64;
+    let cpu_used_pct = (used_usec / (elapsed_usec * cpus) * 100.0).clamp(0.0, 100.0);
+    let now = unix_millis_now();
+    let mem_total = after
+        .memory_limit_bytes
+        .unwrap_or(u64::from(sandbox.memory_mb) * 1024 * 1024);
+    Ok(Json(vec![Metric {
+        timestamp: rfc3339(now),
+        timestamp_unix: now / 1000,
+        cpu_count: sandbox.cpu_millis.div_ceil(1000).max(1),
+        cpu_used_pct: (cpu_used_pct * 100.0).round() / 100.0,
+        mem_used: after
+            .memory_usage_bytes
+            .saturating_sub(after.memory_file_bytes),
+        mem_total,
+        mem_cache: after.memory_file_bytes,
+        disk_used: 0,
+        disk_total: 0,
+    }]))
+}
+
+/// `GET /v2/sandboxes`: one page of running and paused sandboxes, the next page's token in
+/// `x-next-token`. Query: `metadata=k%3Dv%26k2%3Dv2` (URL-encoded pairs), `state=running,paused`,
+/// `limit`, `nextToken`, `template`, `startedAfter`, `order=asc`.
+pub async fn list_v2(State(service): State<Service>, RawQuery(raw): RawQuery) -> Result<Response> {
+    let query = ListQuery::parse(
+        raw.as_deref(),
+        &[SandboxState::Running, SandboxState::Paused],
+    )?;
+    let (rows, next) = service.list(query.filter.clone()).await?;
+    let body: Vec<SandboxBody> = rows
+        .iter()
+        .filter(|s| query.keeps(s))
+        .map(SandboxBody::listed)
+        .collect();
+    let mut response = Json(body).into_response();
+    if let Some(token) = next.and_then(|t| HeaderValue::from_str(&t).ok()) {
+        response.headers_mut().insert("x-next-token", token);
+    }
+    Ok(response)
+}
+
+/// `GET /sandboxes` (older SDKs): every running sandbox, optionally filtered by `metadata`.
+pub async fn list_v1(
+    State(service): State<Service>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Vec<SandboxBody>>> {
+    let mut query = ListQuery::parse(raw.as_deref(), &[SandboxState::Running])?;
+    query.filter.limit = 1000;
+    let mut out = Vec::new();
+    loop {
+        let (rows, next) = service.list(query.filter.clone()).await?;
+        out.extend(
+            rows.iter()
+                .filter(|s| query.keeps(s))
+                .map(SandboxBody::listed),
+        );
+        match next {
+            Some(cursor) => query.filter.cursor = Some(cursor),
+            None => return Ok(Json(out)),
+        }
+    }
+}
+
+/// A parsed listing query: what the store filters, and what is filtered after it.
+#[derive(Debug, Default)]
+struct ListQuery {
+    filter: SandboxFilter,
+    template: Option<String>,
+    started_after: Option<i64>,
+}
+
+impl ListQuery {
+    fn parse(raw: Option<&str>, default_states: &[SandboxState]) -> Result<Self> {
+        let mut q = ListQuery::default();
+        let pairs = raw
+            .map(|r| {
+                form_urlencoded::parse(r.as_bytes())
+                    .into_owned()
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for (key, value) in pairs {
+            match key.as_str() {
+                // `k=v&k2=v2`, each side percent-encoded once more (E2B's SDKs quote before encoding).
+                "metadata" => {
+                    for (k, v) in form_urlencoded::parse(value.as_bytes()) {
+                        q.filter
+                            .metadata
+                            .push((percent_decode(&k), percent_decode(&v)));
+                    }
+                }
+                "state" => {
+                    for s in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                        let state = match s {
+                            "running" => SandboxState::Running,
+                            "paused" => SandboxState::Paused,
+                            other => {
+                                return Err(E2bError::bad_request(format!(
+                                    "unknown state {other:?}: use running or paused"
+                                )))
+                            }
+                        };
+                        if !q.filter.states.contains(&state) {
+                            q.filter.states.push(state);
+                        }
+                    }
+                }
+                "limit" => {
+                    q.filter.limit = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=1000).contains(n))
+                        .ok_or_else(|| E2bError::bad_request("limit must be between 1 and 1000"))?;
+                }
+                "nextToken" => {
+                    if !valid_token(&value) {
+                        return Err(E2bError::bad_request("invalid nextToken"));
+                    }
+                    q.filter.cursor = Some(value);
+                }
+                "template" => q.template = Some(value),
+                "startedAfter" => {
+                    q.started_after = Some(parse_timestamp(&value).ok_or_else(|| {
+                        E2bError::bad_request("startedAfter must be an RFC 3339 timestamp")
+                    })?);
+                }
+                "order" if value == "asc" => {}
+                "order" => {
+                    return Err(E2bError::bad_request(
+                        "only order=asc (oldest first) is supported",
+                    ))
+                }
+                // Newer SDKs may send more; unknown filters are not applied.
+                _ => {}
+            }
+        }
+        if q.filter.states.is_empty() {
+            q.filter.states = default_states.to_vec();
+        }
+        Ok(q)
+    }
+
+    /// The filters the store does not apply.
+    fn keeps(&self, s: &Sandbox) -> bool {
+        self.template.as_ref().is_none_or(|t| *t == s.template)
+            && self.started_after.is_none_or(|t| s.created_at >= t)
+    }
+}
+
+/// A `nextToken` is a cursor this daemon issued: `<createdAt>:<sandboxId>`.
+fn valid_token(token: &str) -> bool {
+    token.split_once(':').is_some_and(|(at, id)| {
+        at.parse::<i64>().is_ok()
+            && !id.is_empty()
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    })
+}
+
+/// `%XX` sequences decoded (no `+` rule); invalid sequences are kept as they are.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_filters_decode_the_sdks_double_encoding() {
+        // Python: urlencode({quote("team a"): quote("x&y")}) sent as the `metadata` parameter.
+        let q = ListQuery::parse(
+            Some("metadata=team%252520a%3Dx%252526y%26k%3Dv&state=running&limit=2"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            q.filter.metadata,
+            [
+                ("team a".to_string(), "x&y".to_string()),
+                ("k".into(), "v".into())
+            ]
+        );
+        assert_eq!(q.filter.states, [SandboxState::Running]);
+        assert_eq!(q.filter.limit, 2);
+    }
+
+    #[test]
+    fn states_default_and_accept_lists_or_repeats() {
+        let all = [SandboxState::Running, SandboxState::Paused];
+        assert_eq!(ListQuery::parse(None, &all).unwrap().filter.states, all);
+        let q = ListQuery::parse(Some("state=paused&state=running,paused"), &[]).unwrap();
+        assert_eq!(
+            q.filter.states,
+            [SandboxState::Paused, SandboxState::Running]
+        );
+        for bad in [
+            "state=failed",
+            "limit=0",
+            "limit=x",
+            "nextToken=garbage",
+            "order=desc",
+        ] {
+            assert!(ListQuery::parse(Some(bad), &all).is_err(), "{bad}");
+        }
+        assert!(ListQuery::parse(Some("nextToken=17%3Aab-1&order=asc&future=1"), &all).is_ok());
+    }
+
+    #[test]
+    fn percent_decoding_keeps_what_is_not_an_escape() {
+        assert_eq!(percent_decode("a%20b"), "a b");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("a+b"), "a+b");
+    }
+}

@@ -1,0 +1,114 @@
+//! The E2B control API, served at the root of the daemon's listener beside `/v1`, so that the real E2B
+//! SDKs work unmodified with `E2B_API_URL` and `E2B_SANDBOX_URL` pointed at the daemon and
+//! `E2B_API_KEY` set to a daemon token (sent as `X-API-KEY`, checked by [`crate::auth::require`]).
+//!
+//! Routes (as the SDKs' generated clients call them):
+//! - `POST /v2/sandboxes`, `POST /sandboxes` (older SDKs): create → 201 `Sandbox`; identical bodies
+//!   within the replay window get one sandbox ([`sandboxd_service::e2b`]), and an `Idempotency-Key`
+//!   header is honoured too.
+//! - `GET /v2/sandboxes` (paged, `x-next-token`), `GET /sandboxes` (older, all running): listings.
+//! - `GET /sandboxes/{id}`, `DELETE /sandboxes/{id}` (204, 404 when unknown).
+//! - `POST /sandboxes/{id}/timeout` (204), `POST /sandboxes/{id}/pause` (204, 409 when paused),
+//!   `POST /v2/sandboxes/{id}/connect` and `POST /sandboxes/{id}/connect` (resume if paused: 201, else
+//!   200), `POST /sandboxes/{id}/resume` (older: 201, 409 when running).
+//! - `GET /sandboxes/{id}/metrics`: one sample of the sandbox's cgroup.
+//!
+//! The sandbox side (envd at port 49983, the sandbox's own ports) is the proxy's: with
+//! `E2B_SANDBOX_URL` the SDK sends `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers to the same listener and
+//! `X-Access-Token: <envdAccessToken>`, which the sandbox's agent checks.
+//!
+//! Older SDKs (2.20) send `POST /sandboxes/{id}/connect` to the control API with the sandbox headers
+//! aimed at envd; [`unroute_control_calls`] takes those headers off control-API paths so the proxy
+//! leaves such calls to this router (envd has no such routes).
+//!
+//! Errors are always `{"code": <status>, "message": ...}` ([`error`]). Sandboxes other than running or
+//! paused ones (being created or deleted, failed, lost) do not exist for E2B clients.
+
+pub mod error;
+pub mod handlers;
+pub mod models;
+
+use crate::auth::{self, Auth};
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{middleware, Router};
+use sandboxd_proxy::{SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
+use sandboxd_service::ports::AGENT_PORT;
+use sandboxd_service::Service;
+
+/// Largest JSON body accepted.
+const JSON_LIMIT: usize = 1024 * 1024;
+
+/// The E2B routes, authenticated. Merge into the daemon's router and layer [`error::shape_errors`]
+/// over the whole of it, so that what other layers answer on these paths has the E2B shape too.
+pub fn router(service: Service, auth: Auth) -> Router {
+    Router::new()
+        .route("/sandboxes", post(handlers::create).get(handlers::list_v1))
+        .route(
+            "/v2/sandboxes",
+            post(handlers::create).get(handlers::list_v2),
+        )
+        .route("/sandboxes/{id}", get(handlers::get).delete(handlers::kill))
+        .route("/sandboxes/{id}/timeout", post(handlers::set_timeout))
+        .route("/sandboxes/{id}/pause", post(handlers::pause))
+        .route("/sandboxes/{id}/resume", post(handlers::resume))
+        .route("/sandboxes/{id}/connect", post(handlers::connect_v1))
+        .route("/v2/sandboxes/{id}/connect", post(handlers::connect_v2))
+        .route("/sandboxes/{id}/metrics", get(handlers::metrics))
+        .layer(DefaultBodyLimit::max(JSON_LIMIT))
+        .route_layer(middleware::from_fn_with_state(auth, auth::require))
+        .with_state(service)
+}
+
+/// Whether `path` is one of this API's sandbox routes (`/sandboxes…`, `/v2/sandboxes…`).
+fn is_control_path(path: &str) -> bool {
+    ["/sandboxes", "/v2/sandboxes"].iter().any(|root| {
+        path.strip_prefix(root)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+/// Middleware, outside the proxy: a control-API call that carries the E2B sandbox headers aimed at
+/// envd (port 49983) loses them, so it is answered here rather than forwarded to the sandbox's agent.
+/// Host-routed requests and requests to the sandbox's own ports are untouched.
+pub async fn unroute_control_calls(mut req: Request, next: Next) -> Response {
+    let to_envd = req
+        .headers()
+        .get(SANDBOX_PORT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|p| p.trim() == AGENT_PORT.to_string());
+    if to_envd && is_control_path(req.uri().path()) {
+        req.headers_mut().remove(SANDBOX_ID_HEADER);
+        req.headers_mut().remove(SANDBOX_PORT_HEADER);
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_paths_are_the_sandbox_routes_only() {
+        for yes in [
+            "/sandboxes",
+            "/sandboxes/abc/connect",
+            "/v2/sandboxes",
+            "/v2/sandboxes/a/connect",
+        ] {
+            assert!(is_control_path(yes), "{yes}");
+        }
+        for no in [
+            "/sandboxesx",
+            "/files",
+            "/process.Process/Start",
+            "/health",
+            "/v2/other",
+            "/",
+        ] {
+            assert!(!is_control_path(no), "{no}");
+        }
+    }
+}

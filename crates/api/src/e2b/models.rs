@@ -1,0 +1,313 @@
+//! The E2B control API's JSON bodies, named and shaped as the SDKs' generated clients read them
+//! (`e2b/api/client/models/` in Python, the OpenAPI types in JS): `templateID`, `sandboxID`,
+//! `memoryMB`, … and `allow_internet_access` in snake case, as E2B spells it.
+//!
+//! Requests accept unknown fields (newer SDKs add some); fields this daemon cannot honour are refused
+//! by name rather than ignored.
+
+use super::error::E2bError;
+use sandboxd_service::e2b::E2bCreate;
+use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::ServiceConfig;
+use sandboxd_store::{Sandbox, SandboxState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What every sandbox reports as `envdVersion`: the envd version the sandbox's agent implements
+/// ([`sandboxd_envd::version`]). SDKs refuse anything below 0.1.0 and switch features on by version
+/// (stdin control at 0.3.0, default user at 0.4.0, octet-stream uploads at 0.5.7, …).
+pub const ENVD_VERSION: &str = sandboxd_envd::version::ENVD_VERSION;
+/// `clientID` of every sandbox (E2B's node id; one node here).
+pub const CLIENT_ID: &str = "sandboxd";
+/// `endAt` of a sandbox without a deadline (E2B has no way to say "never").
+const NEVER_MS: i64 = 253_402_300_799_000; // 9999-12-31T23:59:59Z
+
+/// `autoResume` of a create.
+#[derive(Debug, Default, Deserialize)]
+pub struct AutoResume {
+    /// Whether traffic resumes a paused sandbox.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// `POST /sandboxes` (NewSandbox, older SDKs) and `POST /v2/sandboxes` (NewSandboxV2).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSandbox {
+    #[serde(rename = "templateID", default)]
+    pub template_id: Option<String>,
+    #[serde(default)]
+    pub timeout: Option<u64>,
+    #[serde(default)]
+    pub auto_pause: Option<bool>,
+    /// Only meaningful with autoPause; accepted and ignored.
+    #[serde(default)]
+    pub auto_pause_memory: Option<bool>,
+    #[serde(default)]
+    pub auto_resume: Option<AutoResume>,
+    #[serde(default)]
+    pub secure: Option<bool>,
+    #[serde(rename = "allow_internet_access", default)]
+    pub allow_internet_access: Option<bool>,
+    #[serde(default)]
+    pub network: Option<serde_json::Value>,
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub env_vars: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub mcp: Option<serde_json::Value>,
+    #[serde(default)]
+    pub iam: Option<serde_json::Value>,
+    #[serde(default)]
+    pub volume_mounts: Option<Vec<serde_json::Value>>,
+}
+
+impl NewSandbox {
+    /// The service's view of the request; options this daemon cannot provide are a 400.
+    pub fn into_create(self) -> Result<E2bCreate, E2bError> {
+        let present = |v: &Option<serde_json::Value>| {
+            v.as_ref().is_some_and(|v| match v {
+                serde_json::Value::Null => false,
+                serde_json::Value::Object(m) => !m.is_empty(),
+                _ => true,
+            })
+        };
+        if present(&self.mcp) {
+            return Err(E2bError::bad_request("mcp servers are not supported"));
+        }
+        if present(&self.iam) {
+            return Err(E2bError::bad_request(
+                "workload identity (iam) is not supported",
+            ));
+        }
+        if self.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
+            return Err(E2bError::bad_request("volume mounts are not supported"));
+        }
+        Ok(E2bCreate {
+            template_id: self.template_id.unwrap_or_default(),
+            timeout_sec: self.timeout,
+            env_vars: self.env_vars.unwrap_or_default(),
+            metadata: self.metadata.unwrap_or_default(),
+            auto_pause: self.auto_pause.unwrap_or(false),
+            auto_resume: self.auto_resume.is_some_and(|a| a.enabled),
+            secure: self.secure,
+            allow_internet_access: self.allow_internet_access,
+            network: self.network,
+        })
+    }
+}
+
+/// `POST /sandboxes/{id}/timeout`.
+#[derive(Debug, Deserialize)]
+pub struct TimeoutRequest {
+    /// Seconds from now.
+    pub timeout: u64,
+}
+
+/// `POST /sandboxes/{id}/connect` (timeout required), `POST /v2/sandboxes/{id}/connect` (default 300)
+/// and `POST /sandboxes/{id}/resume` (older SDKs).
+#[derive(Debug, Default, Deserialize)]
+pub struct ConnectRequest {
+    /// Seconds from now.
+    #[serde(default)]
+    pub timeout: Option<u64>,
+    /// `false` asks to cold-boot from disk, which a frozen sandbox cannot do.
+    #[serde(default)]
+    pub memory: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/pause`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseRequest {
+    /// `false` asks to keep only the filesystem; a freeze always keeps the memory.
+    #[serde(default)]
+    pub memory: Option<bool>,
+    /// The agent is not asked before a freeze; accepted.
+    #[serde(default)]
+    pub require_healthy_guest: Option<bool>,
+}
+
+/// A sandbox as E2B answers it: `Sandbox` (create, connect), `SandboxDetail` (get) and
+/// `ListedSandbox` (list) are views of this one body.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxBody {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "clientID")]
+    pub client_id: &'static str,
+    pub envd_version: &'static str,
+    /// The sandbox's agent token; the SDK sends it to envd as `X-Access-Token`. Not in listings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub envd_access_token: Option<String>,
+    /// Where the sandbox's ports are: `{port}-{sandboxID}.{domain}`. Not in listings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    pub alias: String,
+    pub started_at: String,
+    pub end_at: String,
+    pub cpu_count: u32,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u32,
+    #[serde(rename = "diskSizeMB")]
+    pub disk_size_mb: u64,
+    pub state: &'static str,
+    pub metadata: BTreeMap<String, String>,
+    /// Always `false` in details: sandboxes have no egress yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_internet_access: Option<bool>,
+    /// `full` for a paused sandbox: a freeze keeps processes and memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_mode: Option<&'static str>,
+}
+
+/// The E2B state of a stored sandbox: E2B knows `running` and `paused`; a sandbox in any other state
+/// (being created or deleted, failed, lost) does not exist for E2B clients.
+pub fn e2b_state(state: SandboxState) -> Option<&'static str> {
+    match state {
+        SandboxState::Running => Some("running"),
+        SandboxState::Paused => Some("paused"),
+        _ => None,
+    }
+}
+
+impl SandboxBody {
+    /// The listing view (no access token, no domain).
+    pub fn listed(s: &Sandbox) -> Self {
+        let state = e2b_state(s.state).unwrap_or("running");
+        Self {
+            template_id: s.template.clone(),
+            sandbox_id: s.id.clone(),
+            client_id: CLIENT_ID,
+            envd_version: ENVD_VERSION,
+            envd_access_token: None,
+            domain: None,
+            alias: s.template.clone(),
+            started_at: rfc3339(s.created_at),
+            end_at: rfc3339(s.expires_at.unwrap_or(NEVER_MS)),
+            cpu_count: s.cpu_millis.div_ceil(1000).max(1),
+            memory_mb: s.memory_mb,
+            disk_size_mb: 0,
+            state,
+            metadata: s.metadata.clone(),
+            allow_internet_access: None,
+            pause_mode: (state == "paused").then_some("full"),
+        }
+    }
+
+    /// The full view: create, connect, get.
+    pub fn detail(s: &Sandbox, config: &ServiceConfig) -> Self {
+        Self {
+            envd_access_token: Some(s.agent_token.clone()),
+            domain: Some(format!("{}:{}", config.domain, config.public_port)),
+            allow_internet_access: Some(s.network["egress"].as_bool().unwrap_or(false)),
+            ..Self::listed(s)
+        }
+    }
+}
+
+/// One sample of `GET /sandboxes/{id}/metrics`.
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Metric {
+    pub timestamp: String,
+    pub timestamp_unix: i64,
+    pub cpu_count: u32,
+    pub cpu_used_pct: f64,
+    pub mem_used: u64,
+    pub mem_total: u64,
+    pub mem_cache: u64,
+    pub disk_used: u64,
+    pub disk_total: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox(state: SandboxState, expires_at: Option<i64>) -> Sandbox {
+        Sandbox {
+            id: "abc".into(),
+            name: String::new(),
+            state,
+            template: "base".into(),
+            cpu_millis: 1500,
+            memory_mb: 512,
+            metadata: BTreeMap::from([("k".into(), "v".into())]),
+            env: BTreeMap::new(),
+            network: serde_json::json!({}),
+            agent_token: "tok".into(),
+            net_slot: Some(1),
+            created_at: 1_000,
+            expires_at,
+            updated_at: 1_000,
+            failure_reason: None,
+            generation: 0,
+        }
+    }
+
+    /// The field names and required fields of the SDKs' `Sandbox`, `SandboxDetail` and `ListedSandbox`.
+    #[test]
+    fn bodies_carry_the_sdk_field_names() {
+        let config = ServiceConfig::default();
+        let detail = serde_json::to_value(SandboxBody::detail(
+            &sandbox(SandboxState::Paused, Some(301_000)),
+            &config,
+        ))
+        .unwrap();
+        for field in [
+            "templateID",
+            "sandboxID",
+            "clientID",
+            "envdVersion",
+            "envdAccessToken",
+            "domain",
+            "startedAt",
+            "endAt",
+            "cpuCount",
+            "memoryMB",
+            "diskSizeMB",
+            "state",
+            "metadata",
+        ] {
+            assert!(detail.get(field).is_some(), "{field} missing from {detail}");
+        }
+        assert_eq!(detail["state"], "paused");
+        assert_eq!(detail["pauseMode"], "full");
+        assert_eq!(detail["cpuCount"], 2);
+        assert_eq!(detail["endAt"], "1970-01-01T00:05:01.000Z");
+        assert_eq!(detail["domain"], "localhost:21212");
+        let listed =
+            serde_json::to_value(SandboxBody::listed(&sandbox(SandboxState::Running, None)))
+                .unwrap();
+        assert!(listed.get("envdAccessToken").is_none());
+        assert_eq!(listed["endAt"], "9999-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn creates_parse_both_sdk_generations_and_refuse_what_cannot_be_honoured() {
+        let v2: NewSandbox = serde_json::from_str(
+            r#"{"templateID":"base","timeout":300,"autoPause":false,"autoPauseMemory":true,
+                "allow_internet_access":true,"metadata":{"a":"b"},"envVars":{"X":"1"},"future":1}"#,
+        )
+        .unwrap();
+        let create = v2.into_create().unwrap();
+        assert_eq!(create.allow_internet_access, Some(true));
+        assert_eq!(create.env_vars["X"], "1");
+        let old: NewSandbox =
+            serde_json::from_str(r#"{"templateID":"base","secure":true,"mcp":null}"#).unwrap();
+        assert_eq!(old.into_create().unwrap().secure, Some(true));
+        for refused in [
+            r#"{"mcp":{"x":{}}}"#,
+            r#"{"volumeMounts":[{"name":"v","path":"/data"}]}"#,
+            r#"{"iam":{"tokens":{"a":{}}}}"#,
+        ] {
+            let req: NewSandbox = serde_json::from_str(refused).unwrap();
+            assert!(req.into_create().is_err(), "{refused}");
+        }
+    }
+}

@@ -1,0 +1,566 @@
+//! The E2B control API of the real daemon, over HTTP as the E2B SDKs speak it (`X-API-KEY`, E2B's JSON
+//! names, `{code, message}` errors): create dedupe, error shapes, pause and resume, timeouts, listings.
+
+mod e2b_support;
+
+use e2b_support::{cgroup_frozen, client, e2b_test, Daemon};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+/// The create's replay window (sandboxd_service::e2b::REPLAY_WINDOW).
+const REPLAY_WINDOW: Duration = Duration::from_secs(10);
+
+async fn create(d: &Daemon, body: &Value) -> (u16, Value) {
+    let resp = d
+        .http()
+        .post(d.endpoint("/v2/sandboxes"))
+        .json(body)
+        .send()
+        .await
+        .expect("create request");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or_default())
+}
+
+fn sandbox_id(body: &Value) -> String {
+    body["sandboxID"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no sandboxID in {body}"))
+        .to_string()
+}
+
+/// Asserts an error answer in E2B's shape: `{"code": <status>, "message": <non-empty string>}`.
+async fn expect_e2b_error(what: &str, resp: reqwest::Response, status: u16) {
+    assert_eq!(resp.status().as_u16(), status, "{what}: status");
+    let text = resp.text().await.unwrap_or_default();
+    let body: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {text}"));
+    assert_eq!(
+        body["code"],
+        json!(status),
+        "{what}: code must be the integer status: {body}"
+    );
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: message: {body}"
+    );
+}
+
+async fn get(d: &Daemon, id: &str) -> (u16, Value) {
+    let resp = d
+        .http()
+        .get(d.endpoint(&format!("/sandboxes/{id}")))
+        .send()
+        .await
+        .expect("get request");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or_default())
+}
+
+async fn post(d: &Daemon, path: &str, body: Value) -> reqwest::Response {
+    d.http()
+        .post(d.endpoint(path))
+        .json(&body)
+        .send()
+        .await
+        .expect("request")
+}
+
+/// The seed's create dedupe: 200 identical creates at once make exactly one sandbox and every caller
+/// gets its id; after the 10 s replay window the same body makes a second one; a duplicate of that one
+/// inside its own window gets it again — unless it was killed meanwhile.
+#[test]
+fn concurrent_identical_creates_make_one_sandbox_until_the_window_closes() {
+    e2b_test(async {
+        let d = Daemon::start().await;
+        let body = json!({
+            "templateID": "base",
+            "timeout": 120,
+            "metadata": {"test": "dedupe", "run": std::process::id().to_string()},
+            "envVars": {"B": "2", "A": "1"},
+            "allow_internet_access": true,
+            "autoPause": false,
+        });
+        let calls: Vec<_> = (0..200)
+            .map(|_| {
+                let client = d.http().clone();
+                let url = d.endpoint("/v2/sandboxes");
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let resp = client.post(url).json(&body).send().await.expect("create");
+                    let status = resp.status().as_u16();
+                    (status, resp.json::<Value>().await.unwrap_or_default())
+                })
+            })
+            .collect();
+        let mut ids = HashSet::new();
+        for call in calls {
+            let (status, answer) = call.await.unwrap();
+            assert_eq!(status, 201, "create: {answer}");
+            assert_eq!(answer["state"], "running", "{answer}");
+            ids.insert(sandbox_id(&answer));
+        }
+        let done = Instant::now();
+        assert_eq!(ids.len(), 1, "every caller gets the same sandbox: {ids:?}");
+        let first = ids.into_iter().next().unwrap();
+        let all = d.all_sandboxes().await;
+        assert_eq!(all.len(), 1, "exactly one sandbox exists: {all:?}");
+        assert_eq!(all[0]["id"], json!(first));
+
+        // Still inside the window: a duplicate replays.
+        let (status, again) = create(&d, &body).await;
+        assert_eq!((status, sandbox_id(&again)), (201, first.clone()));
+
+        // After the window: a legitimate repeat gets a new sandbox.
+        tokio::time::sleep(
+            (REPLAY_WINDOW + Duration::from_millis(500)).saturating_sub(done.elapsed()),
+        )
+        .await;
+        let (status, second) = create(&d, &body).await;
+        assert_eq!(status, 201, "{second}");
+        let second = sandbox_id(&second);
+        assert_ne!(
+            second, first,
+            "a create after the replay window is a new sandbox"
+        );
+        let (status, dup) = create(&d, &body).await;
+        assert_eq!((status, sandbox_id(&dup)), (201, second.clone()));
+        let ids: HashSet<String> = d
+            .all_sandboxes()
+            .await
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(ids, HashSet::from([first.clone(), second.clone()]));
+
+        // A duplicate of a sandbox killed inside its window is never handed the dead sandbox (nor its
+        // id): it waits for the window to close and gets a new one.
+        let killed = d
+            .http()
+            .delete(d.endpoint(&format!("/sandboxes/{second}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(killed.status(), 204);
+        let asked = Instant::now();
+        let (status, third) = create(&d, &body).await;
+        assert_eq!(status, 201, "{third}");
+        let third = sandbox_id(&third);
+        assert!(
+            ![&first, &second].contains(&&third),
+            "{third} was handed out before"
+        );
+        assert!(asked.elapsed() <= REPLAY_WINDOW + Duration::from_secs(2));
+
+        // A different body is a different request.
+        let mut other = body.clone();
+        other["envVars"]["A"] = json!("changed");
+        let (status, fourth) = create(&d, &other).await;
+        assert_eq!(status, 201, "{fourth}");
+        assert!(![first, second, third].contains(&sandbox_id(&fourth)));
+    });
+}
+
+/// `Idempotency-Key` is honoured on top of the body dedupe: the same key replays the first answer
+/// (also after the body's window), and the same key with another body is refused.
+#[test]
+fn idempotency_key_replays_the_first_answer() {
+    e2b_test(async {
+        let d = Daemon::start().await;
+        let body = json!({"templateID": "base", "metadata": {"test": "key"}});
+        let send = |body: Value| {
+            d.http()
+                .post(d.endpoint("/v2/sandboxes"))
+                .header("Idempotency-Key", "create-1")
+                .json(&body)
+                .send()
+        };
+        let first = send(body.clone()).await.unwrap();
+        assert_eq!(first.status(), 201);
+        let first: Value = first.json().await.unwrap();
+        let replay = send(body.clone()).await.unwrap();
+        assert_eq!(replay.status(), 201);
+        assert_eq!(
+            replay
+                .headers()
+                .get("idempotent-replayed")
+                .map(|v| v.to_str().unwrap()),
+            Some("true")
+        );
+        let replay: Value = replay.json().await.unwrap();
+        assert_eq!(sandbox_id(&replay), sandbox_id(&first));
+        let mut other = body.clone();
+        other["metadata"]["test"] = json!("other");
+        expect_e2b_error(
+            "key reused for another body",
+            send(other).await.unwrap(),
+            422,
+        )
+        .await;
+        assert_eq!(d.all_sandboxes().await.len(), 1);
+    });
+}
+
+/// Refused requests answer `{code, message}` with their status and create nothing.
+#[test]
+fn refused_requests_answer_in_the_e2b_shape_and_create_nothing() {
+    e2b_test(async {
+        let d = Daemon::start().await;
+        let create_url = d.endpoint("/v2/sandboxes");
+        let bad_template = d
+            .http()
+            .post(&create_url)
+            .json(&json!({"templateID": "no-such-template"}))
+            .send()
+            .await
+            .unwrap();
+        expect_e2b_error("unknown template", bad_template, 404).await;
+        let bad_json = d
+            .http()
+            .post(&create_url)
+            .header("content-type", "application/json")
+            .body("{\"templateID\": ")
+            .send()
+            .await
+            .unwrap();
+        expect_e2b_error("bad JSON", bad_json, 400).await;
+        let wrong_type = d
+            .http()
+            .post(d.endpoint("/sandboxes"))
+            .json(&json!({"templateID": "base", "metadata": {"n": 1}}))
+            .send()
+            .await
+            .unwrap();
+        expect_e2b_error("metadata value not a string", wrong_type, 400).await;
+        let unsupported = d
+            .http()
+            .post(&create_url)
+            .json(&json!({"templateID": "base", "volumeMounts": [{"name": "v", "path": "/v"}]}))
+            .send()
+            .await
+            .unwrap();
+        expect_e2b_error("volume mounts", unsupported, 400).await;
+        let too_long = d
+            .http()
+            .post(&create_url)
+            .json(&json!({"templateID": "base", "timeout": 10_000_000}))
+            .send()
+            .await
+            .unwrap();
+        expect_e2b_error("timeout over the maximum", too_long, 400).await;
+        for key in [Some("wrong-key"), None] {
+            let resp = client(key)
+                .post(&create_url)
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap();
+            expect_e2b_error(&format!("key {key:?}"), resp, 401).await;
+            let resp = client(key)
+                .get(d.endpoint("/v2/sandboxes"))
+                .send()
+                .await
+                .unwrap();
+            expect_e2b_error(&format!("list with key {key:?}"), resp, 401).await;
+        }
+        let unknown = "doesnotexist0000";
+        let http = d.http();
+        for (what, req) in [
+            (
+                "get",
+                http.get(d.endpoint(&format!("/sandboxes/{unknown}"))),
+            ),
+            (
+                "kill",
+                http.delete(d.endpoint(&format!("/sandboxes/{unknown}"))),
+            ),
+            (
+                "metrics",
+                http.get(d.endpoint(&format!("/sandboxes/{unknown}/metrics"))),
+            ),
+            (
+                "pause",
+                http.post(d.endpoint(&format!("/sandboxes/{unknown}/pause"))),
+            ),
+            (
+                "timeout",
+                http.post(d.endpoint(&format!("/sandboxes/{unknown}/timeout")))
+                    .json(&json!({"timeout": 30})),
+            ),
+            (
+                "connect",
+                http.post(d.endpoint(&format!("/v2/sandboxes/{unknown}/connect")))
+                    .json(&json!({"timeout": 30})),
+            ),
+            ("unknown route", http.get(d.endpoint("/sandboxes/x/logs"))),
+        ] {
+            expect_e2b_error(what, req.send().await.unwrap(), 404).await;
+        }
+        let wrong_method = http.put(d.endpoint("/v2/sandboxes")).send().await.unwrap();
+        expect_e2b_error("wrong method", wrong_method, 405).await;
+        assert!(
+            d.all_sandboxes().await.is_empty(),
+            "refused requests created sandboxes"
+        );
+    });
+}
+
+/// Pause freezes the sandbox in place (the kernel reports its cgroup frozen, a process stops ticking,
+/// commands are refused), a second pause is a 409, and connect resumes it with the process that was
+/// started before the pause still alive.
+#[test]
+fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
+    e2b_test(async {
+        let d = Daemon::start().await;
+        let (status, created) = create(&d, &json!({"metadata": {"test": "pause"}})).await;
+        assert_eq!(status, 201, "{created}");
+        let id = sandbox_id(&created);
+        let ticker = "nohup sh -c 'while :; do date +%s%N > /tmp/tick; sleep 0.05; done' \
+                  >/dev/null 2>&1 & echo $!";
+        let (status, started) = d.exec(&id, &["sh", "-c", ticker]).await;
+        assert_eq!(status, 200, "{started}");
+        let pid = started["stdout"].as_str().unwrap().trim().to_string();
+        assert!(pid.parse::<u32>().is_ok(), "ticker pid: {started}");
+        let tick = d.upper_dir(&id).join("tmp/tick");
+        let read_tick = || std::fs::read_to_string(&tick).unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_ne!(read_tick(), "", "the ticker writes {}", tick.display());
+
+        let resp = post(&d, &format!("/sandboxes/{id}/pause"), json!({})).await;
+        assert_eq!(resp.status(), 204);
+        assert_eq!(
+            cgroup_frozen(&id),
+            Some(true),
+            "the kernel reports the sandbox frozen"
+        );
+        let (status, info) = get(&d, &id).await;
+        assert_eq!(
+            (status, info["state"].as_str()),
+            (200, Some("paused")),
+            "{info}"
+        );
+        let frozen_at = read_tick();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(read_tick(), frozen_at, "nothing runs while paused");
+        let (status, refused) = d.exec(&id, &["true"]).await;
+        assert_eq!(status, 409, "commands are refused while paused: {refused}");
+        let again = post(&d, &format!("/sandboxes/{id}/pause"), json!({})).await;
+        expect_e2b_error("second pause", again, 409).await;
+        let listed: Vec<Value> = d
+            .http()
+            .get(d.endpoint("/v2/sandboxes?state=paused"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0]["sandboxID"], json!(id));
+
+        let resumed = post(
+            &d,
+            &format!("/v2/sandboxes/{id}/connect"),
+            json!({"timeout": 60}),
+        )
+        .await;
+        assert_eq!(resumed.status(), 201, "connect resumes a paused sandbox");
+        let resumed: Value = resumed.json().await.unwrap();
+        assert_eq!(resumed["state"], "running");
+        assert_eq!(resumed["envdAccessToken"], created["envdAccessToken"]);
+        assert_eq!(cgroup_frozen(&id), Some(false));
+        let (status, alive) = d.exec(&id, &["kill", "-0", &pid]).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            alive["exitCode"], 0,
+            "the process started before the pause is alive: {alive}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_ne!(read_tick(), frozen_at, "it runs again");
+        let connected = post(
+            &d,
+            &format!("/sandboxes/{id}/connect"),
+            json!({"timeout": 60}),
+        )
+        .await;
+        assert_eq!(connected.status(), 200, "connect to a running sandbox");
+
+        // A paused sandbox can be killed.
+        assert_eq!(
+            post(&d, &format!("/sandboxes/{id}/pause"), json!({}))
+                .await
+                .status(),
+            204
+        );
+        let killed = d
+            .http()
+            .delete(d.endpoint(&format!("/sandboxes/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(killed.status(), 204);
+        let again = d
+            .http()
+            .delete(d.endpoint(&format!("/sandboxes/{id}")))
+            .send()
+            .await
+            .unwrap();
+        expect_e2b_error("second kill", again, 404).await;
+        assert!(
+            e2b_support::cgroup_dirs(&id).is_empty(),
+            "its cgroups are gone"
+        );
+    });
+}
+
+/// `timeout` moves the deadline both ways; a sandbox past it is deleted by the sweeper. Metrics answer
+/// one sample with every field the SDKs read.
+#[test]
+fn timeout_moves_the_deadline_and_metrics_sample_the_cgroup() {
+    e2b_test(async {
+        let d = Daemon::start().await;
+        let (status, created) =
+            create(&d, &json!({"timeout": 30, "metadata": {"test": "timeout"}})).await;
+        assert_eq!(status, 201, "{created}");
+        let id = sandbox_id(&created);
+
+        let metrics: Vec<Value> = d
+            .http()
+            .get(d.endpoint(&format!("/sandboxes/{id}/metrics")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(metrics.len(), 1);
+        for field in [
+            "timestamp",
+            "timestampUnix",
+            "cpuCount",
+            "cpuUsedPct",
+            "memUsed",
+            "memTotal",
+            "memCache",
+            "diskUsed",
+            "diskTotal",
+        ] {
+            assert!(
+                metrics[0].get(field).is_some(),
+                "{field} missing: {metrics:?}"
+            );
+        }
+        assert_eq!(metrics[0]["memTotal"], json!(512u64 * 1024 * 1024));
+        assert!(metrics[0]["memUsed"].as_u64().unwrap() > 0);
+
+        let end_at = |v: &Value| v["endAt"].as_str().unwrap().to_string();
+        let resp = post(
+            &d,
+            &format!("/sandboxes/{id}/timeout"),
+            json!({"timeout": 3600}),
+        )
+        .await;
+        assert_eq!(resp.status(), 204);
+        let (_, later) = get(&d, &id).await;
+        assert!(
+            end_at(&later) > end_at(&created),
+            "{} !> {}",
+            end_at(&later),
+            end_at(&created)
+        );
+        let resp = post(
+            &d,
+            &format!("/sandboxes/{id}/timeout"),
+            json!({"timeout": 1}),
+        )
+        .await;
+        assert_eq!(resp.status(), 204);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (status, _) = get(&d, &id).await;
+            if status == 404 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the expired sandbox was not swept"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(d.all_sandboxes().await.is_empty());
+    });
+}
+
+/// `GET /v2/sandboxes` filters by metadata (URL-encoded as the SDKs send it) and pages with
+/// `x-next-token`; `GET /sandboxes` (older SDKs) lists every running one.
+#[test]
+fn listings_filter_by_metadata_and_page() {
+    e2b_test(async {
+        let d = Daemon::start().await;
+        let mut mine = HashSet::new();
+        for i in 0..3 {
+            let (status, body) = create(
+                &d,
+                &json!({"metadata": {"group": "list me", "i": i.to_string()}}),
+            )
+            .await;
+            assert_eq!(status, 201, "{body}");
+            mine.insert(sandbox_id(&body));
+        }
+        let (status, _) = create(&d, &json!({"metadata": {"group": "other"}})).await;
+        assert_eq!(status, 201);
+
+        // Python: urlencode({quote("group"): quote("list me")}) as the `metadata` parameter.
+        let mut seen = HashSet::new();
+        let mut token: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let mut url = d.endpoint("/v2/sandboxes?metadata=group%3Dlist%252520me&limit=2");
+            if let Some(t) = &token {
+                url.push_str(&format!("&nextToken={}", urlencode(t)));
+            }
+            let resp = d.http().get(url).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            token = resp
+                .headers()
+                .get("x-next-token")
+                .map(|v| v.to_str().unwrap().to_string());
+            let page: Vec<Value> = resp.json().await.unwrap();
+            assert!(page.len() <= 2);
+            for s in &page {
+                assert_eq!(s["metadata"]["group"], "list me", "{s}");
+                assert!(
+                    s.get("envdAccessToken").is_none(),
+                    "listings carry no tokens"
+                );
+                seen.insert(s["sandboxID"].as_str().unwrap().to_string());
+            }
+            pages += 1;
+            if token.is_none() {
+                break;
+            }
+        }
+        assert_eq!(seen, mine);
+        assert_eq!(pages, 2);
+        let old: Vec<Value> = d
+            .http()
+            .get(d.endpoint("/sandboxes"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(old.len(), 4);
+    });
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

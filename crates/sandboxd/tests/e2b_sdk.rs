@@ -1,0 +1,143 @@
+//! The real, unmodified E2B SDKs against the real daemon: each test starts `sandboxd serve` and runs one
+//! acceptance script from `tests/e2b/` with `E2B_API_URL` and `E2B_SANDBOX_URL` pointed at it.
+//!
+//! - Python, latest `e2b` (`tests/e2b/test_sdk.py`): interpreter from `E2B_PYTHON`, default
+//!   `.venv-e2b/bin/python` at the repository root.
+//! - JS, `e2b` from npm (`tests/e2b/test_sdk.mjs`): `node`, with the SDK in `tests/e2b/node_modules`.
+//! - Python, `e2b==2.20.0` (`tests/e2b/test_sdk_old.py`, the older `POST /sandboxes` create):
+//!   interpreter from `E2B_OLD_PYTHON`, default `.venv-e2b-old/bin/python`.
+//!
+//! A missing SDK fails the test (it is not skipped), saying how to install it.
+
+mod e2b_support;
+
+use e2b_support::{e2b_test, Daemon, API_KEY};
+use sandboxd_test_support::workspace_root;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Longest one acceptance script may run.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(600);
+
+const PY_INSTALL: &str = "run .ci/run, or: python3 -m venv .venv-e2b && \
+    .venv-e2b/bin/pip install e2b pytest requests";
+const OLD_PY_INSTALL: &str = "run .ci/run, or: python3 -m venv .venv-e2b-old && \
+    .venv-e2b-old/bin/pip install e2b==2.20.0 requests";
+const JS_INSTALL: &str = "run .ci/run, or: npm install --prefix tests/e2b e2b";
+
+/// The interpreter named by `env_var`, else `default` under the repository root; panics with `install`
+/// unless it exists and can import the SDK.
+fn interpreter(env_var: &str, default: &str, install: &str) -> PathBuf {
+    let path = std::env::var_os(env_var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(default));
+    assert!(
+        path.exists(),
+        "the E2B Python SDK is not installed: {} does not exist ({env_var} unset or wrong). To install it, {install}",
+        path.display()
+    );
+    let probe = std::process::Command::new(&path)
+        .args(["-c", "import e2b, requests"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+    assert!(
+        probe.status.success(),
+        "{} cannot import the E2B SDK ({}). To install it, {install}",
+        path.display(),
+        String::from_utf8_lossy(&probe.stderr).trim()
+    );
+    path
+}
+
+/// Runs `program args` in the repository root against `daemon`; panics (with the output) unless it
+/// exits 0, and unless it deleted every sandbox it made.
+async fn run_script(daemon: &Daemon, program: &Path, args: &[&str]) {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(workspace_root())
+        .env("E2B_API_URL", daemon.url())
+        .env("E2B_SANDBOX_URL", daemon.url())
+        .env("E2B_API_KEY", API_KEY)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_DEBUG")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(SCRIPT_TIMEOUT, cmd.output())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} {args:?} ran longer than {SCRIPT_TIMEOUT:?}",
+                program.display()
+            )
+        })
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Shown with --nocapture: which checks passed, and which are expected failures (agent features).
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{} {args:?} exited {:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{}",
+        program.display(),
+        output.status.code(),
+        daemon.log_tail(40)
+    );
+    let left = daemon.all_sandboxes().await;
+    assert!(
+        left.is_empty(),
+        "the script left sandboxes behind: {left:?}"
+    );
+}
+
+/// The latest Python SDK: create, commands, files, ports, timeouts, listing, pause/resume, kill.
+#[test]
+fn python_sdk_acceptance() {
+    e2b_test(async {
+        let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
+        let daemon = Daemon::start().await;
+        run_script(&daemon, &python, &["tests/e2b/test_sdk.py"]).await;
+    });
+}
+
+/// The JS SDK: create, commands.run, files write/read, kill.
+#[test]
+fn js_sdk_acceptance() {
+    e2b_test(async {
+        let sdk = workspace_root().join("tests/e2b/node_modules/e2b/package.json");
+        assert!(
+            sdk.is_file(),
+            "the E2B JS SDK is not installed ({} is missing). To install it, {JS_INSTALL}",
+            sdk.display()
+        );
+        let node = std::env::var_os("E2B_NODE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("node"));
+        let daemon = Daemon::start().await;
+        run_script(&daemon, &node, &["tests/e2b/test_sdk.mjs"]).await;
+    });
+}
+
+/// The older Python SDK (2.20.0) creates through `POST /sandboxes` and runs a command.
+#[test]
+fn old_python_sdk_creates_and_runs_a_command() {
+    e2b_test(async {
+        let python = interpreter("E2B_OLD_PYTHON", ".venv-e2b-old/bin/python", OLD_PY_INSTALL);
+        let version = std::process::Command::new(&python)
+            .args([
+                "-c",
+                "from importlib.metadata import version; print(version('e2b'))",
+            ])
+            .output()
+            .expect("query the SDK version");
+        assert_eq!(
+            String::from_utf8_lossy(&version.stdout).trim(),
+            "2.20.0",
+            "{} must have e2b==2.20.0. To install it, {OLD_PY_INSTALL}",
+            python.display()
+        );
+        let daemon = Daemon::start().await;
+        run_script(&daemon, &python, &["tests/e2b/test_sdk_old.py"]).await;
+    });
+}

@@ -1,0 +1,698 @@
+//! The E2B facade's flows: create with duplicate-body dedupe, timeouts, connect.
+//!
+//! **Create dedupe** (the seed's `request_idempotency` primitive, scope [`CREATE_SCOPE`]). The E2B SDK
+//! retries a create by re-sending the same body; a retry must get the sandbox the first attempt made,
+//! not a second one. The request's dedupe key is [`E2bCreate::fingerprint`]: SHA-256 over the template,
+//! the sorted env vars, the sorted metadata, the timeout, autoPause, autoResume, secure and the network
+//! posture (`allow_internet_access`, `network`) — never a client request id or a timestamp, so every
+//! retry of one body hashes the same. [`Service::e2b_create`] claims `(scope, fingerprint)`:
+//! - *Acquired*: this caller creates the sandbox, with an id derived from the claim
+//!   ([`sandbox_id_for`]), then completes the claim with that id and a [`REPLAY_WINDOW`] replay window.
+//!   On any failure the claim is deleted before the error is returned, so a retry starts at once.
+//! - *Replay*: the sandbox the completed attempt made is returned.
+//! - *In flight*: the caller polls the claim every [`POLL_EVERY`] until it is ready (and returns its
+//!   sandbox), or gone or stale (and claims again).
+//!
+//! Guarantee: every create with one fingerprint inside the replay window of a successful create — or
+//! while it is still running — returns the same sandbox; after the window, or after a failed attempt, a
+//! new sandbox is created. The pending lock ([`PENDING_TTL`]) bounds how long a crashed attempt blocks
+//! its retries. If the replayed sandbox is no longer running or paused (deleted, being deleted,
+//! failed), the caller waits for the window to close and creates a new one, rather than answering with
+//! a sandbox that is gone or reusing its id. Proved by
+//! `tests::concurrent_duplicates_share_the_in_flight_create` and
+//! `tests::a_failed_create_deletes_its_claim_so_a_retry_starts_at_once`, and against the real daemon by
+//! `concurrent_identical_creates_make_one_sandbox_until_the_window_closes` in
+//! `crates/sandboxd/tests/e2b_api.rs`.
+//!
+//! `allow_internet_access` (default true, as in E2B) becomes the sandbox's egress; `network` (allow and
+//! deny lists) is accepted and counts in the fingerprint but is not enforced yet. autoPause and autoResume are refused when set:
+//! expiry deletes a sandbox, and a paused sandbox resumes only through connect or resume.
+
+use crate::sandboxes::DEFAULT_TEMPLATE;
+use crate::{Service, ServiceError};
+use sandboxd_api_types as api;
+use sandboxd_store::{
+    unix_millis_now, ClaimOutcome, ClaimState, Sandbox, SandboxState, StoredResponse, UnixMillis,
+};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Idempotency scope of the E2B create's body dedupe.
+pub const CREATE_SCOPE: &str = "e2b.create";
+/// Idempotency scope of the E2B create's `Idempotency-Key` header.
+pub const CREATE_KEY_SCOPE: &str = "e2b.create.key";
+/// How long a create attempt may run before a duplicate may take over.
+pub const PENDING_TTL: Duration = Duration::from_secs(120);
+/// How long a completed create is replayed to duplicates.
+pub const REPLAY_WINDOW: Duration = Duration::from_secs(10);
+/// How often a duplicate polls an in-flight create.
+pub const POLL_EVERY: Duration = Duration::from_millis(50);
+/// Length of the ids of sandboxes the E2B create makes.
+pub const SANDBOX_ID_LEN: usize = 20;
+
+/// An E2B create request, as far as it decides which sandbox the caller gets.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct E2bCreate {
+    /// `templateID`; empty means the default template.
+    pub template_id: String,
+    /// `timeout`, seconds; `None` means the daemon's default.
+    pub timeout_sec: Option<u64>,
+    /// `envVars`.
+    pub env_vars: BTreeMap<String, String>,
+    /// `metadata`.
+    pub metadata: BTreeMap<String, String>,
+    /// `autoPause`.
+    pub auto_pause: bool,
+    /// `autoResume.enabled`.
+    pub auto_resume: bool,
+    /// `secure` (older SDKs send it; it changes nothing here).
+    pub secure: Option<bool>,
+    /// `allow_internet_access`.
+    pub allow_internet_access: Option<bool>,
+    /// `network`, as sent.
+    pub network: Option<serde_json::Value>,
+}
+
+impl E2bCreate {
+    /// The request with its defaults filled in, so that leaving a field out and sending its default
+    /// dedupe alike.
+    pub fn normalized(mut self, default_timeout: Duration) -> Self {
+        if self.template_id.is_empty() {
+            self.template_id = DEFAULT_TEMPLATE.to_string();
+        }
+        self.timeout_sec.get_or_insert(default_timeout.as_secs());
+        if self.network.as_ref().is_some_and(|n| n.is_null()) {
+            self.network = None;
+        }
+        self
+    }
+
+    /// The dedupe key: hex SHA-256 over every field, each length-prefixed (maps sorted by key, JSON
+    /// with sorted keys), so no two different requests share an encoding.
+    pub fn fingerprint(&self) -> String {
+        let mut h = Sha256::new();
+        let mut put = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_be_bytes());
+            h.update(bytes);
+        };
+        let flag = |b: Option<bool>| match b {
+            None => "unset",
+            Some(true) => "true",
+            Some(false) => "false",
+        };
+        put(b"e2b.create/1");
+        put(self.template_id.as_bytes());
+        put(self
+            .timeout_sec
+            .map_or("unset".to_string(), |t| t.to_string())
+            .as_bytes());
+        for map in [&self.env_vars, &self.metadata] {
+            put(map.len().to_string().as_bytes());
+            for (k, v) in map {
+                put(k.as_bytes());
+                put(v.as_bytes());
+            }
+        }
+        put(flag(Some(self.auto_pause)).as_bytes());
+        put(flag(Some(self.auto_resume)).as_bytes());
+        put(flag(self.secure).as_bytes());
+        put(flag(self.allow_internet_access).as_bytes());
+        put(self
+            .network
+            .as_ref()
+            .map_or("unset".to_string(), canonical_json)
+            .as_bytes());
+        hex::encode(h.finalize())
+    }
+}
+
+/// JSON text with every object's keys sorted, whatever order they arrived in.
+fn canonical_json(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let body: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), canonical_json(v)))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        }
+        Value::Array(items) => {
+            let body: Vec<String> = items.iter().map(canonical_json).collect();
+            format!("[{}]", body.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The id of the sandbox the attempt `generation` of claim `fingerprint`, acquired at `claimed_at`,
+/// creates: the first [`SANDBOX_ID_LEN`] hex digits of SHA-256 over the three.
+///
+/// The acquisition time is part of it because the expiry sweep forgets claims whose replay window has
+/// passed: the next claim of the same body starts again at generation 0, and (fingerprint, generation)
+/// alone would name the earlier sandbox again.
+pub fn sandbox_id_for(fingerprint: &str, generation: i64, claimed_at: UnixMillis) -> String {
+    let mut h = Sha256::new();
+    h.update(fingerprint.as_bytes());
+    h.update(generation.to_be_bytes());
+    h.update(claimed_at.to_be_bytes());
+    let mut id = hex::encode(h.finalize());
+    id.truncate(SANDBOX_ID_LEN);
+    id
+}
+
+/// An RFC 3339 timestamp (`Z` or a `±HH:MM` offset) in Unix milliseconds (E2B's `startedAfter`).
+pub fn parse_timestamp(text: &str) -> Option<UnixMillis> {
+    let text = text.trim();
+    let split = text
+        .len()
+        .checked_sub(6)
+        .filter(|&i| text.is_char_boundary(i));
+    let (utc, offset_ms) = match split.map(|i| text.split_at(i)) {
+        Some((rest, off))
+            if matches!(off.as_bytes()[0], b'+' | b'-') && off.as_bytes()[3] == b':' =>
+        {
+            let hours: i64 = off[1..3].parse().ok()?;
+            let minutes: i64 = off[4..6].parse().ok()?;
+            let sign = if off.starts_with('-') { -1 } else { 1 };
+            (format!("{rest}Z"), sign * (hours * 60 + minutes) * 60_000)
+        }
+        _ => (text.to_string(), 0),
+    };
+    let t = humantime::parse_rfc3339_weak(&utc).ok()?;
+    let ms = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+    Some(i64::try_from(ms).ok()? - offset_ms)
+}
+
+/// What polling an in-flight create found.
+enum Awaited {
+    /// The attempt completed and made this sandbox.
+    Ready(String),
+    /// The attempt failed or went stale: claim again.
+    Reclaim,
+}
+
+impl Service {
+    /// Creates a sandbox for an E2B create, deduplicating identical requests (see the module docs).
+    pub async fn e2b_create(&self, req: E2bCreate) -> Result<Sandbox, ServiceError> {
+        if req.auto_pause || req.auto_resume {
+            return Err(ServiceError::InvalidRequest(
+                "autoPause and autoResume are not supported: a sandbox is deleted when it times out"
+                    .into(),
+            ));
+        }
+        let req = req.normalized(self.config().default_timeout);
+        // Validate (unknown template, limits) before claiming: a refused request leaves nothing behind.
+        let plan = self.plan_create(api::CreateSandbox {
+            template: Some(req.template_id.clone()),
+            timeout_sec: req.timeout_sec,
+            env: Some(req.env_vars.clone()),
+            metadata: Some(req.metadata.clone()),
+            // E2B sandboxes reach the internet unless told otherwise.
+            network: Some(api::NetworkPolicy {
+                egress: req.allow_internet_access.unwrap_or(true),
+            }),
+            ..Default::default()
+        })?;
+        let fingerprint = req.fingerprint();
+        let deadline = tokio::time::Instant::now() + PENDING_TTL + REPLAY_WINDOW * 2;
+        while tokio::time::Instant::now() < deadline {
+            let fp = fingerprint.clone();
+            let now = unix_millis_now();
+            let outcome = self
+                .writer()
+                .write(move |tx| tx.claim(CREATE_SCOPE, &fp, &fp, now, PENDING_TTL))
+                .await?;
+            match outcome {
+                ClaimOutcome::Acquired { generation } => {
+                    return self
+                        .create_claimed(&fingerprint, generation, now, plan)
+                        .await
+                }
+                ClaimOutcome::Replay { target_id, .. } => {
+                    if let Some(sandbox) = self.live_target(&target_id).await? {
+                        return Ok(sandbox);
+                    }
+                    self.await_replay_window(&fingerprint).await?;
+                }
+                ClaimOutcome::InFlight { .. } => {
+                    if let Awaited::Ready(target_id) = self.await_claim(&fingerprint).await? {
+                        if let Some(sandbox) = self.live_target(&target_id).await? {
+                            return Ok(sandbox);
+                        }
+                        self.await_replay_window(&fingerprint).await?;
+                    }
+                }
+                ClaimOutcome::Mismatch => {
+                    // The request hash is the fingerprint itself, so a live row always matches.
+                    return Err(ServiceError::Conflict(
+                        "an identical create is being processed; retry".into(),
+                    ));
+                }
+            }
+        }
+        Err(ServiceError::InFlight {
+            retry_after_secs: 1,
+        })
+    }
+
+    /// The attempt this caller acquired: create, then record the outcome (or drop the claim on failure).
+    async fn create_claimed(
+        &self,
+        fingerprint: &str,
+        generation: i64,
+        claimed_at: UnixMillis,
+        plan: crate::sandboxes::CreatePlan,
+    ) -> Result<Sandbox, ServiceError> {
+        let id = sandbox_id_for(fingerprint, generation, claimed_at);
+        let fp = fingerprint.to_string();
+        let created = self.create_with_id(id.clone(), plan).await;
+        let recorded = match &created {
+            Ok(_) => {
+                let target_id = id.clone();
+                self.writer()
+                    .write(move |tx| {
+                        let outcome = StoredResponse {
+                            target_id,
+                            status: None,
+                            body: None,
+                        };
+                        tx.complete_claim(
+                            CREATE_SCOPE,
+                            &fp,
+                            generation,
+                            &outcome,
+                            unix_millis_now(),
+                            REPLAY_WINDOW,
+                        )
+                    })
+                    .await
+            }
+            Err(_) => self
+                .writer()
+                .write(move |tx| tx.delete_claim(CREATE_SCOPE, &fp, generation))
+                .await
+                .map(|_| ()),
+        };
+        if let Err(e) = recorded {
+            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e),
+                "could not record the create's outcome; duplicates wait for its lock to expire");
+        }
+        created
+    }
+
+    /// Polls claim `fingerprint` until its attempt is ready, or gone or stale.
+    async fn await_claim(&self, fingerprint: &str) -> Result<Awaited, ServiceError> {
+        loop {
+            let fp = fingerprint.to_string();
+            let record = self
+                .reader()
+                .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
+                .await?;
+            let now = unix_millis_now();
+            match record {
+                None => return Ok(Awaited::Reclaim),
+                Some(r) if r.state == ClaimState::Ready => {
+                    return Ok(if r.replay_until.is_some_and(|t| now < t) {
+                        Awaited::Ready(r.response.target_id)
+                    } else {
+                        Awaited::Reclaim
+                    });
+                }
+                Some(r) if r.locked_until <= now => return Ok(Awaited::Reclaim),
+                Some(_) => tokio::time::sleep(POLL_EVERY).await,
+            }
+        }
+    }
+
+    /// Sleeps until the replay window of claim `fingerprint` has closed.
+    async fn await_replay_window(&self, fingerprint: &str) -> Result<(), ServiceError> {
+        let fp = fingerprint.to_string();
+        let record = self
+            .reader()
+            .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
+            .await?;
+        let until = record.and_then(|r| r.replay_until).unwrap_or(0);
+        let wait = until.saturating_sub(unix_millis_now()).max(0) as u64;
+        tokio::time::sleep(Duration::from_millis(wait) + POLL_EVERY).await;
+        Ok(())
+    }
+
+    /// The sandbox a completed create made, if it still is running or paused: a sandbox being deleted,
+    /// failed or gone is never handed to a duplicate.
+    async fn live_target(&self, id: &str) -> Result<Option<Sandbox>, ServiceError> {
+        let id = id.to_string();
+        let sandbox = self
+            .reader()
+            .read(move |tx| tx.get_sandbox_by_id(&id))
+            .await?;
+        Ok(sandbox.filter(|s| matches!(s.state, SandboxState::Running | SandboxState::Paused)))
+    }
+
+    fn check_timeout(&self, timeout: Duration) -> Result<(), ServiceError> {
+        let max = self.config().max_timeout;
+        if timeout > max {
+            return Err(ServiceError::InvalidRequest(format!(
+                "timeout must be at most {} seconds",
+                max.as_secs()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Moves the deadline of sandbox `key` to `timeout` from now (earlier or later). With `extend_only`
+    /// a deadline already further away (or none) is kept.
+    pub async fn set_timeout(
+        &self,
+        key: &str,
+        timeout: Duration,
+        extend_only: bool,
+    ) -> Result<Sandbox, ServiceError> {
+        self.check_timeout(timeout)?;
+        let id = self.get(key).await?.id;
+        let rid = id.clone();
+        self.writer()
+            .write(move |tx| {
+                let Some(current) = tx.get_sandbox_by_id(&rid)? else {
+                    return Ok(None);
+                };
+                let now = unix_millis_now();
+                let at = now.saturating_add(timeout.as_millis().min(i64::MAX as u128) as i64);
+                let keep = extend_only && current.expires_at.is_none_or(|e| e >= at);
+                if !keep {
+                    tx.set_expires_at(&rid, Some(at), now)?;
+                }
+                tx.get_sandbox_by_id(&rid)
+            })
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("sandbox {id} not found")))
+    }
+
+    /// E2B connect: resumes sandbox `key` if it is paused and gives it `timeout` from now (a running
+    /// sandbox's deadline is only ever extended). Returns the sandbox and whether it was resumed.
+    pub async fn e2b_connect(
+        &self,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<(Sandbox, bool), ServiceError> {
+        self.check_timeout(timeout)?;
+        let (sandbox, resumed) = self.resume(key).await?;
+        let sandbox = self.set_timeout(&sandbox.id, timeout, !resumed).await?;
+        Ok((sandbox, resumed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ServiceConfig;
+    use sandboxd_runtime::{
+        AgentEndpoint, NetAddrs, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
+    };
+    use sandboxd_store::{Store, StoreConfig};
+    use std::collections::HashMap;
+    use std::net::Ipv4Addr;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    /// A runtime that keeps sandboxes in a map, takes `delay` to create one, and can be told to fail.
+    #[derive(Default)]
+    struct MemoryRuntime {
+        sandboxes: Mutex<HashMap<String, SandboxInfo>>,
+        creates: AtomicUsize,
+        fail: AtomicBool,
+        delay: Duration,
+    }
+
+    #[async_trait::async_trait]
+    impl Runtime for MemoryRuntime {
+        async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
+            self.creates.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(RuntimeError::Host("injected failure".into()));
+            }
+            let info = SandboxInfo {
+                spec: spec.clone(),
+                state: RuntimeState::Created,
+                pid: None,
+                net: NetAddrs {
+                    slot: spec.net_slot,
+                    host: Ipv4Addr::LOCALHOST,
+                    sandbox: Ipv4Addr::LOCALHOST,
+                    prefix: 30,
+                },
+                agent: AgentEndpoint {
+                    socket: "/nonexistent".into(),
+                    token: spec.agent_token.clone(),
+                },
+            };
+            let mut map = self.sandboxes.lock().unwrap();
+            if map.contains_key(&spec.id) {
+                return Err(RuntimeError::AlreadyExists(spec.id.clone()));
+            }
+            map.insert(spec.id.clone(), info.clone());
+            Ok(info)
+        }
+        async fn start(&self, id: &str) -> Result<SandboxInfo, RuntimeError> {
+            let mut map = self.sandboxes.lock().unwrap();
+            let info = map
+                .get_mut(id)
+                .ok_or_else(|| RuntimeError::NotFound(id.into()))?;
+            info.state = RuntimeState::Running;
+            Ok(info.clone())
+        }
+        async fn stop(&self, _id: &str) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        async fn destroy(&self, id: &str) -> Result<(), RuntimeError> {
+            self.sandboxes.lock().unwrap().remove(id);
+            Ok(())
+        }
+        async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError> {
+            Ok(self.sandboxes.lock().unwrap().get(id).cloned())
+        }
+        async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
+            Ok(self.sandboxes.lock().unwrap().values().cloned().collect())
+        }
+    }
+
+    struct Fixture {
+        service: Service,
+        runtime: Arc<MemoryRuntime>,
+        _store: Store,
+        _dir: tempfile::TempDir,
+    }
+
+    fn fixture(delay: Duration) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, writer_thread) =
+            Store::open(dir.path().join("store.db"), StoreConfig::default()).unwrap();
+        drop(writer_thread);
+        let runtime = Arc::new(MemoryRuntime {
+            delay,
+            ..Default::default()
+        });
+        let service = Service::new(
+            ServiceConfig {
+                net_slots: 512,
+                ..ServiceConfig::default()
+            },
+            store.writer().clone(),
+            store.reader().clone(),
+            runtime.clone(),
+        );
+        Fixture {
+            service,
+            runtime,
+            _store: store,
+            _dir: dir,
+        }
+    }
+
+    /// Duplicates that arrive while the first create runs wait for it and get its sandbox.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_duplicates_share_the_in_flight_create() {
+        let f = fixture(Duration::from_millis(200));
+        let calls: Vec<_> = (0..50)
+            .map(|_| {
+                let service = f.service.clone();
+                tokio::spawn(async move { service.e2b_create(request()).await })
+            })
+            .collect();
+        let mut ids = std::collections::HashSet::new();
+        for call in calls {
+            ids.insert(call.await.unwrap().unwrap().id);
+        }
+        assert_eq!(ids.len(), 1, "{ids:?}");
+        assert_eq!(f.runtime.creates.load(Ordering::SeqCst), 1);
+        // And inside the replay window, a later duplicate replays without creating.
+        let again = f.service.e2b_create(request()).await.unwrap();
+        assert!(ids.contains(&again.id));
+        assert_eq!(f.runtime.creates.load(Ordering::SeqCst), 1);
+    }
+
+    /// A failed create deletes its claim: the retry creates at once instead of waiting out the lock,
+    /// and nothing of the failed attempt is left.
+    #[tokio::test]
+    async fn a_failed_create_deletes_its_claim_so_a_retry_starts_at_once() {
+        let f = fixture(Duration::ZERO);
+        f.runtime.fail.store(true, Ordering::SeqCst);
+        let err = f.service.e2b_create(request()).await.unwrap_err();
+        assert!(matches!(err, ServiceError::Runtime(_)), "{err:?}");
+        let fp = request()
+            .normalized(f.service.config().default_timeout)
+            .fingerprint();
+        let claim = f
+            .service
+            .reader()
+            .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
+            .await
+            .unwrap();
+        assert_eq!(claim, None, "the failed attempt's claim is gone");
+        let (left, _) = f.service.list(Default::default()).await.unwrap();
+        assert!(left.is_empty(), "{left:?}");
+        f.runtime.fail.store(false, Ordering::SeqCst);
+        let retried = tokio::time::timeout(Duration::from_secs(5), f.service.e2b_create(request()))
+            .await
+            .expect("the retry does not wait for the failed attempt's lock")
+            .unwrap();
+        assert_eq!(retried.state, sandboxd_store::SandboxState::Running);
+    }
+
+    /// Options that cannot be honoured, and invalid requests, are refused before anything is claimed.
+    #[tokio::test]
+    async fn refused_requests_claim_nothing() {
+        let f = fixture(Duration::ZERO);
+        let mut auto_pause = request();
+        auto_pause.auto_pause = true;
+        let mut bad_template = request();
+        bad_template.template_id = "nope".into();
+        let mut bad_env = request();
+        bad_env.env_vars.insert("1BAD".into(), String::new());
+        for (req, want_not_found) in [(auto_pause, false), (bad_template, true), (bad_env, false)] {
+            let fp = req
+                .clone()
+                .normalized(Duration::from_secs(300))
+                .fingerprint();
+            let err = f.service.e2b_create(req).await.unwrap_err();
+            assert_eq!(
+                matches!(err, ServiceError::NotFound(_)),
+                want_not_found,
+                "{err:?}"
+            );
+            let claim = f
+                .service
+                .reader()
+                .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
+                .await
+                .unwrap();
+            assert_eq!(claim, None);
+        }
+        assert_eq!(f.runtime.creates.load(Ordering::SeqCst), 0);
+    }
+
+    fn request() -> E2bCreate {
+        E2bCreate {
+            template_id: "base".into(),
+            timeout_sec: Some(300),
+            env_vars: BTreeMap::from([("A".into(), "1".into()), ("B".into(), "2".into())]),
+            metadata: BTreeMap::from([("team".into(), "x".into())]),
+            allow_internet_access: Some(true),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn identical_requests_share_a_fingerprint_whatever_their_key_order() {
+        let a = request();
+        let mut b = request();
+        // Maps are sorted: insertion order cannot matter; JSON objects are canonicalised.
+        b.env_vars = BTreeMap::from([("B".into(), "2".into()), ("A".into(), "1".into())]);
+        let mut a2 = a.clone();
+        a2.network = Some(serde_json::json!({"allowOut": ["1.1.1.1"], "denyOut": []}));
+        b.network = Some(serde_json::from_str(r#"{"denyOut":[],"allowOut":["1.1.1.1"]}"#).unwrap());
+        assert_eq!(a.fingerprint(), request().fingerprint());
+        assert_eq!(a2.fingerprint(), b.fingerprint());
+    }
+
+    #[test]
+    fn every_deciding_field_changes_the_fingerprint() {
+        let base = request().fingerprint();
+        let variants: [fn(&mut E2bCreate); 9] = [
+            |r| r.template_id = "other".into(),
+            |r| r.timeout_sec = Some(301),
+            |r| {
+                r.env_vars.insert("C".into(), "3".into());
+            },
+            |r| {
+                r.metadata.insert("team".into(), "y".into());
+            },
+            |r| r.auto_pause = true,
+            |r| r.auto_resume = true,
+            |r| r.secure = Some(true),
+            |r| r.allow_internet_access = Some(false),
+            |r| r.network = Some(serde_json::json!({})),
+        ];
+        for (i, change) in variants.iter().enumerate() {
+            let mut r = request();
+            change(&mut r);
+            assert_ne!(
+                r.fingerprint(),
+                base,
+                "variant {i} did not change the fingerprint"
+            );
+        }
+        // An env var moved into metadata is a different request.
+        let mut moved = request();
+        moved.env_vars.remove("A");
+        moved.metadata.insert("A".into(), "1".into());
+        assert_ne!(moved.fingerprint(), base);
+    }
+
+    #[test]
+    fn defaults_dedupe_with_their_explicit_values() {
+        let implicit = E2bCreate::default().normalized(Duration::from_secs(300));
+        let explicit = E2bCreate {
+            template_id: "base".into(),
+            timeout_sec: Some(300),
+            network: Some(serde_json::Value::Null),
+            ..Default::default()
+        }
+        .normalized(Duration::from_secs(300));
+        assert_eq!(implicit.fingerprint(), explicit.fingerprint());
+    }
+
+    #[test]
+    fn derived_ids_are_valid_and_differ_per_attempt() {
+        let fp = request().fingerprint();
+        let id = sandbox_id_for(&fp, 0, 1_000);
+        assert_eq!(id.len(), SANDBOX_ID_LEN);
+        assert!(sandboxd_runtime::validate_id(&id).is_ok());
+        assert_eq!(id, sandbox_id_for(&fp, 0, 1_000), "deterministic");
+        assert_ne!(id, sandbox_id_for(&fp, 1, 1_000), "next generation");
+        assert_ne!(
+            id,
+            sandbox_id_for(&fp, 0, 1_001),
+            "claimed again after a sweep"
+        );
+    }
+
+    #[test]
+    fn timestamps_parse_as_rfc3339() {
+        assert_eq!(parse_timestamp("1970-01-01T00:00:01Z"), Some(1_000));
+        assert_eq!(
+            parse_timestamp("2026-12-29T00:00:00.123Z"),
+            Some(1_798_502_400_123)
+        );
+        assert_eq!(
+            parse_timestamp("1970-01-01T01:00:01.500+01:00"),
+            Some(1_500)
+        );
+        assert_eq!(parse_timestamp("yesterday"), None);
+        assert_eq!(parse_timestamp("éééééé"), None);
+    }
+}

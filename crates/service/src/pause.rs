@@ -1,0 +1,187 @@
+//! Pausing and resuming a sandbox in place, and reading its resource usage.
+//!
+//! A pause freezes every process of the sandbox (the runtime's cgroup freezer): processes, memory, open
+//! files and sockets are kept and nothing runs until the resume. Guarantees:
+//! - **One operation per sandbox at a time.** Pause and resume of one sandbox are serialized by a
+//!   per-sandbox lock ([`SandboxLocks`]), so the runtime never sees a freeze and a thaw of one sandbox
+//!   interleave and the store's state always names the last one that completed.
+//! - **Intent first for a pause, effect first for a resume.** A pause records `paused` (conditionally on
+//!   `running`) before freezing, and goes back to `running` if the freeze fails; a resume thaws before
+//!   recording `running`. Either way a crash in between leaves a sandbox that is recorded paused while its
+//!   processes may run — never one recorded running while frozen, which would hang every command.
+//! - Pausing a paused sandbox is [`ServiceError::Conflict`]; resuming a running one reports that nothing
+//!   was done. Any other state is a conflict too.
+//!
+//! Assumes: deleting a paused sandbox needs no thaw here (the runtime thaws what it kills). A paused
+//! sandbox keeps its deadline: it still holds its memory on the host, so expiry deletes it like any other.
+//! Commands, files and exposures need a running sandbox (they answer a conflict while it is paused).
+
+use crate::{Service, ServiceError};
+use sandboxd_runtime::cgroup::CgroupStats;
+use sandboxd_store::{unix_millis_now, Sandbox, SandboxState};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::OwnedMutexGuard;
+
+/// One async lock per sandbox id, created on demand and dropped once nobody holds or waits for it.
+#[derive(Default)]
+pub struct SandboxLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl SandboxLocks {
+    /// Waits for and takes the lock of sandbox `id`.
+    pub async fn lock(&self, id: &str) -> OwnedMutexGuard<()> {
+        let lock = {
+            let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            // Entries only the map refers to are neither held nor awaited.
+            map.retain(|_, l| Arc::strong_count(l) > 1);
+            map.entry(id.to_string()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
+}
+
+impl Service {
+    /// Freezes running sandbox `key` and records it `paused`; returns the paused sandbox.
+    pub async fn pause(&self, key: &str) -> Result<Sandbox, ServiceError> {
+        let id = self.get(key).await?.id;
+        let _serial = self.inner.sandbox_locks.lock(&id).await;
+        let sandbox = self.get(&id).await?;
+        match sandbox.state {
+            SandboxState::Running => {}
+            SandboxState::Paused => {
+                return Err(ServiceError::Conflict(format!(
+                    "sandbox {id} is already paused"
+                )))
+            }
+            other => {
+                return Err(ServiceError::Conflict(format!(
+                    "sandbox {id} is {other}, not running"
+                )))
+            }
+        }
+        let rid = id.clone();
+        let paused = self
+            .writer()
+            .write(move |tx| {
+                let applied = tx.set_state(
+                    &rid,
+                    &[SandboxState::Running],
+                    SandboxState::Paused,
+                    None,
+                    unix_millis_now(),
+                )?;
+                if applied {
+                    tx.get_sandbox_by_id(&rid)
+                } else {
+                    Ok(None)
+                }
+            })
+            .await?
+            // Only a delete can have moved it meanwhile (pause and resume hold the lock).
+            .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
+        // The proxy serves cached endpoints without a store read; a paused sandbox must miss.
+        self.evict_endpoint(&id);
+        if let Err(e) = self.runtime().pause(&id).await {
+            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "freeze failed; resuming");
+            let _ = self.runtime().resume(&id).await;
+            let rid = id.clone();
+            self.writer()
+                .write(move |tx| {
+                    tx.set_state(
+                        &rid,
+                        &[SandboxState::Paused],
+                        SandboxState::Running,
+                        None,
+                        unix_millis_now(),
+                    )
+                })
+                .await?;
+            return Err(e.into());
+        }
+        tracing::info!(sandbox_id = %id, "sandbox paused");
+        Ok(paused)
+    }
+
+    /// Thaws paused sandbox `key` and records it `running`. Returns the sandbox and whether it was
+    /// paused (a running sandbox is returned unchanged).
+    pub async fn resume(&self, key: &str) -> Result<(Sandbox, bool), ServiceError> {
+        let id = self.get(key).await?.id;
+        let _serial = self.inner.sandbox_locks.lock(&id).await;
+        let sandbox = self.get(&id).await?;
+        match sandbox.state {
+            SandboxState::Paused => {}
+            SandboxState::Running => return Ok((sandbox, false)),
+            other => {
+                return Err(ServiceError::Conflict(format!(
+                    "sandbox {id} is {other}, neither paused nor running"
+                )))
+            }
+        }
+        self.runtime().resume(&id).await?;
+        let rid = id.clone();
+        let resumed = self
+            .writer()
+            .write(move |tx| {
+                let applied = tx.set_state(
+                    &rid,
+                    &[SandboxState::Paused],
+                    SandboxState::Running,
+                    None,
+                    unix_millis_now(),
+                )?;
+                if applied {
+                    tx.get_sandbox_by_id(&rid)
+                } else {
+                    Ok(None)
+                }
+            })
+            .await?
+            .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
+        tracing::info!(sandbox_id = %id, "sandbox resumed");
+        Ok((resumed, true))
+    }
+
+    /// Resource usage of running or paused sandbox `key`, as its cgroup reports it.
+    pub async fn usage(&self, key: &str) -> Result<(Sandbox, CgroupStats), ServiceError> {
+        let sandbox = self.get(key).await?;
+        if !matches!(sandbox.state, SandboxState::Running | SandboxState::Paused) {
+            return Err(ServiceError::Conflict(format!(
+                "sandbox {} is {}, not running",
+                sandbox.id, sandbox.state
+            )));
+        }
+        let stats = self.runtime().stats(&sandbox.id).await?;
+        Ok((sandbox, stats))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn one_holder_per_sandbox_and_unused_locks_are_dropped() {
+        let locks = Arc::new(SandboxLocks::default());
+        let a = locks.lock("a").await;
+        // Another sandbox is not held up.
+        let b = locks.lock("b").await;
+        let waiter = {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let _a = locks.lock("a").await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "a second holder of `a` got in");
+        drop(a);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter gets `a` once it is released")
+            .unwrap();
+        drop(b);
+        let _c = locks.lock("c").await;
+        let map = locks.0.lock().unwrap();
+        assert_eq!(map.keys().collect::<Vec<_>>(), ["c"]);
+    }
+}
