@@ -42,71 +42,6 @@ def new_sandbox(purpose, **kwargs):
     return sbx
 
 
-class ExpectedFailure(Exception):
-    """The agent does not implement the feature yet."""
-
-
-def agent_implements(sbx, procedure):
-    """Whether the sandbox's agent serves Connect `procedure` (e.g. `/process.Process/Connect`): an
-    unknown procedure is Connect's 404 `unimplemented`. Asked with a small fixed-length body, so the
-    answer does not depend on how much of a streamed request the agent reads before refusing it."""
-    api = os.environ["E2B_API_URL"].rstrip("/")
-    key = {"X-API-KEY": os.environ["E2B_API_KEY"]}
-    token = requests.get(f"{api}/sandboxes/{sbx.sandbox_id}", headers=key, timeout=10).json()[
-        "envdAccessToken"
-    ]
-    r = requests.post(
-        os.environ["E2B_SANDBOX_URL"].rstrip("/") + procedure,
-        data=b"{}",
-        headers={
-            "E2b-Sandbox-Id": sbx.sandbox_id,
-            "E2b-Sandbox-Port": "49983",
-            "X-Access-Token": token,
-            "Content-Type": "application/json",
-            "Connect-Protocol-Version": "1",
-        },
-        timeout=10,
-    )
-    return not (r.status_code == 404 and "unimplemented" in r.text)
-
-
-def needs_agent(feature, procedure=None):
-    """Marks a check of an envd feature the agent is still gaining. It is an expected failure only if
-    the agent says the feature is not implemented: its procedure (when given) is unknown to the agent,
-    or the check fails with Connect's `unimplemented`. Any other failure is a failure."""
-
-    def wrap(check):
-        def expected(reason):
-            message = f"needs agent: {feature}: {reason}"
-            if "pytest" in sys.modules:
-                import pytest
-
-                pytest.xfail(message)
-            raise ExpectedFailure(message)
-
-        def run():
-            if procedure is not None:
-                probe = new_sandbox(f"probe-{check.__name__}")
-                try:
-                    if not agent_implements(probe, procedure):
-                        expected(f"{procedure} is not implemented")
-                finally:
-                    probe.kill()
-            try:
-                check()
-            except Exception as e:  # noqa: BLE001 - classified below
-                text = f"{type(e).__name__}: {e}".lower()
-                if "unimplemented" in text or "not implemented" in text:
-                    expected(e)
-                raise
-
-        run.__name__ = check.__name__
-        run.needs_agent = feature
-        return run
-
-    return wrap
-
-
 # --- control API and commands ------------------------------------------------------------------
 
 
@@ -331,7 +266,6 @@ def test_duplicate_create_is_deduplicated():
 # --- features the agent is still gaining ---------------------------------------------------------
 
 
-@needs_agent("pty")
 def test_pty():
     sbx = new_sandbox("pty")
     try:
@@ -345,7 +279,6 @@ def test_pty():
         sbx.kill()
 
 
-@needs_agent("background commands and connect", procedure="/process.Process/Connect")
 def test_background_and_connect():
     sbx = new_sandbox("background")
     try:
@@ -360,7 +293,6 @@ def test_background_and_connect():
         sbx.kill()
 
 
-@needs_agent("stdin streams")
 def test_stdin():
     sbx = new_sandbox("stdin")
     try:
@@ -372,7 +304,6 @@ def test_stdin():
         sbx.kill()
 
 
-@needs_agent("watch_dir", procedure="/filesystem.Filesystem/CreateWatcher")
 def test_watch_dir():
     sbx = new_sandbox("watch")
     try:
@@ -429,28 +360,20 @@ def main():
     from importlib.metadata import version
 
     print(f"e2b {version('e2b')} against {API_URL}")
-    failed, xfailed = [], []
+    failed = []
     try:
         for check in CHECKS:
             started = time.time()
             try:
                 check()
-            except ExpectedFailure as e:
-                xfailed.append((check.__name__, str(e)))
-                print(f"XFAIL {check.__name__}: {e}")
-                continue
             except Exception:  # noqa: BLE001 - reported
                 failed.append(check.__name__)
                 print(f"FAIL  {check.__name__}\n{traceback.format_exc()}")
                 continue
-            note = f" (needs agent: {check.needs_agent}: passes)" if hasattr(check, "needs_agent") else ""
-            print(f"PASS  {check.__name__} [{time.time() - started:.1f}s]{note}")
+            print(f"PASS  {check.__name__} [{time.time() - started:.1f}s]")
     finally:
         cleanup()
-    print(
-        f"\n{len(CHECKS) - len(failed) - len(xfailed)} passed, {len(xfailed)} expected failures "
-        f"(agent features), {len(failed)} failed"
-    )
+    print(f"\n{len(CHECKS) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 
 

@@ -240,3 +240,26 @@ mod tests {
         assert_eq!(e, ExecEvent::Exit { exit_code: 3 });
     }
 }
+
+/// `POST /v1/sandboxes/{id}/domains`: route a hostname to a port of the sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BindDomain {
+    /// RFC 1123 hostname (case-insensitive, stored lowercase); `*.` wildcards only when the daemon
+    /// runs with `--allow-wildcard-domains`; never an IP literal or a name under the daemon's `--domain`.
+    pub hostname: String,
+    /// Port inside the sandbox (1–65535).
+    pub port: u16,
+}
+
+/// A hostname bound to a sandbox port.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Domain {
+    /// The hostname, lowercase, without a trailing dot.
+    pub hostname: String,
+    /// Port inside the sandbox it routes to.
+    pub port: u16,
+    /// `http://{hostname}:{listen port}`.
+    pub url: String,
+}

@@ -46,6 +46,7 @@ impl From<ServiceError> for Error {
             ServiceError::NotFound(_) => (S::NOT_FOUND, "not_found"),
             ServiceError::NameConflict(_) => (S::CONFLICT, "name_conflict"),
             ServiceError::Conflict(_) => (S::CONFLICT, "conflict"),
+            ServiceError::HostnameConflict(_) => (S::CONFLICT, "hostname_conflict"),
             ServiceError::PortNotListening(_) => (S::CONFLICT, "port_not_listening"),
             ServiceError::InFlight { .. } => (S::CONFLICT, "request_in_flight"),
             ServiceError::KeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),

@@ -1,8 +1,8 @@
 //! The daemon's HTTP surface on one listener.
 //!
 //! Where a request goes, in order:
-//! 1. the proxy ([`sandboxd_proxy`]) takes it if its Host is `{port}-{id}.{domain}` or it carries the
-//!    E2B sandbox headers;
+//! 1. the proxy ([`sandboxd_proxy`]) takes it if its Host is `{port}-{id}.{domain}`, it carries the
+//!    E2B sandbox headers, or its Host is a custom domain bound to a sandbox ([`domains`]);
 //! 2. `/health`, `/metrics` and `/v1/openapi.json` answer without a token;
 //! 3. everything under `/v1` needs a token ([`auth`]) and is handled in [`v1`], which calls the
 //!    service;
@@ -10,6 +10,7 @@
 //! 5. anything else is a JSON 404 — in the E2B shape outside `/v1` ([`e2b::error::shape_errors`]).
 
 pub mod auth;
+pub mod domains;
 pub mod e2b;
 pub mod error;
 pub mod metrics;
@@ -30,7 +31,7 @@ use utoipa::OpenApi;
 #[openapi(
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
     paths(v1::create, v1::list, v1::get, v1::delete, v1::exec, v1::exec_stream, v1::download, v1::upload,
-          v1::list_files, v1::expose, v1::ports, v1::unexpose),
+          v1::list_files, v1::expose, v1::ports, v1::unexpose, domains::bind, domains::list, domains::unbind),
     components(schemas(sandboxd_api_types::ApiError)),
     modifiers(&BearerAuth)
 )]
@@ -76,6 +77,14 @@ pub fn router(
         .route(
             "/sandboxes/{id}/ports/{port}",
             axum::routing::delete(v1::unexpose),
+        )
+        .route(
+            "/sandboxes/{id}/domains",
+            post(domains::bind).get(domains::list),
+        )
+        .route(
+            "/sandboxes/{id}/domains/{hostname}",
+            axum::routing::delete(domains::unbind),
         )
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
         .route(

@@ -72,7 +72,10 @@ pub async fn create(
 }
 
 /// A handler's outcome as a storable response.
-fn json_response<T: serde::Serialize>(status: StatusCode, result: Result<T, Error>) -> Replayable {
+pub(crate) fn json_response<T: serde::Serialize>(
+    status: StatusCode,
+    result: Result<T, Error>,
+) -> Replayable {
     match result {
         Ok(value) => Replayable {
             status: status.as_u16(),
@@ -91,7 +94,7 @@ fn json_response<T: serde::Serialize>(status: StatusCode, result: Result<T, Erro
 
 /// Runs `work` once per `Idempotency-Key` (when the request has one) and answers with its response,
 /// marking replays with `Idempotent-Replayed: true`.
-async fn idempotently<F, Fut>(
+pub(crate) async fn idempotently<F, Fut>(
     service: &Service,
     scope: &'static str,
     caller: Option<Extension<Caller>>,

@@ -3,7 +3,8 @@
 //! The daemon serves its API and this proxy on one listener. [`Proxy::maybe_forward`] (or the axum
 //! [`middleware`]) decides per request: a request whose host is `{port}-{sandboxId}.{domain}`, or which
 //! carries `E2b-Sandbox-Id` + `E2b-Sandbox-Port`, is forwarded to that sandbox port (the exact grammar is
-//! in `route.rs`); everything else is handed back untouched for the API router.
+//! in `route.rs`); otherwise the [`Resolver`] may still claim the host ([`Resolver::target_for_host`],
+//! the daemon's custom domains); everything else is handed back untouched for the API router.
 //!
 //! Contract of [`Proxy::forward`]:
 //! - The [`Resolver`] names the [`Upstream`] (TCP address or unix socket) each time; the proxy caches
@@ -58,6 +59,13 @@ pub trait Resolver: Send + Sync + 'static {
     /// Where `target` is served right now (the daemon looks the sandbox up in its store and asks the
     /// runtime on a miss).
     async fn upstream(&self, target: &Target) -> Result<Upstream, RouteError>;
+
+    /// The target of a request whose host matched neither `{port}-{id}.{domain}` nor carried the E2B
+    /// headers: e.g. a custom domain bound to a sandbox port. `host` is lowercase, without the
+    /// `:port` and trailing dot. `None` (the default) hands the request to the API router.
+    async fn target_for_host(&self, _host: &str) -> Option<Target> {
+        None
+    }
 }
 
 /// Everything configurable about a [`Proxy`].
@@ -144,10 +152,15 @@ impl Proxy {
 
     /// If `req` is a proxy request, forwards it and returns the answer; otherwise hands `req` back.
     pub async fn maybe_forward(&self, req: Request) -> Result<Response, Request> {
-        match self.target_of_request(&req) {
-            Some(target) => Ok(self.forward(target, req).await),
-            None => Err(req),
+        if let Some(target) = self.target_of_request(&req) {
+            return Ok(self.forward(target, req).await);
         }
+        if let Some(host) = route::host_of(req.headers(), req.uri()) {
+            if let Some(target) = self.resolver.target_for_host(&host).await {
+                return Ok(self.forward(target, req).await);
+            }
+        }
+        Err(req)
     }
 
     /// Drops idle pooled connections to `upstream` (call when a sandbox stops or moves).
@@ -169,5 +182,66 @@ pub async fn middleware(State(proxy): State<Arc<Proxy>>, req: Request, next: Nex
     match proxy.maybe_forward(req).await {
         Ok(resp) => resp,
         Err(req) => next.run(req).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Knows one custom host; every upstream is "not found" (so the proxy answers without a socket).
+    #[derive(Default)]
+    struct CustomHosts {
+        asked: Mutex<Vec<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Resolver for CustomHosts {
+        async fn upstream(&self, target: &Target) -> Result<Upstream, RouteError> {
+            Err(RouteError::SandboxNotFound(target.sandbox_id.clone()))
+        }
+
+        async fn target_for_host(&self, host: &str) -> Option<Target> {
+            self.asked.lock().unwrap().push(host.to_owned());
+            (host == "app.example.test").then(|| Target {
+                sandbox_id: "custom".into(),
+                port: 8000,
+            })
+        }
+    }
+
+    fn request(host: &str) -> Request {
+        http::Request::builder()
+            .uri("/")
+            .header(http::header::HOST, host)
+            .body(axum::body::Body::empty())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn resolver_claims_custom_hosts_only_after_the_builtin_patterns() {
+        let resolver = Arc::new(CustomHosts::default());
+        let proxy = Proxy::new("localhost", resolver.clone());
+        // A custom host is forwarded (here: to a sandbox the resolver cannot find → 502).
+        let resp = proxy
+            .maybe_forward(request("App.Example.TEST.:21212"))
+            .await
+            .expect("custom host is a proxy request");
+        assert_eq!(resp.status(), http::StatusCode::BAD_GATEWAY);
+        // Unknown hosts go back to the API router.
+        assert!(proxy
+            .maybe_forward(request("127.0.0.1:21212"))
+            .await
+            .is_err());
+        // The `{port}-{id}` pattern never consults the resolver's hosts.
+        proxy
+            .maybe_forward(request("8000-abc.localhost"))
+            .await
+            .expect("pattern host is a proxy request");
+        assert_eq!(
+            *resolver.asked.lock().unwrap(),
+            ["app.example.test", "127.0.0.1"]
+        );
     }
 }

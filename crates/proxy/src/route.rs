@@ -35,6 +35,18 @@ pub(crate) fn target_of(domain: &str, headers: &HeaderMap, uri: &Uri) -> Option<
         .or_else(|| target_of_headers(headers))
 }
 
+/// The host of a request (the `Host` header, else the URI authority), lowercase, without `:port` and
+/// trailing dot; `None` when there is none or it is a bracketed IPv6 literal.
+pub(crate) fn host_of(headers: &HeaderMap, uri: &Uri) -> Option<String> {
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| uri.authority().map(|a| a.as_str()))?;
+    let host = strip_listen_port(host.trim())?;
+    let host = host.strip_suffix('.').unwrap_or(host);
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
 /// `{port}-{id}.{domain}[.][:listenport]` → target. `domain` must be lowercase without surrounding dots.
 pub(crate) fn target_of_host(domain: &str, host: &str) -> Option<Target> {
     let host = strip_listen_port(host)?;
@@ -223,6 +235,27 @@ mod tests {
         assert_eq!(
             target_of("localhost", &HeaderMap::new(), &uri),
             t("abc", 3000)
+        );
+    }
+
+    #[test]
+    fn host_of_strips_port_and_dot_and_lowercases() {
+        let of = |h: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(HOST, HeaderValue::from_str(h).unwrap());
+            host_of(&headers, &Uri::from_static("/"))
+        };
+        assert_eq!(
+            of("App.Example.TEST:8080").as_deref(),
+            Some("app.example.test")
+        );
+        assert_eq!(of("app.example.test.").as_deref(), Some("app.example.test"));
+        assert_eq!(of("[::1]:80"), None);
+        assert_eq!(of("x:y"), None);
+        let uri = Uri::from_static("http://Secure.Example.test:443/x");
+        assert_eq!(
+            host_of(&HeaderMap::new(), &uri).as_deref(),
+            Some("secure.example.test")
         );
     }
 

@@ -53,9 +53,20 @@ pub struct ServeConfig {
     /// How long an Idempotency-Key attempt may run before a retry may take over, milliseconds.
     #[arg(long, env = "SB_IDEMPOTENCY_PENDING_TTL_MS", default_value_t = 120_000)]
     pub idempotency_pending_ttl_ms: u64,
+    /// How long a completed Idempotency-Key request is replayed (and its key kept), seconds.
+    #[arg(long, env = "SB_IDEMPOTENCY_REPLAY_TTL_SECS", default_value_t = 86_400)]
+    pub idempotency_replay_ttl_secs: u64,
     /// How often expired sandboxes are swept, milliseconds.
     #[arg(long, env = "SB_SWEEP_INTERVAL_MS", default_value_t = 1000)]
     pub sweep_interval_ms: u64,
+    /// Also serve the API and the proxy over TLS on this address (default: off). The certificate is
+    /// chosen by SNI from `<data-dir>/certs/<hostname>.crt` and `.key` (PEM); an SNI name without one
+    /// fails the handshake.
+    #[arg(long, env = "SB_TLS_LISTEN")]
+    pub tls_listen: Option<SocketAddr>,
+    /// Allow `*.` wildcard custom domains (default: off).
+    #[arg(long, env = "SB_ALLOW_WILDCARD_DOMAINS")]
+    pub allow_wildcard_domains: bool,
 }
 
 impl ServeConfig {

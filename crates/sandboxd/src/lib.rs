@@ -1,10 +1,12 @@
-//! The daemon: wires store, runtime, service, proxy and API together and serves them on one listener.
+//! The daemon: wires store, runtime, service, proxy and API together and serves them on one listener
+//! (and, with `--tls-listen`, the same router over TLS: [`tls`]).
 //!
 //! Start-up order: data dir → store (migrations) → admin token → runtime (template, host checks) →
 //! adoption of sandboxes a previous daemon left running → listener. Shutdown (SIGTERM, SIGINT) stops
 //! accepting and drains requests; sandboxes keep running and are adopted by the next start.
 
 pub mod config;
+pub mod tls;
 
 use anyhow::Context;
 use config::{Cli, Command, ServeConfig};
@@ -115,6 +117,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             host_ports: config.host_ports()?,
             forward_ip: config.listen.ip(),
             idempotency_pending_ttl: Duration::from_millis(config.idempotency_pending_ttl_ms),
+            idempotency_replay_ttl: Duration::from_secs(config.idempotency_replay_ttl_secs),
+            allow_wildcard_domains: config.allow_wildcard_domains,
             ..ServiceConfig::default()
         },
         store.writer().clone(),
@@ -132,7 +136,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     tracing::info!(?adoption, forwarders, "store and runtime reconciled");
     let proxy = Arc::new(sandboxd_proxy::Proxy::new(
         config.domain.clone(),
-        Arc::new(service.clone()),
+        Arc::new(sandboxd_service::domains::DomainResolver(service.clone())),
     ));
     let app = sandboxd_api::router(
         service.clone(),
@@ -143,6 +147,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
+    let tls = match config.tls_listen {
+        Some(addr) => {
+            let serving = tls::listen(addr, data_dir.join("certs"), app.clone()).await?;
+            tracing::info!(tls_listen = %addr, "serving TLS (certificates by SNI from <data-dir>/certs)");
+            Some(tokio::spawn(serving))
+        }
+        None => None,
+    };
     let sweeper = tokio::spawn(sweep(
         service.clone(),
         Duration::from_millis(config.sweep_interval_ms),
@@ -154,6 +166,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .context("serving")?;
     sweeper.abort();
+    if let Some(tls) = tls {
+        tls.abort();
+    }
     tracing::info!("sandboxd stopped; sandboxes keep running");
     Ok(())
 }

@@ -16,6 +16,9 @@ pub enum ServiceError {
     /// The name is taken by another sandbox.
     #[error("a sandbox named {0:?} already exists")]
     NameConflict(String),
+    /// The hostname is bound to another sandbox.
+    #[error("hostname {0:?} is bound to another sandbox")]
+    HostnameConflict(String),
     /// The sandbox is not in a state that allows this.
     #[error("{0}")]
     Conflict(String),
@@ -49,6 +52,9 @@ impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NameConflict { name } => ServiceError::NameConflict(name),
+            StoreError::HostnameConflict { hostname, .. } => {
+                ServiceError::HostnameConflict(hostname)
+            }
             StoreError::NotFound { kind, key } => {
                 ServiceError::NotFound(format!("{kind} {key} not found"))
             }

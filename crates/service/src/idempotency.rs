@@ -75,6 +75,7 @@ impl Service {
         let request_hash = digest(&[request]);
         let fp = fingerprint.clone();
         let pending_ttl = self.config().idempotency_pending_ttl;
+        let replay_ttl = self.config().idempotency_replay_ttl;
         let (outcome, stale_target) = self
             .writer()
             .write(move |tx| {
@@ -137,7 +138,7 @@ impl Service {
                             body: Some(stored.body),
                         },
                         unix_millis_now(),
-                        REPLAY_TTL,
+                        replay_ttl,
                     )
                 })
                 .await

@@ -9,6 +9,7 @@
 //! Authority: the store says what was promised (which sandboxes exist, their names, slots and ports);
 //! the runtime says what runs. Every write goes through the store's single writer.
 
+pub mod domains;
 pub mod e2b;
 pub mod error;
 pub mod exec;
@@ -52,6 +53,10 @@ pub struct ServiceConfig {
     pub forward_ip: std::net::IpAddr,
     /// How long an Idempotency-Key attempt may run before a retry may take over.
     pub idempotency_pending_ttl: Duration,
+    /// How long a completed Idempotency-Key attempt is replayed (and its key kept).
+    pub idempotency_replay_ttl: Duration,
+    /// Whether custom domains may be `*.` wildcards (see [`domains`]).
+    pub allow_wildcard_domains: bool,
 }
 
 impl Default for ServiceConfig {
@@ -68,6 +73,8 @@ impl Default for ServiceConfig {
             host_ports: 22000..=23000,
             forward_ip: std::net::Ipv4Addr::LOCALHOST.into(),
             idempotency_pending_ttl: idempotency::PENDING_TTL,
+            idempotency_replay_ttl: idempotency::REPLAY_TTL,
+            allow_wildcard_domains: false,
         }
     }
 }
