@@ -9,11 +9,7 @@ Environment (as a user would set it):
 
 Run: `python test_sdk.py` (exit status 0 = every check passed) or `pytest test_sdk.py`.
 
-Checks marked `needs_agent(<feature>)` exercise envd features the sandbox agent is still gaining; they
-count as expected failures only when the agent says the feature is not implemented (its Connect
-procedure, probed first, is unknown to the agent, or the check fails with `unimplemented`); any other
-failure is a failure, and an implemented feature is checked in full. Every
-sandbox a check creates carries a unique metadata value, because the daemon deduplicates identical
+Every sandbox a check creates carries a unique metadata value, because the daemon deduplicates identical
 create bodies for 10 seconds.
 """
 
@@ -250,6 +246,32 @@ def test_kill():
         raise AssertionError("get_info of a killed sandbox must fail")
 
 
+def test_timeout_expiry():
+    # A sandbox whose timeout runs out is killed by the daemon: gone for every SDK call.
+    sbx = new_sandbox("expiry", timeout=3)
+    assert sbx.commands.run("echo alive").stdout == "alive\n"
+    end_at = sbx.get_info().end_at
+    left = (end_at - sbx.get_info().started_at).total_seconds()
+    assert 1 <= left <= 5, ("end_at - started_at", left)
+    deadline = time.time() + 6
+    while time.time() < deadline and sbx.is_running():
+        time.sleep(0.5)
+    assert sbx.is_running() is False, f"still running 6 s after a 3 s timeout (end_at {end_at})"
+    try:
+        Sandbox.get_info(sbx.sandbox_id)
+    except Exception as e:  # noqa: BLE001
+        assert "not found" in str(e).lower(), e
+    else:
+        raise AssertionError("get_info of an expired sandbox must fail")
+    try:
+        Sandbox.connect(sbx.sandbox_id)
+    except Exception as e:  # noqa: BLE001
+        assert "not found" in str(e).lower(), e
+    else:
+        raise AssertionError("connect to an expired sandbox must fail")
+    assert Sandbox.kill(sbx.sandbox_id) is False, "killing an expired sandbox reports False"
+
+
 def test_duplicate_create_is_deduplicated():
     # The same body twice within 10 s: one sandbox (the SDK's retry safety).
     body = dict(metadata={"suite": "sdk-py", "run": RUN, "purpose": "dedupe"}, timeout=120)
@@ -330,6 +352,7 @@ CHECKS = [
     test_list_with_metadata_filter_and_paging,
     test_pause_and_resume_keep_processes,
     test_kill,
+    test_timeout_expiry,
     test_duplicate_create_is_deduplicated,
     test_pty,
     test_background_and_connect,

@@ -101,7 +101,7 @@ fn python_sdk_acceptance() {
     });
 }
 
-/// The JS SDK: create, commands.run, files write/read, kill.
+/// The JS SDK, through the same list as the Python one (`tests/e2b/test_sdk.mjs`).
 #[test]
 fn js_sdk_acceptance() {
     e2b_test(async {
