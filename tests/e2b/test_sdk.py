@@ -343,6 +343,37 @@ def test_watch_dir():
         sbx.kill()
 
 
+def native_sandbox_ids():
+    """Every sandbox id the daemon knows, through its native API (independent of the SDK)."""
+    api = os.environ["E2B_API_URL"].rstrip("/")
+    key = {"Authorization": f"Bearer {os.environ['E2B_API_KEY']}"}
+    page = requests.get(f"{api}/v1/sandboxes?limit=1000", headers=key, timeout=10).json()
+    return {s["id"] for s in page["sandboxes"]}
+
+
+def test_bad_input_maps_to_sdk_exceptions():
+    from e2b import AuthenticationException, NotFoundException, SandboxException
+
+    before = native_sandbox_ids()
+    try:
+        Sandbox.create(template="no-such-template", metadata={"purpose": f"bad-{RUN}"})
+        raise AssertionError("an unknown template must be refused")
+    except SandboxException as e:
+        assert "not found" in str(e).lower(), e
+    try:
+        Sandbox.create(api_key="wrong-key", metadata={"purpose": f"badkey-{RUN}"})
+        raise AssertionError("a wrong API key must be refused")
+    except AuthenticationException:
+        pass
+    try:
+        Sandbox.connect("nosuchsandbox0000000")
+        raise AssertionError("connecting to an unknown sandbox must fail")
+    except (NotFoundException, SandboxException) as e:
+        assert "not found" in str(e).lower() or isinstance(e, NotFoundException), e
+    assert Sandbox.kill("nosuchsandbox0000000") is False
+    assert native_sandbox_ids() == before, "a refused request created something"
+
+
 CHECKS = [
     test_create_with_metadata_and_envs,
     test_commands_run_foreground,
@@ -358,6 +389,7 @@ CHECKS = [
     test_background_and_connect,
     test_stdin,
     test_watch_dir,
+    test_bad_input_maps_to_sdk_exceptions,
 ]
 
 

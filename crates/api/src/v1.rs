@@ -344,3 +344,27 @@ pub async fn unexpose(
     service.unexpose(&id, port).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// Run every reconciler once (what the daemon also does on its timer) and report what each examined,
+/// changed (by kind) and could not resolve. A second call right after reports no changes.
+#[utoipa::path(post, path = "/v1/admin/reconcile",
+    responses((status = 200, description = "`{reconcilers: [{name, examined, actions: {kind: count}, errors}], totalActions}`")))]
+pub async fn reconcile(State(service): State<Service>) -> Json<serde_json::Value> {
+    let report = service.reconcile_all().await;
+    let reconcilers: Vec<serde_json::Value> = report
+        .reconcilers
+        .iter()
+        .map(|(name, r)| {
+            serde_json::json!({
+                "name": name,
+                "examined": r.examined,
+                "actions": r.actions,
+                "errors": r.errors,
+            })
+        })
+        .collect();
+    Json(serde_json::json!({
+        "reconcilers": reconcilers,
+        "totalActions": report.total_actions(),
+    }))
+}

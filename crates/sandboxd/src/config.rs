@@ -59,6 +59,14 @@ pub struct ServeConfig {
     /// How often expired sandboxes are swept, milliseconds.
     #[arg(long, env = "SB_SWEEP_INTERVAL_MS", default_value_t = 1000)]
     pub sweep_interval_ms: u64,
+    /// How often the reconcilers sweep for records stuck in a transitional state, seconds (0: only at
+    /// start-up and on `POST /v1/admin/reconcile`).
+    #[arg(long, env = "SB_RECONCILE_INTERVAL_SECS", default_value_t = 30)]
+    pub reconcile_interval_secs: u64,
+    /// How long a create, delete or exposure may stay unfinished before a reconciler resolves it,
+    /// seconds.
+    #[arg(long, env = "SB_RECONCILE_DEADLINE_SECS", default_value_t = 60)]
+    pub reconcile_deadline_secs: u64,
     /// Also serve the API and the proxy over TLS on this address (default: off). The certificate is
     /// chosen by SNI from `<data-dir>/certs/<hostname>.crt` and `.key` (PEM); an SNI name without one
     /// fails the handshake.

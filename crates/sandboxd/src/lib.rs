@@ -2,7 +2,8 @@
 //! (and, with `--tls-listen`, the same router over TLS: [`tls`]).
 //!
 //! Start-up order: data dir → store (migrations) → admin token → runtime (template, host checks) →
-//! adoption of sandboxes a previous daemon left running → listener. Shutdown (SIGTERM, SIGINT) stops
+//! adoption of sandboxes a previous daemon left running (one pass of the reconcilers, which then run
+//! every `--reconcile-interval-secs`) → listener. Shutdown (SIGTERM, SIGINT) stops
 //! accepting and drains requests; sandboxes keep running and are adopted by the next start.
 
 pub mod config;
@@ -119,6 +120,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             idempotency_pending_ttl: Duration::from_millis(config.idempotency_pending_ttl_ms),
             idempotency_replay_ttl: Duration::from_secs(config.idempotency_replay_ttl_secs),
             allow_wildcard_domains: config.allow_wildcard_domains,
+            reconcile_deadline: Duration::from_secs(config.reconcile_deadline_secs),
             ..ServiceConfig::default()
         },
         store.writer().clone(),
@@ -159,6 +161,12 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         service.clone(),
         Duration::from_millis(config.sweep_interval_ms),
     ));
+    let reconciler = (config.reconcile_interval_secs > 0).then(|| {
+        tokio::spawn(reconcile(
+            service.clone(),
+            Duration::from_secs(config.reconcile_interval_secs),
+        ))
+    });
     tracing::info!(listen = %config.listen, data_dir = %data_dir.display(), "sandboxd ready");
     println!("sandboxd listening on http://{}", config.listen);
     axum::serve(listener, app)
@@ -166,6 +174,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .context("serving")?;
     sweeper.abort();
+    if let Some(reconciler) = reconciler {
+        reconciler.abort();
+    }
     if let Some(tls) = tls {
         tls.abort();
     }
@@ -181,6 +192,17 @@ async fn sweep(service: Service, every: Duration) {
         if let Err(e) = service.sweep_expired().await {
             tracing::warn!(error = %sandboxd_service::error::chain(&e), "expiry sweep failed");
         }
+    }
+}
+
+/// Runs the reconcilers every `every` (the first pass was adoption, at start-up).
+async fn reconcile(service: Service, every: Duration) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let report = service.reconcile_all().await;
+        tracing::debug!(actions = report.total_actions(), "reconcile pass");
     }
 }
 

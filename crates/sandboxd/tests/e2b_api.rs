@@ -1,9 +1,11 @@
 //! The E2B control API of the real daemon, over HTTP as the E2B SDKs speak it (`X-API-KEY`, E2B's JSON
 //! names, `{code, message}` errors): create dedupe, error shapes, pause and resume, timeouts, listings.
 
+mod common;
 mod e2b_support;
 
-use e2b_support::{cgroup_frozen, client, e2b_test, Daemon};
+use common::Daemon;
+use e2b_support::e2b_test;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -67,13 +69,21 @@ async fn post(d: &Daemon, path: &str, body: Value) -> reqwest::Response {
         .expect("request")
 }
 
+/// Runs `cmd` through the native exec (10 s limit), whatever it answers: (HTTP status, body).
+async fn exec(d: &Daemon, id: &str, cmd: &[&str]) -> (u16, Value) {
+    let (status, text) = d
+        .exec_raw(id, &json!({ "cmd": cmd, "timeoutMs": 10_000 }))
+        .await;
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
 /// The seed's create dedupe: 200 identical creates at once make exactly one sandbox and every caller
 /// gets its id; after the 10 s replay window the same body makes a second one; a duplicate of that one
 /// inside its own window gets it again — unless it was killed meanwhile.
 #[test]
 fn concurrent_identical_creates_make_one_sandbox_until_the_window_closes() {
     e2b_test(async {
-        let d = Daemon::start().await;
+        let d = e2b_support::start().await;
         let body = json!({
             "templateID": "base",
             "timeout": 120,
@@ -104,7 +114,7 @@ fn concurrent_identical_creates_make_one_sandbox_until_the_window_closes() {
         let done = Instant::now();
         assert_eq!(ids.len(), 1, "every caller gets the same sandbox: {ids:?}");
         let first = ids.into_iter().next().unwrap();
-        let all = d.all_sandboxes().await;
+        let all = d.list_all().await;
         assert_eq!(all.len(), 1, "exactly one sandbox exists: {all:?}");
         assert_eq!(all[0]["id"], json!(first));
 
@@ -127,7 +137,7 @@ fn concurrent_identical_creates_make_one_sandbox_until_the_window_closes() {
         let (status, dup) = create(&d, &body).await;
         assert_eq!((status, sandbox_id(&dup)), (201, second.clone()));
         let ids: HashSet<String> = d
-            .all_sandboxes()
+            .list_all()
             .await
             .iter()
             .map(|s| s["id"].as_str().unwrap().to_string())
@@ -167,7 +177,7 @@ fn concurrent_identical_creates_make_one_sandbox_until_the_window_closes() {
 #[test]
 fn idempotency_key_replays_the_first_answer() {
     e2b_test(async {
-        let d = Daemon::start().await;
+        let d = e2b_support::start().await;
         let body = json!({"templateID": "base", "metadata": {"test": "key"}});
         let send = |body: Value| {
             d.http()
@@ -198,7 +208,7 @@ fn idempotency_key_replays_the_first_answer() {
             422,
         )
         .await;
-        assert_eq!(d.all_sandboxes().await.len(), 1);
+        assert_eq!(d.list_all().await.len(), 1);
     });
 }
 
@@ -206,7 +216,7 @@ fn idempotency_key_replays_the_first_answer() {
 #[test]
 fn refused_requests_answer_in_the_e2b_shape_and_create_nothing() {
     e2b_test(async {
-        let d = Daemon::start().await;
+        let d = e2b_support::start().await;
         let create_url = d.endpoint("/v2/sandboxes");
         let bad_template = d
             .http()
@@ -250,14 +260,16 @@ fn refused_requests_answer_in_the_e2b_shape_and_create_nothing() {
             .unwrap();
         expect_e2b_error("timeout over the maximum", too_long, 400).await;
         for key in [Some("wrong-key"), None] {
-            let resp = client(key)
+            let resp = d
+                .client_as(key)
                 .post(&create_url)
                 .json(&json!({}))
                 .send()
                 .await
                 .unwrap();
             expect_e2b_error(&format!("key {key:?}"), resp, 401).await;
-            let resp = client(key)
+            let resp = d
+                .client_as(key)
                 .get(d.endpoint("/v2/sandboxes"))
                 .send()
                 .await
@@ -300,7 +312,7 @@ fn refused_requests_answer_in_the_e2b_shape_and_create_nothing() {
         let wrong_method = http.put(d.endpoint("/v2/sandboxes")).send().await.unwrap();
         expect_e2b_error("wrong method", wrong_method, 405).await;
         assert!(
-            d.all_sandboxes().await.is_empty(),
+            d.list_all().await.is_empty(),
             "refused requests created sandboxes"
         );
     });
@@ -312,13 +324,13 @@ fn refused_requests_answer_in_the_e2b_shape_and_create_nothing() {
 #[test]
 fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
     e2b_test(async {
-        let d = Daemon::start().await;
+        let d = e2b_support::start().await;
         let (status, created) = create(&d, &json!({"metadata": {"test": "pause"}})).await;
         assert_eq!(status, 201, "{created}");
         let id = sandbox_id(&created);
         let ticker = "nohup sh -c 'while :; do date +%s%N > /tmp/tick; sleep 0.05; done' \
                   >/dev/null 2>&1 & echo $!";
-        let (status, started) = d.exec(&id, &["sh", "-c", ticker]).await;
+        let (status, started) = exec(&d, &id, &["sh", "-c", ticker]).await;
         assert_eq!(status, 200, "{started}");
         let pid = started["stdout"].as_str().unwrap().trim().to_string();
         assert!(pid.parse::<u32>().is_ok(), "ticker pid: {started}");
@@ -330,7 +342,7 @@ fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
         let resp = post(&d, &format!("/sandboxes/{id}/pause"), json!({})).await;
         assert_eq!(resp.status(), 204);
         assert_eq!(
-            cgroup_frozen(&id),
+            d.cgroup_frozen(&id),
             Some(true),
             "the kernel reports the sandbox frozen"
         );
@@ -343,7 +355,7 @@ fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
         let frozen_at = read_tick();
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(read_tick(), frozen_at, "nothing runs while paused");
-        let (status, refused) = d.exec(&id, &["true"]).await;
+        let (status, refused) = exec(&d, &id, &["true"]).await;
         assert_eq!(status, 409, "commands are refused while paused: {refused}");
         let again = post(&d, &format!("/sandboxes/{id}/pause"), json!({})).await;
         expect_e2b_error("second pause", again, 409).await;
@@ -369,8 +381,8 @@ fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
         let resumed: Value = resumed.json().await.unwrap();
         assert_eq!(resumed["state"], "running");
         assert_eq!(resumed["envdAccessToken"], created["envdAccessToken"]);
-        assert_eq!(cgroup_frozen(&id), Some(false));
-        let (status, alive) = d.exec(&id, &["kill", "-0", &pid]).await;
+        assert_eq!(d.cgroup_frozen(&id), Some(false));
+        let (status, alive) = exec(&d, &id, &["kill", "-0", &pid]).await;
         assert_eq!(status, 200);
         assert_eq!(
             alive["exitCode"], 0,
@@ -407,10 +419,7 @@ fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
             .await
             .unwrap();
         expect_e2b_error("second kill", again, 404).await;
-        assert!(
-            e2b_support::cgroup_dirs(&id).is_empty(),
-            "its cgroups are gone"
-        );
+        assert!(d.cgroup_dirs(&id).is_empty(), "its cgroups are gone");
     });
 }
 
@@ -419,7 +428,7 @@ fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
 #[test]
 fn timeout_moves_the_deadline_and_metrics_sample_the_cgroup() {
     e2b_test(async {
-        let d = Daemon::start().await;
+        let d = e2b_support::start().await;
         let (status, created) =
             create(&d, &json!({"timeout": 30, "metadata": {"test": "timeout"}})).await;
         assert_eq!(status, 201, "{created}");
@@ -490,7 +499,7 @@ fn timeout_moves_the_deadline_and_metrics_sample_the_cgroup() {
         }
         // E2B reports a sandbox being deleted as gone already; the row itself follows once the
         // runtime has torn it down.
-        while !d.all_sandboxes().await.is_empty() {
+        while !d.list_all().await.is_empty() {
             assert!(
                 Instant::now() < deadline,
                 "the expired sandbox was never deleted"
@@ -505,7 +514,7 @@ fn timeout_moves_the_deadline_and_metrics_sample_the_cgroup() {
 #[test]
 fn listings_filter_by_metadata_and_page() {
     e2b_test(async {
-        let d = Daemon::start().await;
+        let d = e2b_support::start().await;
         let mut mine = HashSet::new();
         for i in 0..3 {
             let (status, body) = create(

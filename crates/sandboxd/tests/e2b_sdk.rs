@@ -9,9 +9,11 @@
 //!
 //! A missing SDK fails the test (it is not skipped), saying how to install it.
 
+mod common;
 mod e2b_support;
 
-use e2b_support::{e2b_test, Daemon, API_KEY};
+use common::Daemon;
+use e2b_support::{e2b_test, API_KEY};
 use sandboxd_test_support::workspace_root;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -84,7 +86,7 @@ async fn run_script(daemon: &Daemon, program: &Path, args: &[&str]) {
         output.status.code(),
         daemon.log_tail(40)
     );
-    let left = daemon.all_sandboxes().await;
+    let left = daemon.list_all().await;
     assert!(
         left.is_empty(),
         "the script left sandboxes behind: {left:?}"
@@ -96,7 +98,7 @@ async fn run_script(daemon: &Daemon, program: &Path, args: &[&str]) {
 fn python_sdk_acceptance() {
     e2b_test(async {
         let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
-        let daemon = Daemon::start().await;
+        let daemon = e2b_support::start().await;
         run_script(&daemon, &python, &["tests/e2b/test_sdk.py"]).await;
     });
 }
@@ -114,7 +116,7 @@ fn js_sdk_acceptance() {
         let node = std::env::var_os("E2B_NODE")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("node"));
-        let daemon = Daemon::start().await;
+        let daemon = e2b_support::start().await;
         run_script(&daemon, &node, &["tests/e2b/test_sdk.mjs"]).await;
     });
 }
@@ -137,7 +139,7 @@ fn old_python_sdk_creates_and_runs_a_command() {
             "{} must have e2b==2.20.0. To install it, {OLD_PY_INSTALL}",
             python.display()
         );
-        let daemon = Daemon::start().await;
+        let daemon = e2b_support::start().await;
         run_script(&daemon, &python, &["tests/e2b/test_sdk_old.py"]).await;
     });
 }

@@ -3,8 +3,9 @@
 //! Where a request goes: `api` parses and authenticates, then calls one method of [`Service`]:
 //! [`sandboxes`] (create, get, list, delete), [`exec`] (commands and files, translated onto the
 //! sandbox's agent), [`ports`] (exposure, and the proxy's [`sandboxd_proxy::Resolver`]), [`lifecycle`]
-//! (adoption at start-up, expiry), [`pause`] (freezing and thawing in place, usage), [`e2b`] (the E2B
-//! facade's create dedupe, timeouts and connect).
+//! (adoption at start-up, expiry), [`reconcile`] (the sweeps that resolve records stuck in a
+//! transitional state), [`pause`] (freezing and thawing in place, usage), [`e2b`] (the E2B facade's
+//! create dedupe, timeouts and connect).
 //!
 //! Authority: the store says what was promised (which sandboxes exist, their names, slots and ports);
 //! the runtime says what runs. Every write goes through the store's single writer.
@@ -18,6 +19,7 @@ pub mod idempotency;
 pub mod lifecycle;
 pub mod pause;
 pub mod ports;
+pub mod reconcile;
 pub mod sandboxes;
 mod validate;
 
@@ -57,6 +59,9 @@ pub struct ServiceConfig {
     pub idempotency_replay_ttl: Duration,
     /// Whether custom domains may be `*.` wildcards (see [`domains`]).
     pub allow_wildcard_domains: bool,
+    /// How long a record may sit in a transitional state before a reconciler resolves it (see
+    /// [`reconcile`]).
+    pub reconcile_deadline: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -75,6 +80,7 @@ impl Default for ServiceConfig {
             idempotency_pending_ttl: idempotency::PENDING_TTL,
             idempotency_replay_ttl: idempotency::REPLAY_TTL,
             allow_wildcard_domains: false,
+            reconcile_deadline: reconcile::DEADLINE,
         }
     }
 }
@@ -93,6 +99,7 @@ struct Inner {
     endpoints: ports::EndpointCache,
     forwarders: forwarders::Forwarders,
     sandbox_locks: pause::SandboxLocks,
+    reconcile: reconcile::ReconcileState,
 }
 
 impl Service {
@@ -112,6 +119,7 @@ impl Service {
                 endpoints: Default::default(),
                 forwarders: Default::default(),
                 sandbox_locks: Default::default(),
+                reconcile: Default::default(),
             }),
         }
     }

@@ -1,9 +1,10 @@
 //! Start-up adoption and expiry.
 //!
-//! At start-up the store (what was promised) and the runtime (what runs) are brought together:
+//! At start-up the store (what was promised) and the runtime (what runs) are brought together by one
+//! pass of the reconcilers ([`crate::reconcile`]), which the daemon also runs on a timer:
 //! - running in both: adopted as is;
 //! - a create or delete the last daemon did not finish: the create is undone (runtime destroyed, row
-//!   marked `failed` with the reason), the delete is finished;
+//!   marked `failed` with the reason, its name and slot released), the delete is finished;
 //! - promised `running` but gone from the runtime: marked `lost`;
 //! - running in the runtime with no row: an orphan, destroyed.
 //!
@@ -11,9 +12,7 @@
 //! runs on a timer.
 
 use crate::{Service, ServiceError};
-use sandboxd_runtime::RuntimeState;
 use sandboxd_store::{unix_millis_now, SandboxState};
-use std::collections::HashSet;
 
 /// What [`Service::adopt`] found and did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -31,99 +30,63 @@ pub struct Adoption {
 }
 
 impl Service {
-    /// Reconciles store and runtime after a (re)start.
+    /// Reconciles store and runtime after a (re)start: one [`Service::reconcile_all`] pass. Every record
+    /// a transitional state holds was last changed before this process started, so the pass resolves
+    /// all of them at once (see [`crate::reconcile`]); the counts are the sandbox reconciler's.
     pub async fn adopt(&self) -> Result<Adoption, ServiceError> {
-        let mut report = Adoption::default();
-        let rows = self
+        let pass = self.reconcile_all().await;
+        let sandboxes = pass
+            .of(crate::reconcile::sandboxes::NAME)
+            .cloned()
+            .unwrap_or_default();
+        let adopted = self
             .reader()
-            .read(|tx| tx.sandboxes_in_states(&SandboxState::ALL))
-            .await?;
-        let known: HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
-        for row in rows {
-            let info = self.runtime().inspect(&row.id).await?;
-            let running = info
-                .as_ref()
-                .is_some_and(|i| i.state == RuntimeState::Running);
-            let id = row.id.clone();
-            match row.state {
-                SandboxState::Running | SandboxState::Paused if running => report.adopted += 1,
-                SandboxState::Running | SandboxState::Paused => {
-                    report.lost += 1;
-                    self.writer()
-                        .write(move |tx| {
-                            tx.set_state(
-                                &id,
-                                &[row.state],
-                                SandboxState::Lost,
-                                Some("its processes are gone"),
-                                unix_millis_now(),
-                            )
-                        })
-                        .await?;
-                }
-                SandboxState::Creating | SandboxState::Starting => {
-                    report.failed += 1;
-                    self.runtime().destroy(&row.id).await?;
-                    self.writer()
-                        .write(move |tx| {
-                            tx.set_state(
-                                &id,
-                                &[row.state],
-                                SandboxState::Failed,
-                                Some("the daemon stopped while creating it"),
-                                unix_millis_now(),
-                            )?;
-                            tx.release_slot(&id)
-                        })
-                        .await?;
-                }
-                SandboxState::Deleting | SandboxState::Stopping => {
-                    report.deleted += 1;
-                    self.runtime().destroy(&row.id).await?;
-                    self.writer()
-                        .write(move |tx| tx.delete_sandbox(&id))
-                        .await?;
-                }
-                SandboxState::Stopped | SandboxState::Failed | SandboxState::Lost => {}
-            }
-        }
-        for info in self.runtime().list().await? {
-            if !known.contains(info.id()) {
-                report.orphans += 1;
-                tracing::warn!(
-                    sandbox_id = info.id(),
-                    "destroying a sandbox the store does not know"
-                );
-                self.runtime().destroy(info.id()).await?;
-            }
-        }
-        Ok(report)
+            .read(|tx| tx.sandboxes_in_states(&[SandboxState::Running, SandboxState::Paused]))
+            .await?
+            .len();
+        Ok(Adoption {
+            adopted,
+            failed: sandboxes.count("failed"),
+            deleted: sandboxes.count("deleted"),
+            lost: sandboxes.count("lost"),
+            orphans: sandboxes.count("orphans"),
+        })
     }
 
-    /// The reconciler of pending `v1.create` claims: an attempt whose lock expired without completing
-    /// died mid-way (e.g. the daemon was killed); the sandbox it was making is deleted, then the claim,
-    /// so the key's next use redoes the work and the end state holds one sandbox.
-    async fn undo_abandoned_creates(&self, now: i64) -> Result<(), ServiceError> {
+    /// The reconciler of pending `v1.create` claims ([`crate::reconcile::claims`]): an attempt whose
+    /// lock expired without completing died mid-way (e.g. the daemon was killed); the sandbox it was
+    /// making is deleted, then the claim, so the key's next use redoes the work and the end state holds
+    /// one sandbox. Returns how many claims it examined, undid, and could not undo.
+    pub(crate) async fn undo_abandoned_creates(
+        &self,
+        now: i64,
+    ) -> Result<(usize, usize, usize), ServiceError> {
         let abandoned = self
             .reader()
             .read(move |tx| tx.abandoned_claims(crate::idempotency::V1_CREATE_SCOPE, now))
             .await?;
+        let (examined, mut undone, mut errors) = (abandoned.len(), 0, 0);
         for claim in abandoned {
             match self.delete(&claim.target_id).await {
                 Ok(()) | Err(ServiceError::NotFound(_)) => {}
                 Err(e) => {
                     tracing::warn!(sandbox_id = %claim.target_id, error = %crate::error::chain(&e), "cannot undo an abandoned create");
+                    errors += 1;
                     continue;
                 }
             }
             tracing::info!(sandbox_id = %claim.target_id, "undid the sandbox of an abandoned create");
-            self.writer()
+            let deleted = self
+                .writer()
                 .write(move |tx| {
                     tx.delete_claim(&claim.scope, &claim.fingerprint, claim.generation)
                 })
                 .await?;
+            if deleted {
+                undone += 1;
+            }
         }
-        Ok(())
+        Ok((examined, undone, errors))
     }
 
     /// Deletes every sandbox past its deadline and forgets expired idempotency claims; returns how many

@@ -177,7 +177,7 @@ impl Service {
 
     /// Installs the forwarder of a TCP exposure. When it fails, the row is rolled back only if this call
     /// inserted it (`reused == false`): a row another caller installed is not ours to undo.
-    async fn install_forwarder(
+    pub(crate) async fn install_forwarder(
         &self,
         row: &ExposedPort,
         upstream: Upstream,

@@ -3,7 +3,10 @@
 //! Create writes the row (state `creating`) and leases its network slot in one transaction — the name's
 //! uniqueness is the schema's, so racing creates get exactly one winner — then asks the runtime to create
 //! and start it, and moves it to `running`. A failure after the row was written undoes exactly what this
-//! call made: the runtime's sandbox, then the row (which frees the slot).
+//! call made: the runtime's sandbox, then the row (which frees the slot). A crash in between leaves the
+//! row `creating` (or a delete's `deleting`) for the reconcilers ([`crate::reconcile`]); the failpoints
+//! `create.after-insert`, `create.after-runtime` and `delete.after-mark` hold a flow in those windows
+//! for the crash tests.
 
 use crate::{validate, Service, ServiceError};
 use rand::Rng;
@@ -133,6 +136,7 @@ impl Service {
                 Ok(tx.lease_slot(&id, slots, now)?.slot)
             })
             .await?;
+        fail::fail_point!("create.after-insert");
         let spec = SandboxSpec {
             id: id.clone(),
             template: plan.template,
@@ -158,6 +162,7 @@ impl Service {
             let _ = self.writer().write(move |tx| tx.delete_sandbox(&rid)).await;
             return Err(e.into());
         }
+        fail::fail_point!("create.after-runtime");
         let rid = id.clone();
         let sandbox = self
             .writer()
@@ -219,6 +224,7 @@ impl Service {
                 )
             })
             .await?;
+        fail::fail_point!("delete.after-mark");
         self.forget_endpoint(&id);
         self.runtime().destroy(&id).await?;
         self.writer()

@@ -410,6 +410,17 @@ impl WriteTx<'_> {
         Ok(n == 1)
     }
 
+    /// Frees the name of sandbox `id` (sets it to `""`, unnamed) so a new sandbox may take it; for
+    /// sandboxes that will never run again (`failed`, `lost`), whose row stays for diagnosis. Returns
+    /// whether a name was freed.
+    pub fn release_name(&mut self, id: &str) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached("UPDATE sandboxes SET name = '' WHERE id = ?1 AND name <> ''")?
+            .execute([id])?;
+        Ok(n == 1)
+    }
+
     /// Deletes sandbox `id` (cascading to its ports and domains, freeing its slot). Returns whether it
     /// existed.
     pub fn delete_sandbox(&mut self, id: &str) -> Result<bool> {
@@ -712,6 +723,38 @@ mod tests {
             .map(|s| s.id)
             .collect();
         assert_eq!(ids, ["past", "now"]);
+    }
+
+    #[tokio::test]
+    async fn released_name_can_be_taken_by_a_new_sandbox() {
+        let (_dir, store, _t) = open_temp();
+        let w = store.writer();
+        w.write(|tx| tx.insert_sandbox(new_sandbox("old", "web", 1)))
+            .await
+            .unwrap();
+        let err = w
+            .write(|tx| tx.insert_sandbox(new_sandbox("new", "web", 2)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::NameConflict { .. }), "{err:?}");
+        assert!(w.write(|tx| tx.release_name("old")).await.unwrap());
+        assert!(
+            !w.write(|tx| tx.release_name("old")).await.unwrap(),
+            "a second release frees nothing"
+        );
+        assert!(!w.write(|tx| tx.release_name("ghost")).await.unwrap());
+        let taken = w
+            .write(|tx| tx.insert_sandbox(new_sandbox("new", "web", 2)))
+            .await
+            .unwrap();
+        assert_eq!(taken.name, "web");
+        let old = store
+            .reader()
+            .read(|tx| tx.get_sandbox_by_id("old"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.name, "");
     }
 
     #[tokio::test]

@@ -45,6 +45,24 @@ impl ReadTx<'_> {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
+
+    /// Leased slots whose holder is in one of `states` (e.g. `failed` and `lost`, which never run
+    /// again), by slot, with the holder's id.
+    pub fn slots_held_in_states(
+        &self,
+        states: &[crate::SandboxState],
+    ) -> Result<Vec<(u32, String)>> {
+        let states = serde_json::to_string(&states.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+            .expect("a list of strings serializes");
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT n.slot, n.sandbox_id FROM network_slots n JOIN sandboxes s ON s.id = n.sandbox_id
+             WHERE s.state IN (SELECT value FROM json_each(?1)) ORDER BY n.slot",
+        )?;
+        let rows = stmt
+            .query_map([states], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
 }
 
 impl WriteTx<'_> {
@@ -299,6 +317,39 @@ mod tests {
                 reused: false
             }
         );
+    }
+
+    #[tokio::test]
+    async fn slots_held_in_states_lists_only_holders_in_those_states() {
+        let (_dir, store, _t) = open_temp();
+        seed_sandboxes(&store, &["ok", "bad", "gone", "free"]).await;
+        use crate::SandboxState::*;
+        let w = store.writer();
+        w.write(|tx| {
+            for id in ["ok", "bad", "gone"] {
+                tx.lease_slot(id, 8, 1)?;
+            }
+            tx.set_state("ok", &[Creating], Running, None, 2)?;
+            tx.set_state("bad", &[Creating], Failed, Some("x"), 2)?;
+            tx.set_state("gone", &[Creating], Lost, Some("y"), 2)?;
+            tx.set_state("free", &[Creating], Failed, Some("z"), 2)?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let held = store
+            .reader()
+            .read(|tx| tx.slots_held_in_states(&[Failed, Lost]))
+            .await
+            .unwrap();
+        assert_eq!(held, vec![(1, "bad".to_owned()), (2, "gone".to_owned())]);
+        w.write(|tx| tx.release_slot("bad")).await.unwrap();
+        let held = store
+            .reader()
+            .read(|tx| tx.slots_held_in_states(&[Failed, Lost]))
+            .await
+            .unwrap();
+        assert_eq!(held, vec![(2, "gone".to_owned())]);
     }
 
     #[tokio::test]

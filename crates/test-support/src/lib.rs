@@ -24,6 +24,20 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The build's target directory (`CARGO_TARGET_DIR`, else `<workspace>/target`).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// A `cargo` command (the one running the tests, when known) in the workspace root.
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
 /// Path of the static agent binary, building it if needed.
 pub fn agent_binary() -> PathBuf {
     static AGENT: OnceLock<PathBuf> = OnceLock::new();
@@ -32,13 +46,7 @@ pub fn agent_binary() -> PathBuf {
             if let Some(path) = std::env::var_os("SANDBOXD_AGENT_BIN") {
                 return PathBuf::from(path);
             }
-            let root = workspace_root();
-            let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root.join("target"));
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = Command::new(cargo)
-                .current_dir(&root)
+            let status = cargo()
                 .args([
                     "build",
                     "--release",
@@ -54,7 +62,7 @@ pub fn agent_binary() -> PathBuf {
                 .status()
                 .expect("run cargo to build the agent");
             assert!(status.success(), "building the static agent failed");
-            target_dir
+            target_dir()
                 .join(AGENT_TARGET)
                 .join("release")
                 .join("sandboxd-agent")
@@ -167,18 +175,12 @@ pub fn cargo_bin(package: &str, bin: &str) -> PathBuf {
     if let Some(path) = built.get(&key) {
         return path.clone();
     }
-    let root = workspace_root();
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(&root)
+    let status = cargo()
         .args(["build", "-p", package, "--bin", bin])
         .status()
         .unwrap_or_else(|e| panic!("run cargo to build {package}/{bin}: {e}"));
     assert!(status.success(), "building {package}/{bin} failed");
-    let path = target_dir.join("debug").join(bin);
+    let path = target_dir().join("debug").join(bin);
     assert!(
         path.is_file(),
         "cargo built {package}/{bin} but {} is missing",

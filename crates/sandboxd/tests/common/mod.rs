@@ -5,11 +5,12 @@
 //! `sbh<n>` by name, so two daemons leasing the same slots would break each other's sandboxes. Each
 //! [`Daemon`] therefore holds a block of slots from [`daemon_slots`] (an `flock`ed range no other test
 //! process uses) and passes it as `--net-slot-base`/`--net-slots`; its sandboxes get cgroups under
-//! [`CGROUP_PARENT`]. Tests still run one at a time ([`e2e`] holds a process-wide lock): two cores, and
-//! a start-up time budget that must not measure contention.
+//! [`CGROUP_PARENT`] (or the [`Setup::cgroup_parent`] it was started with). Tests still run one at a
+//! time ([`e2e`] and [`run_serially`] hold a process-wide lock): two cores, and a start-up time budget
+//! that must not measure contention.
 //!
 //! Cleanup ([`Daemon`]'s `Drop`): `DELETE` every sandbox the daemon lists, kill the daemon, then — for
-//! whatever is left, e.g. when the daemon was down — kill each sandbox init recorded in
+//! whatever is left, e.g. when the daemon was down — thaw and kill each sandbox init recorded in
 //! `<data-dir>/runtime/sandboxes/*/state.json` (after checking its start time, so a recycled pid is never
 //! hit) and remove its cgroup directories. The veth pair of a killed sandbox goes with its namespace.
 
@@ -42,20 +43,106 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = ()>,
 {
+    run_serially(
+        &mut tokio::runtime::Builder::new_current_thread(),
+        Some(TEST_TIMEOUT),
+        test,
+    );
+}
+
+/// Runs one test serially with the other tests of its binary (those run by [`e2e`] too), on a runtime
+/// from `runtime`, failed (and cleaned up) after `timeout` if one is given. Skipped only when root tests
+/// are explicitly skipped; without root it panics.
+pub fn run_serially<F, Fut>(
+    runtime: &mut tokio::runtime::Builder,
+    timeout: Option<Duration>,
+    test: F,
+) where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()>,
+{
     static SERIAL: Mutex<()> = Mutex::new(());
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !require_root() {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = runtime.enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
-        tokio::time::timeout(TEST_TIMEOUT, test())
-            .await
-            .unwrap_or_else(|_| panic!("e2e test ran longer than {TEST_TIMEOUT:?}"))
+        match timeout {
+            Some(limit) => tokio::time::timeout(limit, test())
+                .await
+                .unwrap_or_else(|_| panic!("e2e test ran longer than {limit:?}")),
+            None => test().await,
+        }
     });
+}
+
+/// How a [`Daemon`] is set up; [`Setup::default`] is what [`Daemon::start`] does.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// Passed as `SB_PAT_TOKEN`; `None` lets the daemon generate one into the data dir.
+    pub token: Option<String>,
+    /// How [`Daemon::http`] and the cleanup in `Drop` send the token.
+    pub auth: Auth,
+    /// Timeout of [`Daemon::http`] and [`Daemon::client_as`].
+    pub http_timeout: Duration,
+    /// `--cgroup-parent` of the daemon; [`Daemon::cgroup_dirs`] looks there. Also names the temp dir.
+    pub cgroup_parent: &'static str,
+    /// Longest the daemon may take to answer `/health` on each (re)start.
+    pub ready_timeout: Duration,
+    /// Flags added to every `sandboxd serve` of this daemon.
+    pub args: Vec<String>,
+    /// Environment added to every start (replaced per key by [`Daemon::set_env`]).
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            token: Some(TOKEN.to_string()),
+            auth: Auth::Bearer,
+            http_timeout: Duration::from_secs(30),
+            cgroup_parent: CGROUP_PARENT,
+            ready_timeout: READY_TIMEOUT,
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// How a client sends the token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Bearer <token>`.
+    Bearer,
+    /// `X-API-KEY: <token>`, as the E2B SDKs send it.
+    ApiKey,
+}
+
+impl Auth {
+    /// The header carrying `token`: (lowercase name, value).
+    fn header(self, token: &str) -> (&'static str, String) {
+        match self {
+            Auth::Bearer => ("authorization", format!("Bearer {token}")),
+            Auth::ApiKey => ("x-api-key", token.to_string()),
+        }
+    }
+
+    /// A client with `timeout`, sending `token` this way when given (none: no credentials at all).
+    pub fn client(self, token: Option<&str>, timeout: Duration) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = token {
+            let (name, value) = self.header(token);
+            if let Ok(value) = value.parse() {
+                headers.insert(name, value);
+            }
+        }
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(timeout)
+            .build()
+            .expect("http client")
+    }
 }
 
 /// The `sbx` CLI, built on first use.
@@ -76,17 +163,13 @@ pub struct Daemon {
     /// Holds `data/` and the daemon's logs.
     root: tempfile::TempDir,
     port: u16,
-    /// The token passed as `SB_PAT_TOKEN`; `None` lets the daemon generate one into the data dir.
-    given_token: Option<String>,
+    /// Token, auth, cgroup parent, flags and environment of every (re)start.
+    setup: Setup,
     token: String,
     child: Option<Child>,
     /// How many times the daemon was started (names the log files).
     starts: u32,
     http: reqwest::Client,
-    /// Flags added to every `sandboxd serve` of this daemon.
-    extra_args: Vec<String>,
-    /// Environment added to every start ([`Daemon::set_env`]).
-    extra_env: Vec<(String, String)>,
     /// This daemon's network slots, held until it is dropped (declared last: released after cleanup).
     slots: DaemonSlots,
 }
@@ -94,62 +177,73 @@ pub struct Daemon {
 impl Daemon {
     /// Starts a daemon on a fresh data dir with the token [`TOKEN`] and waits until it is ready.
     pub async fn start() -> Self {
-        let mut daemon = Self::spawn_fresh(Some(TOKEN.to_string()));
-        daemon.wait_ready(READY_TIMEOUT).await;
-        daemon
+        Self::start_setup(Setup::default()).await
     }
 
     /// Like [`Daemon::start`], with extra `serve` flags and environment (e.g. `FAILPOINTS`), which also
     /// apply to every [`Daemon::restart`].
     pub async fn start_with(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut daemon = Self::unstarted(Some(TOKEN.to_string()));
-        daemon.extra_args = args.iter().map(|a| a.to_string()).collect();
+        let mut setup = Setup {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            ..Setup::default()
+        };
         for (key, value) in env {
-            daemon.set_env(key, value);
+            set_env_in(&mut setup.env, key, value);
         }
+        Self::start_setup(setup).await
+    }
+
+    /// Starts a daemon on a fresh data dir as `setup` says and waits until it is ready (when `setup`
+    /// gives no token, until it has saved the one it generated, which [`Daemon::token`] then is).
+    pub async fn start_setup(setup: Setup) -> Self {
+        let mut daemon = Self::unstarted(setup);
         daemon.spawn();
-        daemon.wait_ready(READY_TIMEOUT).await;
+        daemon.wait_ready(daemon.setup.ready_timeout).await;
+        if daemon.setup.token.is_none() {
+            daemon.token = daemon.saved_token();
+            daemon.http = daemon.client_as(Some(&daemon.token));
+        }
         daemon
     }
 
     /// Sets an environment variable for the daemon's next (re)start, replacing an earlier value.
     pub fn set_env(&mut self, key: &str, value: &str) {
-        self.extra_env.retain(|(k, _)| k != key);
-        self.extra_env.push((key.to_string(), value.to_string()));
+        set_env_in(&mut self.setup.env, key, value);
     }
 
     /// Starts a daemon on a fresh data dir without `SB_PAT_TOKEN`, so it makes up its own token.
     pub async fn start_with_generated_token() -> Self {
-        let mut daemon = Self::spawn_fresh(None);
-        daemon.wait_ready(READY_TIMEOUT).await;
-        daemon.token = daemon.saved_token();
-        daemon.http = authed_client(&daemon.token);
-        daemon
+        Self::start_setup(Setup {
+            token: None,
+            ..Setup::default()
+        })
+        .await
     }
 
     /// Spawns a daemon on a fresh data dir *without* waiting for it (see [`Daemon::wait_ready`]).
     pub fn spawn_fresh(given_token: Option<String>) -> Self {
-        let mut daemon = Self::unstarted(given_token);
+        let mut daemon = Self::unstarted(Setup {
+            token: given_token,
+            ..Setup::default()
+        });
         daemon.spawn();
         daemon
     }
 
-    fn unstarted(given_token: Option<String>) -> Self {
+    fn unstarted(setup: Setup) -> Self {
         let root = tempfile::Builder::new()
-            .prefix("sandboxd-e2e-")
+            .prefix(&format!("{}-", setup.cgroup_parent))
             .tempdir()
             .expect("tempdir");
-        let token = given_token.clone().unwrap_or_default();
+        let token = setup.token.clone().unwrap_or_default();
         Daemon {
             root,
             port: free_port(),
-            http: authed_client(&token),
-            given_token,
+            http: setup.auth.client(Some(&token), setup.http_timeout),
+            setup,
             token,
             child: None,
             starts: 0,
-            extra_args: Vec::new(),
-            extra_env: Vec::new(),
             slots: daemon_slots(),
         }
     }
@@ -167,7 +261,7 @@ impl Daemon {
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--cgroup-parent")
-            .arg(CGROUP_PARENT)
+            .arg(self.setup.cgroup_parent)
             .arg("--net-slot-base")
             .arg(self.slots.base.to_string())
             .arg("--net-slots")
@@ -184,11 +278,11 @@ impl Daemon {
             }
         }
         cmd.env("SB_LOG", "info");
-        if let Some(token) = &self.given_token {
+        if let Some(token) = &self.setup.token {
             cmd.env("SB_PAT_TOKEN", token);
         }
-        cmd.args(&self.extra_args)
-            .envs(self.extra_env.iter().cloned());
+        cmd.args(&self.setup.args)
+            .envs(self.setup.env.iter().cloned());
         self.child = Some(cmd.spawn().expect("spawn sandboxd"));
     }
 
@@ -250,9 +344,19 @@ impl Daemon {
         &self.token
     }
 
-    /// A client sending the admin token.
+    /// A client sending the admin token (as [`Setup::auth`] says).
     pub fn http(&self) -> &reqwest::Client {
         &self.http
+    }
+
+    /// A client without credentials, with [`Daemon::http`]'s timeout.
+    pub fn http_plain(&self) -> reqwest::Client {
+        self.client_as(None)
+    }
+
+    /// A client sending `token` (if any) the way [`Daemon::http`] sends the admin token.
+    pub fn client_as(&self, token: Option<&str>) -> reqwest::Client {
+        self.setup.auth.client(token, self.setup.http_timeout)
     }
 
     /// The data dir.
@@ -263,6 +367,30 @@ impl Daemon {
     /// The runtime directory of sandbox `id`.
     pub fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.data_dir().join("runtime/sandboxes").join(id)
+    }
+
+    /// The writable layer of sandbox `id` on the host.
+    pub fn upper_dir(&self, id: &str) -> PathBuf {
+        self.sandbox_dir(id).join("upper")
+    }
+
+    /// Every cgroup directory of sandbox `id` that still exists (under this daemon's cgroup parent).
+    pub fn cgroup_dirs(&self, id: &str) -> Vec<PathBuf> {
+        cgroup_dirs_under(self.setup.cgroup_parent, id)
+    }
+
+    /// Whether the kernel reports sandbox `id`'s cgroup frozen (v1 `freezer.state`, v2 `cgroup.events`);
+    /// `None` when it has no cgroup that says.
+    pub fn cgroup_frozen(&self, id: &str) -> Option<bool> {
+        for dir in self.cgroup_dirs(id) {
+            if let Ok(state) = std::fs::read_to_string(dir.join("freezer.state")) {
+                return Some(state.trim() == "FROZEN");
+            }
+            if let Ok(events) = std::fs::read_to_string(dir.join("cgroup.events")) {
+                return Some(events.lines().any(|l| l.trim() == "frozen 1"));
+            }
+        }
+        None
     }
 
     /// The network slots this daemon may use: `base..base + count`.
@@ -313,7 +441,7 @@ impl Daemon {
             self.kill9();
         }
         self.spawn();
-        self.wait_ready(READY_TIMEOUT).await
+        self.wait_ready(self.setup.ready_timeout).await
     }
 
     /// Runs `sbx ARGS` against this daemon and waits for it.
@@ -353,15 +481,7 @@ impl Daemon {
 
     /// Runs `cmd` to completion through `POST /exec`; panics unless the call itself succeeds.
     pub async fn exec(&self, id: &str, cmd: &[&str]) -> ExecResult {
-        let resp = self
-            .http
-            .post(self.endpoint(&format!("/v1/sandboxes/{id}/exec")))
-            .json(&serde_json::json!({ "cmd": cmd }))
-            .send()
-            .await
-            .expect("exec request");
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
+        let (status, text) = self.exec_raw(id, &serde_json::json!({ "cmd": cmd })).await;
         assert_eq!(status, 200, "exec {cmd:?} in {id}: {text}");
         let v: Value = serde_json::from_str(&text).expect("exec answers an ExecResult");
         ExecResult {
@@ -369,6 +489,19 @@ impl Daemon {
             stdout: v["stdout"].as_str().unwrap_or_default().to_string(),
             stderr: v["stderr"].as_str().unwrap_or_default().to_string(),
         }
+    }
+
+    /// `POST /v1/sandboxes/{id}/exec` with `body`, whatever it answers: (status, body text).
+    pub async fn exec_raw(&self, id: &str, body: &Value) -> (u16, String) {
+        let resp = self
+            .http
+            .post(self.endpoint(&format!("/v1/sandboxes/{id}/exec")))
+            .json(body)
+            .send()
+            .await
+            .expect("exec request");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap_or_default())
     }
 
     /// Writes `data` to `path` in sandbox `id` (`PUT /files`); panics unless it answers 204.
@@ -439,13 +572,12 @@ impl Daemon {
         if alive {
             for id in self.listed_ids_blocking() {
                 let path = format!("/v1/sandboxes/{id}");
-                if let Some((status, body)) = raw_http(self.port, "DELETE", &path, &self.token) {
-                    if status != 204 && status != 404 {
-                        eprintln!(
-                            "e2e cleanup: DELETE {id} answered {status}: {}",
-                            String::from_utf8_lossy(&body)
-                        );
-                    }
+                match self.raw_http("DELETE", &path) {
+                    Some((204 | 404, _)) | None => {}
+                    Some((status, body)) => eprintln!(
+                        "e2e cleanup: DELETE {id} answered {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    ),
                 }
             }
         }
@@ -453,12 +585,20 @@ impl Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
-        kill_leftover_sandboxes(&self.data_dir().join("runtime/sandboxes"));
+        kill_leftover_sandboxes(
+            &self.data_dir().join("runtime/sandboxes"),
+            self.setup.cgroup_parent,
+        );
+    }
+
+    /// [`raw_http`] with the admin token, sent as [`Setup::auth`] says.
+    fn raw_http(&self, method: &str, path: &str) -> Option<(u16, Vec<u8>)> {
+        let (name, value) = self.setup.auth.header(&self.token);
+        raw_http(self.port, method, path, &format!("{name}: {value}"))
     }
 
     fn listed_ids_blocking(&self) -> Vec<String> {
-        let Some((200, body)) = raw_http(self.port, "GET", "/v1/sandboxes?limit=1000", &self.token)
-        else {
+        let Some((200, body)) = self.raw_http("GET", "/v1/sandboxes?limit=1000") else {
             return Vec::new();
         };
         serde_json::from_slice::<Value>(&body)
@@ -477,7 +617,7 @@ impl Drop for Daemon {
             eprintln!(
                 "--- sandboxd stderr (run {}, last lines) ---\n{}\n---",
                 self.starts,
-                self.log_tail(60)
+                self.log_tail(80)
             );
         }
         self.teardown();
@@ -494,15 +634,13 @@ pub struct ExecResult {
 
 /// A client sending `token` as the bearer token.
 pub fn authed_client(token: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Ok(value) = format!("Bearer {token}").parse() {
-        headers.insert(reqwest::header::AUTHORIZATION, value);
-    }
-    reqwest::Client::builder()
-        .default_headers(headers)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("http client")
+    Auth::Bearer.client(Some(token), Setup::default().http_timeout)
+}
+
+/// Sets `key` in `env`, replacing an earlier value.
+fn set_env_in(env: &mut Vec<(String, String)>, key: &str, value: &str) {
+    env.retain(|(k, _)| k != key);
+    env.push((key.to_string(), value.to_string()));
 }
 
 /// The `id` of a sandbox body.
@@ -545,9 +683,9 @@ pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-/// One HTTP/1.0 request over a plain socket, for cleanup in `Drop` (no async runtime needed). Returns
-/// the status and body, or `None` when the daemon does not answer.
-fn raw_http(port: u16, method: &str, path: &str, token: &str) -> Option<(u16, Vec<u8>)> {
+/// One HTTP/1.0 request over a plain socket with the header line `auth`, for cleanup in `Drop` (no
+/// async runtime needed). Returns the status and body, or `None` when the daemon does not answer.
+fn raw_http(port: u16, method: &str, path: &str, auth: &str) -> Option<(u16, Vec<u8>)> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     stream
@@ -555,7 +693,7 @@ fn raw_http(port: u16, method: &str, path: &str, token: &str) -> Option<(u16, Ve
         .ok()?;
     write!(
         stream,
-        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n\r\n"
     )
     .ok()?;
     let mut response = Vec::new();
@@ -566,14 +704,19 @@ fn raw_http(port: u16, method: &str, path: &str, token: &str) -> Option<(u16, Ve
     Some((status, response[split + 4..].to_vec()))
 }
 
-/// Kills every sandbox init recorded under `sandboxes_dir` that is still the very process recorded,
-/// then removes the sandboxes' cgroup directories.
-fn kill_leftover_sandboxes(sandboxes_dir: &Path) {
+/// Thaws and kills every sandbox init recorded under `sandboxes_dir` that is still the very process
+/// recorded, then removes the sandboxes' cgroup directories under `cgroup_parent`.
+fn kill_leftover_sandboxes(sandboxes_dir: &Path, cgroup_parent: &str) {
     let Ok(entries) = std::fs::read_dir(sandboxes_dir) else {
         return;
     };
     for entry in entries.flatten() {
         let id = entry.file_name().to_string_lossy().into_owned();
+        // A frozen (paused) sandbox dies of SIGKILL only once thawed.
+        for dir in cgroup_dirs_under(cgroup_parent, &id) {
+            let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
+            let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+        }
         let state = std::fs::read(entry.path().join("state.json"))
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
@@ -592,7 +735,7 @@ fn kill_leftover_sandboxes(sandboxes_dir: &Path) {
                 }
             }
         }
-        remove_cgroups(&id);
+        remove_cgroups(cgroup_parent, &id);
     }
 }
 
@@ -607,9 +750,9 @@ fn process_start_time(pid: i32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
-/// Removes `<hierarchy>/sandboxd-e2e/<id>` on cgroup v1 and `sandboxd-e2e/<id>` on v2, if present.
-fn remove_cgroups(id: &str) {
-    for dir in cgroup_dirs_of(id) {
+/// Removes `<hierarchy>/<cgroup_parent>/<id>` on cgroup v1 and `<cgroup_parent>/<id>` on v2, if present.
+fn remove_cgroups(cgroup_parent: &str, id: &str) {
+    for dir in cgroup_dirs_under(cgroup_parent, id) {
         let deadline = Instant::now() + Duration::from_secs(2);
         while std::fs::remove_dir(&dir).is_err() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -617,15 +760,21 @@ fn remove_cgroups(id: &str) {
     }
 }
 
-/// Every cgroup directory of sandbox `id` that still exists.
+/// Every cgroup directory of sandbox `id` that still exists (under [`CGROUP_PARENT`]).
 pub fn cgroup_dirs_of(id: &str) -> Vec<PathBuf> {
+    cgroup_dirs_under(CGROUP_PARENT, id)
+}
+
+/// Every cgroup directory of sandbox `id` under `cgroup_parent` that still exists (v2, and each v1
+/// hierarchy).
+pub fn cgroup_dirs_under(cgroup_parent: &str, id: &str) -> Vec<PathBuf> {
     let root = Path::new("/sys/fs/cgroup");
-    let mut dirs = vec![root.join(CGROUP_PARENT).join(id)];
+    let mut dirs = vec![root.join(cgroup_parent).join(id)];
     if let Ok(hierarchies) = std::fs::read_dir(root) {
         dirs.extend(
             hierarchies
                 .flatten()
-                .map(|h| h.path().join(CGROUP_PARENT).join(id)),
+                .map(|h| h.path().join(cgroup_parent).join(id)),
         );
     }
     dirs.into_iter().filter(|d| d.is_dir()).collect()

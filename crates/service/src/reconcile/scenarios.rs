@@ -1,0 +1,418 @@
+//! The reconcilers against a real store and a runtime kept in memory ([`InMemoryRuntimeForTests`]):
+//! each test leaves what a dead flow leaves, runs a pass, checks store and runtime agree, and checks a
+//! second pass does nothing.
+
+use super::*;
+use crate::ServiceConfig;
+use sandboxd_runtime::{
+    AgentEndpoint, NetAddrs, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
+};
+use sandboxd_store::{ClaimOutcome, NewSandbox, PortState, Sandbox, Store, StoreConfig};
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+/// A runtime that keeps sandboxes in a map; tests stop or plant sandboxes behind the service's back.
+#[derive(Default)]
+pub(crate) struct InMemoryRuntimeForTests {
+    sandboxes: Mutex<HashMap<String, SandboxInfo>>,
+}
+
+impl InMemoryRuntimeForTests {
+    fn info(spec: SandboxSpec, state: RuntimeState) -> SandboxInfo {
+        SandboxInfo {
+            net: NetAddrs {
+                slot: spec.net_slot,
+                host: Ipv4Addr::LOCALHOST,
+                sandbox: Ipv4Addr::LOCALHOST,
+                prefix: 30,
+            },
+            agent: AgentEndpoint {
+                socket: "/nonexistent".into(),
+                token: spec.agent_token.clone(),
+            },
+            spec,
+            state,
+            pid: None,
+        }
+    }
+
+    /// Plants sandbox `id` in `state`, as a dead flow (or another daemon) would have left it.
+    fn plant(&self, id: &str, state: RuntimeState) {
+        let spec = SandboxSpec {
+            id: id.into(),
+            template: "base".into(),
+            limits: Default::default(),
+            net_slot: 0,
+            egress: false,
+            envs: Default::default(),
+            agent_token: "t".into(),
+        };
+        self.sandboxes
+            .lock()
+            .unwrap()
+            .insert(id.into(), Self::info(spec, state));
+    }
+
+    fn state_of(&self, id: &str) -> Option<RuntimeState> {
+        self.sandboxes.lock().unwrap().get(id).map(|i| i.state)
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.sandboxes.lock().unwrap().keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for InMemoryRuntimeForTests {
+    async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
+        let mut map = self.sandboxes.lock().unwrap();
+        if map.contains_key(&spec.id) {
+            return Err(RuntimeError::AlreadyExists(spec.id.clone()));
+        }
+        let info = Self::info(spec.clone(), RuntimeState::Created);
+        map.insert(spec.id.clone(), info.clone());
+        Ok(info)
+    }
+    async fn start(&self, id: &str) -> Result<SandboxInfo, RuntimeError> {
+        let mut map = self.sandboxes.lock().unwrap();
+        let info = map
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NotFound(id.into()))?;
+        info.state = RuntimeState::Running;
+        Ok(info.clone())
+    }
+    async fn stop(&self, id: &str) -> Result<(), RuntimeError> {
+        if let Some(info) = self.sandboxes.lock().unwrap().get_mut(id) {
+            info.state = RuntimeState::Stopped;
+        }
+        Ok(())
+    }
+    async fn destroy(&self, id: &str) -> Result<(), RuntimeError> {
+        self.sandboxes.lock().unwrap().remove(id);
+        Ok(())
+    }
+    async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError> {
+        Ok(self.sandboxes.lock().unwrap().get(id).cloned())
+    }
+    async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
+        Ok(self.sandboxes.lock().unwrap().values().cloned().collect())
+    }
+}
+
+struct Fixture {
+    svc: Service,
+    rt: Arc<InMemoryRuntimeForTests>,
+    _store: Store,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, writer_thread) =
+        Store::open(dir.path().join("store.db"), StoreConfig::default()).unwrap();
+    drop(writer_thread);
+    let rt = Arc::new(InMemoryRuntimeForTests::default());
+    let svc = Service::new(
+        ServiceConfig {
+            net_slots: 16,
+            ..ServiceConfig::default()
+        },
+        store.writer().clone(),
+        store.reader().clone(),
+        rt.clone(),
+    );
+    Fixture {
+        svc,
+        rt,
+        _store: store,
+        _dir: dir,
+    }
+}
+
+/// Before this service started: what a previous daemon left.
+fn before_start() -> UnixMillis {
+    unix_millis_now() - 10_000
+}
+
+impl Fixture {
+    /// A row in `state`, last changed at `at`, holding a slot.
+    async fn row(&self, id: &str, name: &str, state: SandboxState, at: UnixMillis) {
+        let new = NewSandbox {
+            id: id.into(),
+            name: name.into(),
+            state,
+            template: "base".into(),
+            cpu_millis: 1000,
+            memory_mb: 256,
+            metadata: Default::default(),
+            env: Default::default(),
+            network: serde_json::json!({}),
+            agent_token: "t".into(),
+            created_at: at,
+            expires_at: None,
+        };
+        self.svc
+            .writer()
+            .write(move |tx| {
+                let id = new.id.clone();
+                tx.insert_sandbox(new)?;
+                tx.lease_slot(&id, 16, at)?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn get(&self, id: &str) -> Option<Sandbox> {
+        let id = id.to_string();
+        self.svc
+            .reader()
+            .read(move |tx| tx.get_sandbox_by_id(&id))
+            .await
+            .unwrap()
+    }
+
+    async fn leased(&self) -> Vec<String> {
+        self.svc
+            .reader()
+            .read(|tx| tx.leased_slots())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect()
+    }
+
+    /// One pass, then a second that must find nothing to do.
+    async fn pass(&self) -> SweepReport {
+        let first = self.svc.reconcile_all().await;
+        let second = self.svc.reconcile_all().await;
+        assert_eq!(second.total_actions(), 0, "second pass acted: {second:?}");
+        first
+    }
+}
+
+fn actions(report: &SweepReport, reconciler: &str) -> Vec<(&'static str, usize)> {
+    report
+        .of(reconciler)
+        .unwrap()
+        .actions
+        .iter()
+        .map(|(k, v)| (*k, *v))
+        .collect()
+}
+
+#[tokio::test]
+async fn stuck_creates_fail_release_name_and_slot_and_destroy_what_started() {
+    let f = fixture();
+    // Died before the runtime create, and after the runtime start.
+    f.row("sb-early", "web", SandboxState::Creating, before_start())
+        .await;
+    f.row("sb-late", "api", SandboxState::Starting, before_start())
+        .await;
+    f.rt.plant("sb-late", RuntimeState::Running);
+    let report = f.pass().await;
+    assert_eq!(actions(&report, "sandboxes"), [("failed", 2)]);
+    for id in ["sb-early", "sb-late"] {
+        let row = f.get(id).await.unwrap();
+        assert_eq!(row.state, SandboxState::Failed, "{id}");
+        assert!(row
+            .failure_reason
+            .unwrap()
+            .contains("create never finished"));
+        assert_eq!(row.name, "", "{id} keeps its name");
+        assert_eq!(row.net_slot, None);
+    }
+    assert!(f.rt.ids().is_empty(), "{:?}", f.rt.ids());
+    assert!(f.leased().await.is_empty());
+    // The released name can be taken again.
+    let again = f
+        .svc
+        .create(sandboxd_api_types::CreateSandbox {
+            name: Some("web".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(again.state, SandboxState::Running);
+}
+
+#[tokio::test]
+async fn a_create_in_flight_is_left_alone_until_its_deadline() {
+    let f = fixture();
+    f.row("sb-now", "", SandboxState::Creating, unix_millis_now())
+        .await;
+    f.rt.plant("sb-now", RuntimeState::Created);
+    let report = f.pass().await;
+    assert_eq!(report.total_actions(), 0, "{report:?}");
+    assert_eq!(f.get("sb-now").await.unwrap().state, SandboxState::Creating);
+    assert_eq!(f.rt.state_of("sb-now"), Some(RuntimeState::Created));
+    // Past the deadline (here: any age) it is resolved.
+    let impatient = Service::new(
+        ServiceConfig {
+            reconcile_deadline: Duration::ZERO,
+            ..f.svc.config().clone()
+        },
+        f.svc.writer().clone(),
+        f.svc.reader().clone(),
+        f.rt.clone(),
+    );
+    let report = impatient.reconcile_all().await;
+    assert_eq!(actions(&report, "sandboxes"), [("failed", 1)]);
+    assert_eq!(f.get("sb-now").await.unwrap().state, SandboxState::Failed);
+    assert!(f.rt.ids().is_empty());
+}
+
+#[tokio::test]
+async fn interrupted_deletes_are_finished() {
+    let f = fixture();
+    f.row("sb-del", "x", SandboxState::Deleting, before_start())
+        .await;
+    f.row("sb-stop", "", SandboxState::Stopping, before_start())
+        .await;
+    f.rt.plant("sb-del", RuntimeState::Running);
+    let report = f.pass().await;
+    assert_eq!(actions(&report, "sandboxes"), [("deleted", 2)]);
+    assert!(f.get("sb-del").await.is_none());
+    assert!(f.get("sb-stop").await.is_none());
+    assert!(f.rt.ids().is_empty());
+    assert!(f.leased().await.is_empty());
+}
+
+#[tokio::test]
+async fn running_rows_whose_runtime_died_are_lost_and_live_ones_are_kept() {
+    let f = fixture();
+    f.row("sb-ok", "keep", SandboxState::Running, unix_millis_now())
+        .await;
+    f.rt.plant("sb-ok", RuntimeState::Running);
+    f.row("sb-gone", "gone", SandboxState::Running, unix_millis_now())
+        .await;
+    f.row("sb-dead", "", SandboxState::Paused, unix_millis_now())
+        .await;
+    f.rt.plant("sb-dead", RuntimeState::Stopped);
+    let report = f.pass().await;
+    assert_eq!(actions(&report, "sandboxes"), [("lost", 2)]);
+    let ok = f.get("sb-ok").await.unwrap();
+    assert_eq!(
+        (ok.state, ok.name.as_str()),
+        (SandboxState::Running, "keep")
+    );
+    for id in ["sb-gone", "sb-dead"] {
+        let row = f.get(id).await.unwrap();
+        assert_eq!(row.state, SandboxState::Lost);
+        assert_eq!(row.name, "");
+        assert!(row.failure_reason.is_some());
+    }
+    assert_eq!(f.rt.ids(), ["sb-ok"]);
+    assert_eq!(f.leased().await, ["sb-ok"]);
+}
+
+#[tokio::test]
+async fn orphans_are_destroyed() {
+    let f = fixture();
+    f.rt.plant("sb-orphan", RuntimeState::Running);
+    f.rt.plant("sb-orphan2", RuntimeState::Stopped);
+    let report = f.pass().await;
+    assert_eq!(actions(&report, "sandboxes"), [("orphans", 2)]);
+    assert!(f.rt.ids().is_empty());
+}
+
+#[tokio::test]
+async fn settled_rows_give_back_names_runtime_traces_and_slots() {
+    let f = fixture();
+    // What an older build left: failed and lost rows still named, holding slots, one with a trace.
+    f.row("sb-f", "named", SandboxState::Failed, before_start())
+        .await;
+    f.row("sb-l", "", SandboxState::Lost, before_start()).await;
+    f.rt.plant("sb-l", RuntimeState::Stopped);
+    let report = f.pass().await;
+    assert_eq!(
+        actions(&report, "sandboxes"),
+        [("cleaned", 1), ("names_released", 1)]
+    );
+    assert_eq!(actions(&report, "slots"), [("released", 2)]);
+    assert!(f.rt.ids().is_empty());
+    assert!(f.leased().await.is_empty());
+    assert_eq!(f.get("sb-f").await.unwrap().name, "");
+}
+
+#[tokio::test]
+async fn stuck_exposures_are_activated_kept_or_dropped_by_their_sandbox() {
+    let f = fixture();
+    f.row("sb-run", "", SandboxState::Running, unix_millis_now())
+        .await;
+    f.rt.plant("sb-run", RuntimeState::Running);
+    f.row("sb-pau", "", SandboxState::Paused, unix_millis_now())
+        .await;
+    f.rt.plant("sb-pau", RuntimeState::Running);
+    f.row("sb-bad", "", SandboxState::Failed, unix_millis_now())
+        .await;
+    let at = before_start();
+    f.svc
+        .writer()
+        .write(move |tx| {
+            tx.expose_http("sb-run", 8000, "u", at)?;
+            tx.expose_http("sb-pau", 8000, "u", at)?;
+            tx.expose_http("sb-bad", 8000, "u", at)?;
+            // Fresh: its expose may still be in flight.
+            tx.expose_http("sb-run", 8001, "u", unix_millis_now())?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let report = f.pass().await;
+    assert_eq!(
+        actions(&report, "ports"),
+        [("activated", 1), ("deleted", 1)]
+    );
+    let state = |id: &'static str, port: u16| {
+        let r = f.svc.reader().clone();
+        async move {
+            r.read(move |tx| tx.get_exposed_port(id, port))
+                .await
+                .unwrap()
+                .map(|p| p.state)
+        }
+    };
+    assert_eq!(state("sb-run", 8000).await, Some(PortState::Active));
+    assert_eq!(state("sb-run", 8001).await, Some(PortState::Exposing));
+    assert_eq!(state("sb-pau", 8000).await, Some(PortState::Exposing));
+    assert_eq!(state("sb-bad", 8000).await, None);
+}
+
+#[tokio::test]
+async fn abandoned_create_claims_are_undone() {
+    let f = fixture();
+    f.row("sb-claimed", "", SandboxState::Running, unix_millis_now())
+        .await;
+    f.rt.plant("sb-claimed", RuntimeState::Running);
+    let at = before_start();
+    f.svc
+        .writer()
+        .write(move |tx| {
+            let scope = crate::idempotency::V1_CREATE_SCOPE;
+            let ClaimOutcome::Acquired { generation } =
+                tx.claim(scope, "fp", "h", at, Duration::from_millis(10))?
+            else {
+                panic!("a fresh claim is acquired")
+            };
+            tx.set_claim_target(scope, "fp", generation, "sb-claimed")?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let report = f.pass().await;
+    assert_eq!(actions(&report, "claims"), [("creates_undone", 1)]);
+    assert!(f.get("sb-claimed").await.is_none());
+    assert!(f.rt.ids().is_empty());
+    let claim = f
+        .svc
+        .reader()
+        .read(|tx| tx.get_claim(crate::idempotency::V1_CREATE_SCOPE, "fp"))
+        .await
+        .unwrap();
+    assert!(claim.is_none());
+}
