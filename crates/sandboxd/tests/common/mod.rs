@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use sandboxd_test_support::{agent_binary, cargo_bin, daemon_slots, require_root, DaemonSlots};
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 /// Cgroup parent of the e2e daemons' sandboxes (apart from the runtime tests' and a real daemon's).
 pub const CGROUP_PARENT: &str = "sandboxd-e2e";
@@ -778,4 +779,35 @@ pub fn cgroup_dirs_under(cgroup_parent: &str, id: &str) -> Vec<PathBuf> {
         );
     }
     dirs.into_iter().filter(|d| d.is_dir()).collect()
+}
+
+/// Checks that `resp` is `status` with an `{code, message}` body (and the given code, if any).
+pub async fn expect_error(what: &str, resp: reqwest::Response, status: u16, code: Option<&str>) {
+    let got = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    assert!(
+        !got.is_server_error(),
+        "{what}: a client mistake got {got}: {text}"
+    );
+    assert_eq!(got.as_u16(), status, "{what}: {text}");
+    let body: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{what}: error body is not JSON ({e}): {text:?}"));
+    let obj = body.as_object().unwrap_or_else(|| panic!("{what}: {body}"));
+    assert_eq!(
+        obj.keys().collect::<BTreeSet<_>>(),
+        BTreeSet::from([&"code".to_string(), &"message".to_string()]),
+        "{what}: the error shape is exactly {{code, message}}: {body}"
+    );
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        !message.trim().is_empty(),
+        "{what}: empty error message: {body}"
+    );
+    assert!(
+        body["code"].as_str().is_some_and(|c| !c.is_empty()),
+        "{what}: {body}"
+    );
+    if let Some(code) = code {
+        assert_eq!(body["code"], code, "{what}: {body}");
+    }
 }
