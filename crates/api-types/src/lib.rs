@@ -263,3 +263,88 @@ pub struct Domain {
     /// `http://{hostname}:{listen port}`.
     pub url: String,
 }
+
+/// `POST /v1/webhooks`: subscribe a URL to events.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateWebhook {
+    /// Absolute `http` or `https` URL the events are POSTed to.
+    pub url: String,
+    /// Event kinds: `sandbox.created`, `sandbox.running`, `sandbox.failed`, `sandbox.lost`,
+    /// `sandbox.paused`, `sandbox.resumed`, `sandbox.deleted`, `port.exposed`, `port.unexposed`.
+    pub events: Vec<String>,
+    /// Signing secret (at least 16 characters; `whsec_` + base64 is decoded, as Standard Webhooks says).
+    pub secret: String,
+}
+
+/// A webhook registration (its secret is never returned).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Webhook {
+    /// Id (`wh_…`).
+    pub id: String,
+    /// Where events are POSTed.
+    pub url: String,
+    /// Event kinds it receives.
+    pub events: Vec<String>,
+    /// Registration time, RFC 3339.
+    pub created_at: String,
+}
+
+/// Every webhook registration.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookList {
+    /// Oldest first.
+    pub webhooks: Vec<Webhook>,
+}
+
+/// One attempt to deliver an event.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookAttempt {
+    /// 1, 2, … per delivery.
+    pub attempt: u32,
+    /// When it was made, RFC 3339.
+    pub at: String,
+    /// The receiver's HTTP status, when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Why it did not count as delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One event queued for one webhook, with its attempts.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDelivery {
+    /// Delivery id (`msg_…`): the `webhook-id` header of every attempt.
+    pub id: String,
+    /// Event kind.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `pending`, `delivered` or `failed`.
+    pub state: String,
+    /// The body POSTed: `{type, timestamp, data}`.
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// When the event was queued, RFC 3339.
+    pub created_at: String,
+    /// When a pending delivery is next attempted, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+    /// The last attempt's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Every attempt, oldest first.
+    pub attempts: Vec<WebhookAttempt>,
+}
+
+/// The deliveries of a webhook, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDeliveryList {
+    /// Newest first.
+    pub deliveries: Vec<WebhookDelivery>,
+}

@@ -15,6 +15,7 @@ pub mod e2b;
 pub mod error;
 pub mod metrics;
 pub mod v1;
+pub mod webhooks;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -31,7 +32,8 @@ use utoipa::OpenApi;
 #[openapi(
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
     paths(v1::create, v1::list, v1::get, v1::delete, v1::exec, v1::exec_stream, v1::download, v1::upload,
-          v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind),
+          v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
+          webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events),
     components(schemas(sandboxd_api_types::ApiError)),
     modifiers(&BearerAuth)
 )]
@@ -71,6 +73,10 @@ pub fn router(
         .route("/sandboxes", post(v1::create).get(v1::list))
         .route("/sandboxes/{id}", get(v1::get).delete(v1::delete))
         .route("/admin/reconcile", post(v1::reconcile))
+        .route("/webhooks", post(webhooks::create).get(webhooks::list))
+        .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
+        .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
+        .route("/events", get(webhooks::events))
         .route("/sandboxes/{id}/exec", post(v1::exec))
         .route("/sandboxes/{id}/exec/stream", post(v1::exec_stream))
         .route("/sandboxes/{id}/files/list", get(v1::list_files))

@@ -169,9 +169,10 @@ async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
             ..Default::default()
         })
         .await;
-    // A classic bomb in the background, then a counted one that reports where fork stopped working.
-    let bomb = sb.sh("(bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 & \
-        python3 -c \"import os,time\nn=0\ntry:\n  while True:\n    if os.fork()==0:\n      time.sleep(60); os._exit(0)\n    n+=1\nexcept OSError as e: print(n, e.errno)\"").await;
+    // A counted bomb first, reporting where fork stopped working (its children then exit, so the
+    // counter never races the classic bomb below for the last free pids).
+    let counter = "python3 -c \"import os,signal\nn=0\nkids=[]\ntry:\n  while True:\n    pid=os.fork()\n    if pid==0:\n      signal.pause(); os._exit(0)\n    kids.append(pid); n+=1\nexcept OSError as e: print(n, e.errno)\nfor k in kids: os.kill(k, signal.SIGKILL)\nfor k in kids: os.waitpid(k, 0)\"";
+    let bomb = sb.sh(counter).await;
     let report = text(&bomb.stdout);
     let mut parts = report.split_whitespace();
     let forks: u64 = parts
@@ -187,6 +188,10 @@ async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
         Some("11"),
         "fork should fail with EAGAIN: {report}"
     );
+    // Then the classic bomb, left running against the limit while the host is timed.
+    sb.sh("(bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 &")
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     let host = std::process::Command::new("true").status().unwrap();
     assert!(host.success());

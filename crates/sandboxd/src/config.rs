@@ -75,6 +75,21 @@ pub struct ServeConfig {
     /// Allow `*.` wildcard custom domains (default: off).
     #[arg(long, env = "SB_ALLOW_WILDCARD_DOMAINS")]
     pub allow_wildcard_domains: bool,
+    /// How often the webhook sender looks for due deliveries besides right after each event,
+    /// milliseconds.
+    #[arg(long, env = "SB_WEBHOOK_POLL_MS", default_value_t = 1000)]
+    pub webhook_poll_ms: u64,
+    /// Timeout of one webhook HTTP attempt, seconds.
+    #[arg(long, env = "SB_WEBHOOK_TIMEOUT_SECS", default_value_t = 10)]
+    pub webhook_timeout_secs: u64,
+    /// First delay of the slow tail after a webhook's 3 quick attempts failed (doubling, at most 10
+    /// minutes), seconds.
+    #[arg(long, env = "SB_WEBHOOK_TAIL_SECS", default_value_t = 30)]
+    pub webhook_tail_secs: u64,
+    /// How long after an event its webhook delivery is retried at all before it is marked failed,
+    /// seconds.
+    #[arg(long, env = "SB_WEBHOOK_MAX_TOTAL_SECS", default_value_t = 3600)]
+    pub webhook_max_total_secs: u64,
 }
 
 impl ServeConfig {

@@ -3,8 +3,9 @@
 //!
 //! Start-up order: data dir → store (migrations) → admin token → runtime (template, host checks) →
 //! adoption of sandboxes a previous daemon left running (one pass of the reconcilers, which then run
-//! every `--reconcile-interval-secs`) → listener. Shutdown (SIGTERM, SIGINT) stops
-//! accepting and drains requests; sandboxes keep running and are adopted by the next start.
+//! every `--reconcile-interval-secs`) → webhook sender (drains the outbox) → listener. Shutdown
+//! (SIGTERM, SIGINT) stops accepting and drains requests; sandboxes keep running and are adopted by the
+//! next start.
 
 pub mod config;
 pub mod tls;
@@ -167,6 +168,17 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             Duration::from_secs(config.reconcile_interval_secs),
         ))
     });
+    let webhook_sender = {
+        let service = service.clone();
+        let sender = sandboxd_service::webhooks::SenderConfig {
+            poll: Duration::from_millis(config.webhook_poll_ms.max(1)),
+            timeout: Duration::from_secs(config.webhook_timeout_secs.max(1)),
+            tail_delay: Duration::from_secs(config.webhook_tail_secs.max(1)),
+            max_total: Duration::from_secs(config.webhook_max_total_secs),
+            ..Default::default()
+        };
+        tokio::spawn(async move { service.run_webhook_sender(sender).await })
+    };
     tracing::info!(listen = %config.listen, data_dir = %data_dir.display(), "sandboxd ready");
     println!("sandboxd listening on http://{}", config.listen);
     axum::serve(listener, app)
@@ -174,6 +186,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .context("serving")?;
     sweeper.abort();
+    webhook_sender.abort();
     if let Some(reconciler) = reconciler {
         reconciler.abort();
     }

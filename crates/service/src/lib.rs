@@ -13,6 +13,7 @@
 pub mod domains;
 pub mod e2b;
 pub mod error;
+pub mod events;
 pub mod exec;
 pub mod forwarders;
 pub mod idempotency;
@@ -22,6 +23,7 @@ pub mod ports;
 pub mod reconcile;
 pub mod sandboxes;
 mod validate;
+pub mod webhooks;
 
 pub use error::ServiceError;
 
@@ -100,6 +102,7 @@ struct Inner {
     forwarders: forwarders::Forwarders,
     sandbox_locks: pause::SandboxLocks,
     reconcile: reconcile::ReconcileState,
+    events: events::EventBus,
 }
 
 impl Service {
@@ -120,6 +123,7 @@ impl Service {
                 forwarders: Default::default(),
                 sandbox_locks: Default::default(),
                 reconcile: Default::default(),
+                events: Default::default(),
             }),
         }
     }

@@ -16,6 +16,7 @@
 //! sandbox keeps its deadline: it still holds its memory on the host, so expiry deletes it like any other.
 //! Commands, files and exposures need a running sandbox (they answer a conflict while it is paused).
 
+use crate::events::{emit, sandbox_data, SANDBOX_PAUSED, SANDBOX_RESUMED};
 use crate::{Service, ServiceError};
 use sandboxd_runtime::cgroup::CgroupStats;
 use sandboxd_store::{unix_millis_now, Sandbox, SandboxState};
@@ -70,13 +71,19 @@ impl Service {
                     None,
                     unix_millis_now(),
                 )?;
-                if applied {
-                    tx.get_sandbox_by_id(&rid)
-                } else {
-                    Ok(None)
+                match tx.get_sandbox_by_id(&rid)? {
+                    Some(s) if applied => {
+                        let ev = emit(tx, SANDBOX_PAUSED, Some(&rid), sandbox_data(&s))?;
+                        Ok(Some((s, ev)))
+                    }
+                    _ => Ok(None),
                 }
             })
             .await?
+            .map(|(s, ev)| {
+                self.publish([ev]);
+                s
+            })
             // Only a delete can have moved it meanwhile (pause and resume hold the lock).
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
         // The proxy serves cached endpoints without a store read; a paused sandbox must miss.
@@ -85,17 +92,25 @@ impl Service {
             tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "freeze failed; resuming");
             let _ = self.runtime().resume(&id).await;
             let rid = id.clone();
-            self.writer()
+            let resumed = self
+                .writer()
                 .write(move |tx| {
-                    tx.set_state(
+                    let applied = tx.set_state(
                         &rid,
                         &[SandboxState::Paused],
                         SandboxState::Running,
                         None,
                         unix_millis_now(),
-                    )
+                    )?;
+                    match tx.get_sandbox_by_id(&rid)? {
+                        Some(s) if applied => {
+                            emit(tx, SANDBOX_RESUMED, Some(&rid), sandbox_data(&s)).map(Some)
+                        }
+                        _ => Ok(None),
+                    }
                 })
                 .await?;
+            self.publish(resumed);
             return Err(e.into());
         }
         tracing::info!(sandbox_id = %id, "sandbox paused");
@@ -129,13 +144,19 @@ impl Service {
                     None,
                     unix_millis_now(),
                 )?;
-                if applied {
-                    tx.get_sandbox_by_id(&rid)
-                } else {
-                    Ok(None)
+                match tx.get_sandbox_by_id(&rid)? {
+                    Some(s) if applied => {
+                        let ev = emit(tx, SANDBOX_RESUMED, Some(&rid), sandbox_data(&s))?;
+                        Ok(Some((s, ev)))
+                    }
+                    _ => Ok(None),
                 }
             })
             .await?
+            .map(|(s, ev)| {
+                self.publish([ev]);
+                s
+            })
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
         tracing::info!(sandbox_id = %id, "sandbox resumed");
         Ok((resumed, true))

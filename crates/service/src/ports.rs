@@ -4,6 +4,7 @@
 //! keeps a cache of it and, on a miss, asks the runtime synchronously and keeps the answer
 //! (read-repair); deleting a sandbox forgets it.
 
+use crate::events::{emit, Event, PORT_EXPOSED, PORT_UNEXPOSED};
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_proxy::{port_is_listening, Resolver, RouteError, Target, Upstream};
@@ -145,29 +146,38 @@ impl Service {
             return Err(ServiceError::PortNotListening(req.port));
         }
         let id = sandbox.id.clone();
-        let (row, reused) = match protocol {
+        let row = match protocol {
             Protocol::Tcp => {
                 let pool = self.config().host_ports.clone();
                 let host = self.config().forward_ip;
                 self.writer()
                     .write(move |tx| {
-                        tx.allocate_host_port(
+                        let out = tx.allocate_host_port(
                             &id,
                             req.port,
                             Protocol::Tcp,
                             pool,
                             |hp| format!("tcp://{host}:{hp}"),
                             unix_millis_now(),
-                        )
+                        )?;
+                        announce_exposure(tx, out)
                     })
                     .await?
             }
             _ => {
                 let url = self.public_url(&sandbox.id, req.port);
                 self.writer()
-                    .write(move |tx| tx.expose_http(&id, req.port, &url, unix_millis_now()))
+                    .write(move |tx| {
+                        let out = tx.expose_http(&id, req.port, &url, unix_millis_now())?;
+                        announce_exposure(tx, out)
+                    })
                     .await?
             }
+        };
+        let (row, reused) = {
+            let (row, reused, exposed) = row;
+            self.publish(exposed);
+            (row, reused)
         };
         if row.protocol == Protocol::Tcp {
             self.install_forwarder(&row, upstream, reused).await?;
@@ -193,9 +203,18 @@ impl Service {
             tracing::warn!(sandbox_id = %row.sandbox_id, port = row.port, host_port = row.host_port, error = %e, "forwarder install failed");
             if !reused {
                 let mine = row.clone();
-                self.writer()
-                    .write(move |tx| tx.delete_exposed_port(&mine))
+                let withdrawn = self
+                    .writer()
+                    .write(move |tx| {
+                        if !tx.delete_exposed_port(&mine)? {
+                            return Ok(None);
+                        }
+                        let data = port_data(&mine);
+                        emit(tx, PORT_UNEXPOSED, Some(&mine.sandbox_id), data).map(Some)
+                    })
                     .await?;
+                // It was announced as exposed when its row was written.
+                self.publish(withdrawn);
             }
             return Err(ServiceError::Exhausted(format!(
                 "could not listen on host port {}: {e}",
@@ -248,8 +267,19 @@ impl Service {
         let id = sandbox.id.clone();
         let removed = self
             .writer()
-            .write(move |tx| tx.remove_exposed_port(&id, port))
+            .write(move |tx| {
+                let Some(row) = tx.remove_exposed_port(&id, port)? else {
+                    return Ok(None);
+                };
+                let data = port_data(&row);
+                let ev = emit(tx, PORT_UNEXPOSED, Some(&id), data)?;
+                Ok(Some((row, ev)))
+            })
             .await?;
+        let removed = removed.map(|(row, ev)| {
+            self.publish([ev]);
+            row
+        });
         self.inner.forwarders.remove(&sandbox.id, port);
         if removed.is_some() {
             Ok(())
@@ -260,6 +290,31 @@ impl Service {
             )))
         }
     }
+}
+
+/// Emits `port.exposed` for an exposure this write made (not for one that already existed).
+fn announce_exposure(
+    tx: &mut sandboxd_store::WriteTx<'_>,
+    (row, reused): (ExposedPort, bool),
+) -> sandboxd_store::Result<(ExposedPort, bool, Option<Event>)> {
+    let exposed = if reused {
+        None
+    } else {
+        Some(emit(
+            tx,
+            PORT_EXPOSED,
+            Some(&row.sandbox_id),
+            port_data(&row),
+        )?)
+    };
+    Ok((row, reused, exposed))
+}
+
+/// The `data` of a port event.
+fn port_data(row: &ExposedPort) -> serde_json::Value {
+    let mut data = serde_json::to_value(to_api(row)).unwrap_or_default();
+    data["sandboxId"] = row.sandbox_id.clone().into();
+    data
 }
 
 fn to_api(row: &ExposedPort) -> api::ExposedPort {

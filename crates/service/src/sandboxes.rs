@@ -8,6 +8,9 @@
 //! `create.after-insert`, `create.after-runtime` and `delete.after-mark` hold a flow in those windows
 //! for the crash tests.
 
+use crate::events::{
+    emit, sandbox_data, SANDBOX_CREATED, SANDBOX_DELETED, SANDBOX_FAILED, SANDBOX_RUNNING,
+};
 use crate::{validate, Service, ServiceError};
 use rand::Rng;
 use sandboxd_api_types as api;
@@ -128,14 +131,18 @@ impl Service {
             expires_at,
         };
         let slots = self.config().net_slots;
-        let slot = self
+        let (slot, created) = self
             .writer()
             .write(move |tx| {
                 let id = new.id.clone();
                 tx.insert_sandbox(new)?;
-                Ok(tx.lease_slot(&id, slots, now)?.slot)
+                let slot = tx.lease_slot(&id, slots, now)?.slot;
+                let data = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
+                let created = emit(tx, SANDBOX_CREATED, Some(&id), data.unwrap_or_default())?;
+                Ok((slot, created))
             })
             .await?;
+        self.publish([created]);
         fail::fail_point!("create.after-insert");
         let spec = SandboxSpec {
             id: id.clone(),
@@ -159,25 +166,46 @@ impl Service {
             tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "create failed; rolling back");
             let _ = self.runtime().destroy(&id).await;
             let rid = id.clone();
-            let _ = self.writer().write(move |tx| tx.delete_sandbox(&rid)).await;
+            let reason = crate::error::chain(&e);
+            let failed = self
+                .writer()
+                .write(move |tx| {
+                    if !tx.delete_sandbox(&rid)? {
+                        return Ok(None);
+                    }
+                    let data = serde_json::json!({ "id": rid, "failureReason": reason });
+                    emit(tx, SANDBOX_FAILED, Some(&rid), data).map(Some)
+                })
+                .await;
+            if let Ok(failed) = failed {
+                self.publish(failed);
+            }
             return Err(e.into());
         }
         fail::fail_point!("create.after-runtime");
         let rid = id.clone();
-        let sandbox = self
+        let (sandbox, running) = self
             .writer()
             .write(move |tx| {
                 let now = unix_millis_now();
-                tx.set_state(
+                let applied = tx.set_state(
                     &rid,
                     &[SandboxState::Creating],
                     SandboxState::Running,
                     None,
                     now,
                 )?;
-                tx.get_sandbox_by_id(&rid)
+                let sandbox = tx.get_sandbox_by_id(&rid)?;
+                let running = match &sandbox {
+                    Some(s) if applied => {
+                        Some(emit(tx, SANDBOX_RUNNING, Some(&rid), sandbox_data(s))?)
+                    }
+                    _ => None,
+                };
+                Ok((sandbox, running))
             })
             .await?;
+        self.publish(running);
         sandbox
             .ok_or_else(|| ServiceError::NotFound(format!("sandbox {id} vanished during create")))
     }
@@ -227,9 +255,22 @@ impl Service {
         fail::fail_point!("delete.after-mark");
         self.forget_endpoint(&id);
         self.runtime().destroy(&id).await?;
-        self.writer()
-            .write(move |tx| tx.delete_sandbox(&id))
+        let deleted = self
+            .writer()
+            .write(move |tx| {
+                if !tx.delete_sandbox(&id)? {
+                    return Ok(None);
+                }
+                emit(
+                    tx,
+                    SANDBOX_DELETED,
+                    Some(&id),
+                    serde_json::json!({ "id": id }),
+                )
+                .map(Some)
+            })
             .await?;
+        self.publish(deleted);
         Ok(())
     }
 }

@@ -1,8 +1,8 @@
 //! `sandboxd-store`: the daemon's single-writer SQLite store.
 //!
 //! What was promised lives here (sandboxes, exposed ports, network slots, custom domains, API tokens,
-//! idempotency claims, the delivery ledger and the webhook outbox); what actually runs is the runtime's
-//! business. The store guarantees:
+//! idempotency claims, the delivery ledger, webhook registrations and the webhook outbox with its attempt
+//! log); what actually runs is the runtime's business. The store guarantees:
 //!
 //! - **One writer.** Exactly one connection writes, owned by the writer thread ([`writer`]); handlers send
 //!   it closures through [`StoreWriter::write`]. Readers use read-only connections ([`reader`]); a
@@ -54,6 +54,7 @@ pub mod reader;
 pub mod sandboxes;
 pub mod slots;
 pub mod tokens;
+pub mod webhooks;
 pub mod writer;
 
 pub use domains::{normalize_hostname, BindOutcome, DomainBinding};
@@ -66,6 +67,7 @@ pub use reader::{ReadTx, StoreReader};
 pub use sandboxes::{NewSandbox, Sandbox, SandboxFilter, SandboxState};
 pub use slots::SlotLease;
 pub use tokens::{hash_token, ApiToken, CreatedToken, TokenId};
+pub use webhooks::{DeliveryAttempt, Webhook};
 pub use writer::{StoreWriter, WriteTx, WriterStats, WriterThread};
 
 /// Unix time in milliseconds, the store's only time unit.

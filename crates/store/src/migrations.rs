@@ -22,11 +22,18 @@ pub struct Migration {
 }
 
 /// Every migration this build knows, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial schema",
-    sql: SCHEMA_V1,
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial schema",
+        sql: SCHEMA_V1,
+    },
+    Migration {
+        version: 2,
+        name: "webhook registrations and delivery attempts",
+        sql: SCHEMA_V2,
+    },
+];
 
 /// The newest schema version this build knows.
 pub fn latest_version() -> u32 {
@@ -133,6 +140,30 @@ CREATE TABLE webhook_outbox (
     last_error      TEXT
 );
 CREATE INDEX idx_webhook_outbox_due ON webhook_outbox(next_attempt_at) WHERE state = 'pending';
+"#;
+
+/// Webhook registrations; each outbox row goes to one registration; every delivery attempt is logged.
+const SCHEMA_V2: &str = r#"
+CREATE TABLE webhooks (
+    id         TEXT PRIMARY KEY NOT NULL,
+    url        TEXT NOT NULL,
+    events     TEXT NOT NULL CHECK (json_valid(events) AND json_type(events) = 'array'),
+    secret     TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+
+ALTER TABLE webhook_outbox ADD COLUMN webhook_id TEXT;
+CREATE INDEX idx_webhook_outbox_webhook ON webhook_outbox(webhook_id, id);
+
+-- One row per attempt of an outbox row: attempt numbers are unique per row.
+CREATE TABLE webhook_attempts (
+    outbox_id INTEGER NOT NULL REFERENCES webhook_outbox(id) ON DELETE CASCADE,
+    attempt   INTEGER NOT NULL CHECK (attempt >= 1),
+    at        INTEGER NOT NULL,
+    status    INTEGER,
+    error     TEXT,
+    PRIMARY KEY (outbox_id, attempt)
+);
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

@@ -42,6 +42,8 @@ pub struct NewWebhook<'a> {
     pub kind: &'a str,
     pub sandbox_id: Option<&'a str>,
     pub payload: &'a serde_json::Value,
+    /// The registration it goes to (see [`crate::webhooks`]); `None` for rows queued before migration 2.
+    pub webhook_id: Option<&'a str>,
 }
 
 /// A stored outbox row.
@@ -57,12 +59,13 @@ pub struct OutboxEntry {
     pub attempts: u32,
     pub next_attempt_at: UnixMillis,
     pub last_error: Option<String>,
+    pub webhook_id: Option<String>,
 }
 
-const COLUMNS: &str =
-    "id, event_id, kind, sandbox_id, payload, created_at, state, attempts, next_attempt_at, last_error";
+pub(crate) const COLUMNS: &str =
+    "id, event_id, kind, sandbox_id, payload, created_at, state, attempts, next_attempt_at, last_error, webhook_id";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEntry> {
+pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEntry> {
     let payload: String = row.get(4)?;
     Ok(OutboxEntry {
         id: row.get(0)?,
@@ -77,6 +80,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEntry> {
         attempts: row.get(7)?,
         next_attempt_at: row.get(8)?,
         last_error: row.get(9)?,
+        webhook_id: row.get(10)?,
     })
 }
 
@@ -111,8 +115,9 @@ impl WriteTx<'_> {
         let n = self
             .conn()
             .prepare_cached(
-                "INSERT INTO webhook_outbox (event_id, kind, sandbox_id, payload, created_at, next_attempt_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                "INSERT INTO webhook_outbox (event_id, kind, sandbox_id, payload, created_at, next_attempt_at,
+                                             webhook_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
                  ON CONFLICT (event_id) DO NOTHING",
             )?
             .execute(params![
@@ -120,7 +125,8 @@ impl WriteTx<'_> {
                 event.kind,
                 event.sandbox_id,
                 event.payload.to_string(),
-                now
+                now,
+                event.webhook_id
             ])?;
         Ok(n == 1)
     }
@@ -185,6 +191,7 @@ mod tests {
                     kind: "sandbox.running",
                     sandbox_id: Some("s"),
                     payload: &p,
+                    webhook_id: None,
                 };
                 Ok((tx.enqueue_webhook(&ev, 100)?, tx.enqueue_webhook(&ev, 101)?))
             })

@@ -29,6 +29,12 @@ impl Drop for Sandbox {
             // SAFETY: kill with a pid we started; harmless if it is gone.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
+        // The pair dies with the namespace, but not at once: delete it now, before the slot's lock is
+        // released to the next test (a test that failed never reached its destroy).
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &format!("sbh{}", self.info.net.slot)])
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
 

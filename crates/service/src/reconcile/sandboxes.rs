@@ -26,6 +26,7 @@
 //! name gets a fresh sandbox instead of a 409 forever. The failure reason is what remains to find.
 
 use super::{ReconcileReport, Reconciler};
+use crate::events::{self, emit};
 use crate::{Service, ServiceError};
 use sandboxd_runtime::RuntimeState;
 use sandboxd_store::{unix_millis_now, Sandbox, SandboxState, UnixMillis};
@@ -110,7 +111,17 @@ async fn resolve(
             svc.forget_endpoint(&row.id);
             svc.runtime().destroy(&row.id).await?;
             let id = row.id.clone();
-            let deleted = svc.writer().write(move |tx| tx.delete_sandbox(&id)).await?;
+            let deleted = svc
+                .writer()
+                .write(move |tx| {
+                    if !tx.delete_sandbox(&id)? {
+                        return Ok(None);
+                    }
+                    let data = serde_json::json!({ "id": id });
+                    emit(tx, events::SANDBOX_DELETED, Some(&id), data).map(Some)
+                })
+                .await?;
+            let deleted = deleted.map(|ev| svc.publish([ev])).is_some();
             tracing::info!(sandbox_id = %row.id, "finished an interrupted delete");
             Ok(deleted.then_some("deleted").into_iter().collect())
         }
@@ -165,15 +176,22 @@ async fn settle(
         .writer()
         .write(move |tx| {
             let applied = tx.set_state(&id, &[from], to, Some(reason), unix_millis_now())?;
-            if applied {
-                tx.release_name(&id)?;
+            if !applied {
+                return Ok(None);
             }
-            Ok(applied)
+            tx.release_name(&id)?;
+            let kind = match to {
+                SandboxState::Lost => events::SANDBOX_LOST,
+                _ => events::SANDBOX_FAILED,
+            };
+            let data = tx.get_sandbox_by_id(&id)?.map(|s| events::sandbox_data(&s));
+            emit(tx, kind, Some(&id), data.unwrap_or_default()).map(Some)
         })
         .await?;
-    if !applied {
+    let Some(settled) = applied else {
         return Ok(false);
-    }
+    };
+    svc.publish([settled]);
     tracing::warn!(sandbox_id = %row.id, from = %from, to = %to, reason, "sandbox settled by the reconciler");
     svc.forget_endpoint(&row.id);
     svc.runtime().destroy(&row.id).await?;
