@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{e2e, Daemon};
+use common::{e2e, serve_port, Daemon};
 use futures::future::join_all;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -48,21 +48,6 @@ async fn get_host(d: &Daemon, host: &str) -> (u16, String) {
         .expect("proxy request");
     let status = resp.status().as_u16();
     (status, resp.text().await.unwrap_or_default())
-}
-
-async fn serve_port(d: &Daemon, id: &str, port: u16) {
-    let script = format!("nohup python3 -m http.server {port} >/dev/null 2>&1 &");
-    d.exec(id, &["sh", "-c", &script]).await;
-    for _ in 0..100 {
-        let probe = format!(
-            "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 1)\""
-        );
-        if d.exec(id, &["sh", "-c", &probe]).await.exit_code == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("nothing listens on {port} in {id}");
 }
 
 /// Invariant: a bound hostname routes to its sandbox port; another sandbox cannot take it (409), and

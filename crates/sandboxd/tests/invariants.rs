@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{e2e, id_of, Daemon};
+use common::{e2e, id_of, serve_port, Daemon};
 use futures::future::join_all;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -75,21 +75,6 @@ fn hundred_concurrent_creates_with_one_name_yield_one_winner() {
             .all(|(_, v, _)| v["code"] == "name_conflict"));
         assert_eq!(d.list_all().await.len(), 1);
     });
-}
-
-async fn serve_port(d: &Daemon, id: &str, port: u16) {
-    let script = format!("nohup python3 -m http.server {port} >/dev/null 2>&1 &");
-    d.exec(id, &["sh", "-c", &script]).await;
-    for _ in 0..100 {
-        let probe = format!(
-            "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 1)\""
-        );
-        if d.exec(id, &["sh", "-c", &probe]).await.exit_code == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("nothing listens on {port} in {id}");
 }
 
 /// Invariant: (sandbox, port) is exposed once: concurrent exposes share one row, host port and URL.

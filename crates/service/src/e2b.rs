@@ -408,81 +408,15 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::InMemoryRuntimeForTests;
     use crate::ServiceConfig;
-    use sandboxd_runtime::{
-        AgentEndpoint, NetAddrs, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
-    };
     use sandboxd_store::{Store, StoreConfig};
-    use std::collections::HashMap;
-    use std::net::Ipv4Addr;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    /// A runtime that keeps sandboxes in a map, takes `delay` to create one, and can be told to fail.
-    #[derive(Default)]
-    struct MemoryRuntime {
-        sandboxes: Mutex<HashMap<String, SandboxInfo>>,
-        creates: AtomicUsize,
-        fail: AtomicBool,
-        delay: Duration,
-    }
-
-    #[async_trait::async_trait]
-    impl Runtime for MemoryRuntime {
-        async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
-            self.creates.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(self.delay).await;
-            if self.fail.load(Ordering::SeqCst) {
-                return Err(RuntimeError::Host("injected failure".into()));
-            }
-            let info = SandboxInfo {
-                spec: spec.clone(),
-                state: RuntimeState::Created,
-                pid: None,
-                net: NetAddrs {
-                    slot: spec.net_slot,
-                    host: Ipv4Addr::LOCALHOST,
-                    sandbox: Ipv4Addr::LOCALHOST,
-                    prefix: 30,
-                },
-                agent: AgentEndpoint {
-                    socket: "/nonexistent".into(),
-                    token: spec.agent_token.clone(),
-                },
-            };
-            let mut map = self.sandboxes.lock().unwrap();
-            if map.contains_key(&spec.id) {
-                return Err(RuntimeError::AlreadyExists(spec.id.clone()));
-            }
-            map.insert(spec.id.clone(), info.clone());
-            Ok(info)
-        }
-        async fn start(&self, id: &str) -> Result<SandboxInfo, RuntimeError> {
-            let mut map = self.sandboxes.lock().unwrap();
-            let info = map
-                .get_mut(id)
-                .ok_or_else(|| RuntimeError::NotFound(id.into()))?;
-            info.state = RuntimeState::Running;
-            Ok(info.clone())
-        }
-        async fn stop(&self, _id: &str) -> Result<(), RuntimeError> {
-            Ok(())
-        }
-        async fn destroy(&self, id: &str) -> Result<(), RuntimeError> {
-            self.sandboxes.lock().unwrap().remove(id);
-            Ok(())
-        }
-        async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError> {
-            Ok(self.sandboxes.lock().unwrap().get(id).cloned())
-        }
-        async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
-            Ok(self.sandboxes.lock().unwrap().values().cloned().collect())
-        }
-    }
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
 
     struct Fixture {
         service: Service,
-        runtime: Arc<MemoryRuntime>,
+        runtime: Arc<InMemoryRuntimeForTests>,
         _store: Store,
         _dir: tempfile::TempDir,
     }
@@ -492,7 +426,7 @@ mod tests {
         let (store, writer_thread) =
             Store::open(dir.path().join("store.db"), StoreConfig::default()).unwrap();
         drop(writer_thread);
-        let runtime = Arc::new(MemoryRuntime {
+        let runtime = Arc::new(InMemoryRuntimeForTests {
             delay,
             ..Default::default()
         });

@@ -22,6 +22,8 @@ pub mod pause;
 pub mod ports;
 pub mod reconcile;
 pub mod sandboxes;
+#[cfg(test)]
+mod test_support;
 mod validate;
 pub mod webhooks;
 

@@ -811,3 +811,19 @@ pub async fn expect_error(what: &str, resp: reqwest::Response, status: u16, code
         assert_eq!(body["code"], code, "{what}: {body}");
     }
 }
+
+/// Starts `python3 -m http.server PORT` in sandbox `id` and waits until it accepts connections.
+pub async fn serve_port(d: &Daemon, id: &str, port: u16) {
+    let script = format!("nohup python3 -m http.server {port} >/dev/null 2>&1 &");
+    d.exec(id, &["sh", "-c", &script]).await;
+    for _ in 0..100 {
+        let probe = format!(
+            "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 1)\""
+        );
+        if d.exec(id, &["sh", "-c", &probe]).await.exit_code == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nothing listens on {port} in {id}");
+}

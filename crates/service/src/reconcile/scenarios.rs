@@ -3,104 +3,11 @@
 //! second pass does nothing.
 
 use super::*;
+use crate::test_support::InMemoryRuntimeForTests;
 use crate::ServiceConfig;
-use sandboxd_runtime::{
-    AgentEndpoint, NetAddrs, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
-};
+use sandboxd_runtime::RuntimeState;
 use sandboxd_store::{ClaimOutcome, NewSandbox, PortState, Sandbox, Store, StoreConfig};
-use std::collections::HashMap;
-use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex};
-
-/// A runtime that keeps sandboxes in a map; tests stop or plant sandboxes behind the service's back.
-#[derive(Default)]
-pub(crate) struct InMemoryRuntimeForTests {
-    sandboxes: Mutex<HashMap<String, SandboxInfo>>,
-}
-
-impl InMemoryRuntimeForTests {
-    fn info(spec: SandboxSpec, state: RuntimeState) -> SandboxInfo {
-        SandboxInfo {
-            net: NetAddrs {
-                slot: spec.net_slot,
-                host: Ipv4Addr::LOCALHOST,
-                sandbox: Ipv4Addr::LOCALHOST,
-                prefix: 30,
-            },
-            agent: AgentEndpoint {
-                socket: "/nonexistent".into(),
-                token: spec.agent_token.clone(),
-            },
-            spec,
-            state,
-            pid: None,
-        }
-    }
-
-    /// Plants sandbox `id` in `state`, as a dead flow (or another daemon) would have left it.
-    fn plant(&self, id: &str, state: RuntimeState) {
-        let spec = SandboxSpec {
-            id: id.into(),
-            template: "base".into(),
-            limits: Default::default(),
-            net_slot: 0,
-            egress: false,
-            envs: Default::default(),
-            agent_token: "t".into(),
-        };
-        self.sandboxes
-            .lock()
-            .unwrap()
-            .insert(id.into(), Self::info(spec, state));
-    }
-
-    fn state_of(&self, id: &str) -> Option<RuntimeState> {
-        self.sandboxes.lock().unwrap().get(id).map(|i| i.state)
-    }
-
-    fn ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self.sandboxes.lock().unwrap().keys().cloned().collect();
-        ids.sort();
-        ids
-    }
-}
-
-#[async_trait::async_trait]
-impl Runtime for InMemoryRuntimeForTests {
-    async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
-        let mut map = self.sandboxes.lock().unwrap();
-        if map.contains_key(&spec.id) {
-            return Err(RuntimeError::AlreadyExists(spec.id.clone()));
-        }
-        let info = Self::info(spec.clone(), RuntimeState::Created);
-        map.insert(spec.id.clone(), info.clone());
-        Ok(info)
-    }
-    async fn start(&self, id: &str) -> Result<SandboxInfo, RuntimeError> {
-        let mut map = self.sandboxes.lock().unwrap();
-        let info = map
-            .get_mut(id)
-            .ok_or_else(|| RuntimeError::NotFound(id.into()))?;
-        info.state = RuntimeState::Running;
-        Ok(info.clone())
-    }
-    async fn stop(&self, id: &str) -> Result<(), RuntimeError> {
-        if let Some(info) = self.sandboxes.lock().unwrap().get_mut(id) {
-            info.state = RuntimeState::Stopped;
-        }
-        Ok(())
-    }
-    async fn destroy(&self, id: &str) -> Result<(), RuntimeError> {
-        self.sandboxes.lock().unwrap().remove(id);
-        Ok(())
-    }
-    async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError> {
-        Ok(self.sandboxes.lock().unwrap().get(id).cloned())
-    }
-    async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
-        Ok(self.sandboxes.lock().unwrap().values().cloned().collect())
-    }
-}
+use std::sync::Arc;
 
 struct Fixture {
     svc: Service,
