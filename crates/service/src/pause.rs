@@ -60,30 +60,14 @@ impl Service {
                 )))
             }
         }
-        let rid = id.clone();
         let paused = self
-            .writer()
-            .write(move |tx| {
-                let applied = tx.set_state(
-                    &rid,
-                    &[SandboxState::Running],
-                    SandboxState::Paused,
-                    None,
-                    unix_millis_now(),
-                )?;
-                match tx.get_sandbox_by_id(&rid)? {
-                    Some(s) if applied => {
-                        let ev = emit(tx, SANDBOX_PAUSED, Some(&rid), sandbox_data(&s))?;
-                        Ok(Some((s, ev)))
-                    }
-                    _ => Ok(None),
-                }
-            })
+            .transition(
+                &id,
+                SandboxState::Running,
+                SandboxState::Paused,
+                SANDBOX_PAUSED,
+            )
             .await?
-            .map(|(s, ev)| {
-                self.publish([ev]);
-                s
-            })
             // Only a delete can have moved it meanwhile (pause and resume hold the lock).
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
         // The proxy serves cached endpoints without a store read; a paused sandbox must miss.
@@ -91,30 +75,46 @@ impl Service {
         if let Err(e) = self.runtime().pause(&id).await {
             tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "freeze failed; resuming");
             let _ = self.runtime().resume(&id).await;
-            let rid = id.clone();
-            let resumed = self
-                .writer()
-                .write(move |tx| {
-                    let applied = tx.set_state(
-                        &rid,
-                        &[SandboxState::Paused],
-                        SandboxState::Running,
-                        None,
-                        unix_millis_now(),
-                    )?;
-                    match tx.get_sandbox_by_id(&rid)? {
-                        Some(s) if applied => {
-                            emit(tx, SANDBOX_RESUMED, Some(&rid), sandbox_data(&s)).map(Some)
-                        }
-                        _ => Ok(None),
-                    }
-                })
-                .await?;
-            self.publish(resumed);
+            self.transition(
+                &id,
+                SandboxState::Paused,
+                SandboxState::Running,
+                SANDBOX_RESUMED,
+            )
+            .await?;
             return Err(e.into());
         }
         tracing::info!(sandbox_id = %id, "sandbox paused");
         Ok(paused)
+    }
+
+    /// Moves sandbox `id` from `from` to `to` and, in the same transaction, emits `event`; publishes the
+    /// event once committed. `None` when the sandbox was no longer in `from`.
+    async fn transition(
+        &self,
+        id: &str,
+        from: SandboxState,
+        to: SandboxState,
+        event: &'static str,
+    ) -> Result<Option<Sandbox>, ServiceError> {
+        let rid = id.to_string();
+        let changed = self
+            .writer()
+            .write(move |tx| {
+                let applied = tx.set_state(&rid, &[from], to, None, unix_millis_now())?;
+                match tx.get_sandbox_by_id(&rid)? {
+                    Some(s) if applied => {
+                        let ev = emit(tx, event, Some(&rid), sandbox_data(&s))?;
+                        Ok(Some((s, ev)))
+                    }
+                    _ => Ok(None),
+                }
+            })
+            .await?;
+        Ok(changed.map(|(s, ev)| {
+            self.publish([ev]);
+            s
+        }))
     }
 
     /// Thaws paused sandbox `key` and records it `running`. Returns the sandbox and whether it was
@@ -133,30 +133,14 @@ impl Service {
             }
         }
         self.runtime().resume(&id).await?;
-        let rid = id.clone();
         let resumed = self
-            .writer()
-            .write(move |tx| {
-                let applied = tx.set_state(
-                    &rid,
-                    &[SandboxState::Paused],
-                    SandboxState::Running,
-                    None,
-                    unix_millis_now(),
-                )?;
-                match tx.get_sandbox_by_id(&rid)? {
-                    Some(s) if applied => {
-                        let ev = emit(tx, SANDBOX_RESUMED, Some(&rid), sandbox_data(&s))?;
-                        Ok(Some((s, ev)))
-                    }
-                    _ => Ok(None),
-                }
-            })
+            .transition(
+                &id,
+                SandboxState::Paused,
+                SandboxState::Running,
+                SANDBOX_RESUMED,
+            )
             .await?
-            .map(|(s, ev)| {
-                self.publish([ev]);
-                s
-            })
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
         tracing::info!(sandbox_id = %id, "sandbox resumed");
         Ok((resumed, true))
