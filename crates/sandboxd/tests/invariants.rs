@@ -341,3 +341,33 @@ fn abandoned_create_is_undone_without_any_retry() {
         );
     });
 }
+
+/// Invariant: a sandbox is deleted once; of racing deletes exactly one answers 204, the rest 404.
+#[test]
+fn fifty_concurrent_deletes_delete_once() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let id = d.create_id().await;
+        let url = d.endpoint(&format!("/v1/sandboxes/{id}"));
+        let answers = join_all((0..50).map(|_| async {
+            d.http()
+                .delete(&url)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }))
+        .await;
+        assert_eq!(
+            answers.iter().filter(|s| **s == 204).count(),
+            1,
+            "{answers:?}"
+        );
+        assert!(
+            answers.iter().all(|s| *s == 204 || *s == 404),
+            "{answers:?}"
+        );
+        assert!(d.list_all().await.is_empty());
+    });
+}

@@ -236,22 +236,28 @@ impl Service {
             .await?)
     }
 
-    /// Destroys a sandbox and forgets it. Unknown ids are [`ServiceError::NotFound`].
+    /// Destroys a sandbox and forgets it. Unknown ids are [`ServiceError::NotFound`], and so is a
+    /// sandbox another delete (a caller, the expiry sweep) is already tearing down: moving the row to
+    /// `deleting` is the claim on the delete, so exactly one of racing deletes does it and answers Ok.
     pub async fn delete(&self, key: &str) -> Result<(), ServiceError> {
         let sandbox = self.get(key).await?;
         let id = sandbox.id.clone();
         let rid = id.clone();
-        self.writer()
+        let claimed = self
+            .writer()
             .write(move |tx| {
-                tx.set_state(
-                    &rid,
-                    &SandboxState::ALL,
-                    SandboxState::Deleting,
-                    None,
-                    unix_millis_now(),
-                )
+                let from: Vec<SandboxState> = SandboxState::ALL
+                    .into_iter()
+                    .filter(|s| *s != SandboxState::Deleting)
+                    .collect();
+                tx.set_state(&rid, &from, SandboxState::Deleting, None, unix_millis_now())
             })
             .await?;
+        if !claimed {
+            return Err(ServiceError::NotFound(format!(
+                "sandbox {id} not found (it is being deleted)"
+            )));
+        }
         fail::fail_point!("delete.after-mark");
         self.forget_endpoint(&id);
         self.runtime().destroy(&id).await?;

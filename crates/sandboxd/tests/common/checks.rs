@@ -1,0 +1,91 @@
+//! Small checks and helpers the end-to-end tests share: output decoding, the error shape, a sandbox
+//! web server.
+
+use super::*;
+
+/// The `id` of a sandbox body.
+pub fn id_of(sandbox: &Value) -> String {
+    sandbox["id"].as_str().expect("sandbox id").to_string()
+}
+
+/// Stdout as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Panics (showing both streams) unless `out` exited 0.
+pub fn assert_success(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} exited {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// `n` pseudo-random bytes (xorshift; different per `seed`), incompressible enough for transfer tests.
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+/// Checks that `resp` is `status` with an `{code, message}` body (and the given code, if any).
+pub async fn expect_error(what: &str, resp: reqwest::Response, status: u16, code: Option<&str>) {
+    let got = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    assert!(
+        !got.is_server_error(),
+        "{what}: a client mistake got {got}: {text}"
+    );
+    assert_eq!(got.as_u16(), status, "{what}: {text}");
+    let body: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{what}: error body is not JSON ({e}): {text:?}"));
+    let obj = body.as_object().unwrap_or_else(|| panic!("{what}: {body}"));
+    assert_eq!(
+        obj.keys().collect::<BTreeSet<_>>(),
+        BTreeSet::from([&"code".to_string(), &"message".to_string()]),
+        "{what}: the error shape is exactly {{code, message}}: {body}"
+    );
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        !message.trim().is_empty(),
+        "{what}: empty error message: {body}"
+    );
+    assert!(
+        body["code"].as_str().is_some_and(|c| !c.is_empty()),
+        "{what}: {body}"
+    );
+    if let Some(code) = code {
+        assert_eq!(body["code"], code, "{what}: {body}");
+    }
+}
+
+/// Starts `python3 -m http.server PORT` in sandbox `id` and waits until it accepts connections.
+pub async fn serve_port(d: &Daemon, id: &str, port: u16) {
+    let script = format!("nohup python3 -m http.server {port} >/dev/null 2>&1 &");
+    d.exec(id, &["sh", "-c", &script]).await;
+    for _ in 0..100 {
+        let probe = format!(
+            "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 1)\""
+        );
+        if d.exec(id, &["sh", "-c", &probe]).await.exit_code == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nothing listens on {port} in {id}");
+}
