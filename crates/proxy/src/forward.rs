@@ -79,10 +79,15 @@ impl Proxy {
             };
         }
         let (mut parts, body) = resp.into_parts();
+        // Read before the hop-by-hop headers go: whether the upstream keeps this connection open.
+        let reusable = keeps_alive(parts.version, &parts.headers);
         strip_hop_by_hop(&mut parts.headers);
         parts.version = client_version;
         let body = match client_upgrade {
             Some(_) => PooledBody::unpooled(body),
+            // A connection the upstream closes after this answer (HTTP/1.0, `Connection: close`) must
+            // not be pooled: the next request would wait on it before redialing.
+            None if !reusable => PooledBody::unpooled(body),
             None => self.pool.body(upstream, sender, body),
         };
         Ok(Response::from_parts(parts, Body::new(body)))
@@ -213,5 +218,42 @@ mod tests {
     fn absolute_uris_become_origin_form() {
         let uri: Uri = "http://8000-abc.localhost:21212/a/b?c=d".parse().unwrap();
         assert_eq!(origin_form(&uri), "/a/b?c=d");
+    }
+}
+
+/// Whether an upstream connection stays open after a response with this version and these headers:
+/// HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`.
+fn keeps_alive(version: http::Version, headers: &http::HeaderMap) -> bool {
+    let connection_has = |token: &str| {
+        headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    match version {
+        http::Version::HTTP_10 | http::Version::HTTP_09 => connection_has("keep-alive"),
+        _ => !connection_has("close"),
+    }
+}
+
+#[cfg(test)]
+mod keep_alive_tests {
+    use super::keeps_alive;
+    use http::{HeaderMap, HeaderValue, Version};
+
+    #[test]
+    fn closing_upstream_connections_are_not_reused() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::CONNECTION, HeaderValue::from_str(v).unwrap());
+            h
+        };
+        assert!(keeps_alive(Version::HTTP_11, &HeaderMap::new()));
+        assert!(!keeps_alive(Version::HTTP_11, &with("close")));
+        assert!(!keeps_alive(Version::HTTP_11, &with("Upgrade, Close")));
+        assert!(!keeps_alive(Version::HTTP_10, &HeaderMap::new()));
+        assert!(keeps_alive(Version::HTTP_10, &with("keep-alive")));
     }
 }
