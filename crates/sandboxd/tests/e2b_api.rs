@@ -359,15 +359,8 @@ fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
         assert_eq!(status, 409, "commands are refused while paused: {refused}");
         let again = post(&d, &format!("/sandboxes/{id}/pause"), json!({})).await;
         expect_e2b_error("second pause", again, 409).await;
-        let listed: Vec<Value> = d
-            .http()
-            .get(d.endpoint("/v2/sandboxes?state=paused"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed: Vec<Value> =
+            serde_json::from_value(d.get_json("/v2/sandboxes?state=paused").await).unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0]["sandboxID"], json!(id));
 
@@ -434,15 +427,8 @@ fn timeout_moves_the_deadline_and_metrics_sample_the_cgroup() {
         assert_eq!(status, 201, "{created}");
         let id = sandbox_id(&created);
 
-        let metrics: Vec<Value> = d
-            .http()
-            .get(d.endpoint(&format!("/sandboxes/{id}/metrics")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let metrics: Vec<Value> =
+            serde_json::from_value(d.get_json(&format!("/sandboxes/{id}/metrics")).await).unwrap();
         assert_eq!(metrics.len(), 1);
         for field in [
             "timestamp",
@@ -560,15 +546,7 @@ fn listings_filter_by_metadata_and_page() {
         }
         assert_eq!(seen, mine);
         assert_eq!(pages, 2);
-        let old: Vec<Value> = d
-            .http()
-            .get(d.endpoint("/sandboxes"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let old: Vec<Value> = serde_json::from_value(d.get_json("/sandboxes").await).unwrap();
         assert_eq!(old.len(), 4);
     });
 }

@@ -196,15 +196,7 @@ fn exposed_http_server_is_reachable_through_the_proxy() {
             "re-exposing answers 200 (exists), not 201"
         );
         assert_eq!(resp.json::<Value>().await.unwrap()["publicUrl"], expected);
-        let ports: Value = daemon
-            .http()
-            .get(daemon.endpoint(&format!("/v1/sandboxes/{id}/ports")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let ports: Value = daemon.get_json(&format!("/v1/sandboxes/{id}/ports")).await;
         assert_eq!(
             ports.as_array().map(Vec::len),
             Some(1),

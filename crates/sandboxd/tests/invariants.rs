@@ -96,15 +96,7 @@ fn two_hundred_concurrent_exposes_share_one_host_port() {
             .collect();
         assert_eq!(urls.len(), 1, "{urls:?}");
         assert_eq!(answers.iter().filter(|(s, _, _)| *s == 201).count(), 1);
-        let listed: Vec<Value> = d
-            .http()
-            .get(d.endpoint(&path))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed: Vec<Value> = serde_json::from_value(d.get_json(&path).await).unwrap();
         assert_eq!(listed.len(), 1);
         // The forwarder carries bytes: the listing comes back through the host port.
         let host_port = listed[0]["hostPort"].as_u64().unwrap();
@@ -177,15 +169,7 @@ fn failed_forwarder_install_rolls_back_only_its_own_row() {
         let body = json!({"port": 8000, "protocol": "tcp"});
         let (status, value, _) = post(&d, &path, None, &body).await;
         assert_eq!(status, 503, "the injected failure: {value}");
-        let listed: Vec<Value> = d
-            .http()
-            .get(d.endpoint(&path))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed: Vec<Value> = serde_json::from_value(d.get_json(&path).await).unwrap();
         assert!(
             listed.is_empty(),
             "a half-installed exposure was left: {listed:?}"
@@ -217,15 +201,7 @@ fn failed_reinstall_keeps_the_existing_exposure() {
         d.restart().await;
         let (status, value, _) = post(&d, &path, None, &body).await;
         assert_eq!(status, 503, "{value}");
-        let listed: Vec<Value> = d
-            .http()
-            .get(d.endpoint(&path))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed: Vec<Value> = serde_json::from_value(d.get_json(&path).await).unwrap();
         assert_eq!(
             listed.len(),
             1,

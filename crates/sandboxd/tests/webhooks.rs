@@ -417,15 +417,7 @@ fn bad_registrations_are_rejected_and_nothing_is_stored() {
             assert_eq!(status, 400, "{body}: {text}");
             assert!(text.contains("invalid_request"), "{text}");
         }
-        let list: Value = daemon
-            .http()
-            .get(daemon.endpoint("/v1/webhooks"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list: Value = daemon.get_json("/v1/webhooks").await;
         assert_eq!(list["webhooks"], json!([]), "nothing stored: {list}");
         // A valid registration with an Idempotency-Key is stored once and replayed.
         let post = || {
@@ -444,15 +436,7 @@ fn bad_registrations_are_rejected_and_nothing_is_stored() {
         assert_eq!(second.headers()["idempotent-replayed"], "true");
         let second: Value = second.json().await.unwrap();
         assert_eq!(first, second);
-        let list: Value = daemon
-            .http()
-            .get(daemon.endpoint("/v1/webhooks"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list: Value = daemon.get_json("/v1/webhooks").await;
         assert_eq!(list["webhooks"].as_array().unwrap().len(), 1);
         assert_eq!(list["webhooks"][0]["id"], first["id"]);
         let id = id_of(&first);

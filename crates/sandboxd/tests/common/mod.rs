@@ -468,6 +468,18 @@ impl Daemon {
         cmd
     }
 
+    /// `GET path` with the token; panics unless the answer is JSON. Returns the body.
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.http
+            .get(self.endpoint(path))
+            .send()
+            .await
+            .expect("GET request")
+            .json()
+            .await
+            .expect("a JSON answer")
+    }
+
     /// `POST /v1/sandboxes` with `body`; panics unless it answers 201. Returns the sandbox.
     pub async fn create(&self, body: Value) -> Value {
         let resp = self
