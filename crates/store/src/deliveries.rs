@@ -25,7 +25,37 @@ use rusqlite::params;
 use crate::error::Result;
 use crate::{ReadTx, UnixMillis, WriteTx};
 
+/// One recorded delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The sender's id.
+    pub delivery_id: String,
+    /// What it reported (`environment-ready`, …).
+    pub kind: String,
+    /// The sandbox it was about.
+    pub sandbox_id: Option<String>,
+    /// When it was first received (and applied).
+    pub received_at: UnixMillis,
+}
+
 impl ReadTx<'_> {
+    /// The deliveries recorded about sandbox `id`, oldest first.
+    pub fn deliveries_for_sandbox(&self, id: &str) -> Result<Vec<Delivery>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT delivery_id, kind, sandbox_id, received_at FROM deliveries
+             WHERE sandbox_id = ?1 ORDER BY received_at, delivery_id",
+        )?;
+        let rows = stmt.query_map([id], |r| {
+            Ok(Delivery {
+                delivery_id: r.get(0)?,
+                kind: r.get(1)?,
+                sandbox_id: r.get(2)?,
+                received_at: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Whether `delivery_id` was recorded.
     pub fn delivery_seen(&self, delivery_id: &str) -> Result<bool> {
         Ok(self
@@ -116,6 +146,28 @@ mod tests {
             .write(|tx| tx.record_delivery("dlv-2", "ready", None, 2))
             .await
             .unwrap());
+    }
+
+    #[tokio::test]
+    async fn deliveries_are_listed_by_sandbox() {
+        let (_dir, store, _t) = open_temp();
+        store
+            .writer()
+            .write(|tx| {
+                tx.record_delivery("b", "environment-failed", Some("s1"), 20)?;
+                tx.record_delivery("a", "environment-ready", Some("s1"), 10)?;
+                tx.record_delivery("c", "environment-ready", Some("s2"), 5)
+            })
+            .await
+            .unwrap();
+        let got = store
+            .reader()
+            .read(|tx| tx.deliveries_for_sandbox("s1"))
+            .await
+            .unwrap();
+        let ids: Vec<&str> = got.iter().map(|d| d.delivery_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(got[0].kind, "environment-ready");
     }
 
     #[tokio::test]

@@ -1,8 +1,9 @@
 //! `sandboxd-store`: the daemon's single-writer SQLite store.
 //!
 //! What was promised lives here (sandboxes, exposed ports, network slots, custom domains, API tokens,
-//! idempotency claims, the delivery ledger, webhook registrations and the webhook outbox with its attempt
-//! log); what actually runs is the runtime's business. The store guarantees:
+//! idempotency claims, the delivery ledger, observed sandbox endpoints, webhook registrations and the
+//! webhook outbox with its attempt log); what actually runs is the runtime's business. The store
+//! guarantees:
 //!
 //! - **One writer.** Exactly one connection writes, owned by the writer thread ([`writer`]); handlers send
 //!   it closures through [`StoreWriter::write`]. Readers use read-only connections ([`reader`]); a
@@ -23,7 +24,9 @@
 //!   - request dedupe with the four claim cases: `request_idempotency` primary key
 //!     (`idempotency::tests`);
 //!   - an event is applied once: `deliveries` primary key
-//!     (`deliveries::tests::a_delivery_is_recorded_once`).
+//!     (`deliveries::tests::a_delivery_is_recorded_once`);
+//!   - one observed endpoint per sandbox, racing writers converge: `sandbox_endpoints` primary key and
+//!     an upsert (`endpoints::tests::racing_upserts_converge_on_one_row`).
 //!
 //! Time is always passed in (`now`, Unix milliseconds), so tests control the clock.
 //!
@@ -44,6 +47,7 @@
 
 pub mod deliveries;
 pub mod domains;
+pub mod endpoints;
 mod error;
 pub mod idempotency;
 pub mod migrations;
@@ -57,7 +61,9 @@ pub mod tokens;
 pub mod webhooks;
 pub mod writer;
 
+pub use deliveries::Delivery;
 pub use domains::{normalize_hostname, BindOutcome, DomainBinding};
+pub use endpoints::StoredEndpoint;
 pub use error::{Result, StoreError};
 pub use idempotency::{AbandonedClaim, ClaimOutcome, ClaimRecord, ClaimState, StoredResponse};
 pub use open::{Store, StoreConfig, Synchronous};

@@ -33,6 +33,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "webhook registrations and delivery attempts",
         sql: SCHEMA_V2,
     },
+    Migration {
+        version: 3,
+        name: "sandbox endpoints as observed by the runtime",
+        sql: SCHEMA_V3,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -163,6 +168,17 @@ CREATE TABLE webhook_attempts (
     status    INTEGER,
     error     TEXT,
     PRIMARY KEY (outbox_id, attempt)
+);
+"#;
+
+/// Where a sandbox's services are, as its authority (the runtime) reported it: written by the create
+/// flow after start and by read-repair on a miss, both with an upsert so racing writers converge.
+const SCHEMA_V3: &str = r#"
+CREATE TABLE sandbox_endpoints (
+    sandbox_id   TEXT PRIMARY KEY NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+    address      TEXT NOT NULL,
+    agent_socket TEXT NOT NULL,
+    observed_at  INTEGER NOT NULL
 );
 "#;
 
