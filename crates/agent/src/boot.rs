@@ -10,12 +10,19 @@
 //!    capabilities, installs the seccomp filter, and becomes the sandbox's init serving the agent.
 //!
 //! Any failure is reported to the runtime as `Failed` with the stage, and the process exits.
+//!
+//! After `Ready`, the server calls home to the daemon's socket the runtime named
+//! (`BootConfig::callback_socket`, see [`crate::callhome`]). A runtime built with failpoints may ask for
+//! `BootFault::ExitBeforeReady`: then the agent exits 1 right after `Ready`, before calling home or
+//! serving.
 
-use crate::{confine, init, server};
+use crate::{callhome, confine, init, server};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{pivot_root, sethostname, Gid, Uid};
-use sandboxd_envd::boot::{BindMount, BootConfig, BootMessage, AGENT_LISTEN_FD, BOOT_SYNC_FD};
+use sandboxd_envd::boot::{
+    BindMount, BootConfig, BootFault, BootMessage, AGENT_LISTEN_FD, BOOT_SYNC_FD,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
 use std::os::unix::fs::symlink;
@@ -50,6 +57,13 @@ pub fn run() -> ! {
         Ok(config) => {
             drop(reader);
             drop(writer);
+            if config.fault == Some(BootFault::ExitBeforeReady) {
+                tracing::warn!(
+                    sandbox_id = %config.sandbox_id,
+                    "injected fault exit-before-ready: exiting after the handshake, before calling home"
+                );
+                std::process::exit(1);
+            }
             // SAFETY: see above.
             let listener = unsafe { UnixListener::from_raw_fd(AGENT_LISTEN_FD) };
             let _ = set_cloexec(AGENT_LISTEN_FD);
@@ -57,6 +71,12 @@ pub fn run() -> ! {
                 token: config.token,
                 default_user: config.default_user,
                 envs: config.envs,
+                callback: config
+                    .callback_socket
+                    .map(|socket| callhome::CallbackTarget {
+                        socket,
+                        sandbox_id: config.sandbox_id,
+                    }),
             };
             init::run_as_init(move || server::run_blocking(listener, agent))
         }

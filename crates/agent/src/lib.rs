@@ -6,11 +6,15 @@
 //! - [`server`]: serve the envd protocol (the E2B SDK's in-sandbox API) on the listening socket the runtime
 //!   handed over, behind the sandbox's access token.
 //!
+//! [`callhome`] reports to the daemon once the server answers (`environment-ready`), or that it cannot
+//! (`environment-failed`).
+//!
 //! [`init`] is the PID 1 loop that ties them together: it reaps every zombie and forwards termination
 //! signals to the server. [`confine`] holds the seccomp filter and capability set every sandbox process
 //! runs under.
 
 pub mod boot;
+pub mod callhome;
 pub mod confine;
 pub mod init;
 pub mod server;

@@ -3,6 +3,9 @@
 //! - `sandboxd-agent boot` is what the runtime executes as PID 1 of a new sandbox; it is not for people.
 //! - `sandboxd-agent serve --socket PATH` serves the envd protocol on a plain unix socket outside any
 //!   sandbox (for tests and debugging); the token is read from `SANDBOXD_AGENT_TOKEN`.
+//!
+//! Logs go to stderr (the sandbox's boot log under `boot`), filtered by `RUST_LOG` (default `info`;
+//! the runtime sets it from `SANDBOXD_AGENT_LOG`).
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -34,6 +37,7 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
+    init_logging();
     match cli.command {
         Command::Boot => sandboxd_agent::boot::run(),
         Command::Serve {
@@ -53,8 +57,20 @@ fn main() {
                 token,
                 default_user,
                 envs: Default::default(),
+                callback: None,
             };
             std::process::exit(sandboxd_agent::server::run_blocking(listener, config));
         }
     }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,sandboxd_agent::callhome=info")
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
 }

@@ -45,6 +45,22 @@ pub struct BootConfig {
     pub default_user: String,
     /// Environment every command in the sandbox starts with.
     pub envs: HashMap<String, String>,
+    /// The daemon's callback socket as the agent sees it (inside the sandbox), if the daemon listens
+    /// for call-home events ([`crate::callback`]); `None`: the agent reports nothing.
+    #[serde(default)]
+    pub callback_socket: Option<PathBuf>,
+    /// A fault the runtime injects for tests (only set by a daemon built with failpoints).
+    #[serde(default)]
+    pub fault: Option<BootFault>,
+}
+
+/// Faults a test can inject into a booting agent.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum BootFault {
+    /// Finish the handshake, then exit before the first call home: the reporter dies before first
+    /// contact.
+    ExitBeforeReady,
 }
 
 /// Paths (on the host) of the overlay making up the sandbox's root filesystem.
@@ -131,6 +147,8 @@ mod tests {
             token: "tok\nen".into(),
             default_user: "user".into(),
             envs: HashMap::from([("A".into(), "line1\nline2".into())]),
+            callback_socket: Some("/.sandboxd/callback/daemon.sock".into()),
+            fault: Some(BootFault::ExitBeforeReady),
         };
         for msg in [
             BootMessage::Config(Box::new(config)),

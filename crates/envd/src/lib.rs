@@ -10,10 +10,12 @@
 //! - [`client`]: [`EnvdClient`], the Rust client the daemon and the tests use to reach an agent over its
 //!   unix socket;
 //! - `boot`: the handshake between the runtime and the agent at sandbox start.
+//! - [`callback`]: the events an agent reports to the daemon (call-home: readiness).
 //!
 //! Nothing here touches the host: it is pure encoding plus one client.
 
 pub mod boot;
+pub mod callback;
 pub mod client;
 pub mod connect;
 mod error;

@@ -16,6 +16,10 @@
 //!   amount of it per process and client. Processes outlive the calls that started them.
 //! - On SIGTERM/SIGINT the server stops accepting, gives open calls a short grace period, kills the
 //!   process groups it started, and returns.
+//! - With an [`AgentConfig::callback`], [`run_blocking`] calls home ([`crate::callhome`]): it reports
+//!   `environment-ready` once the listener is registered and the shutdown signals are in place (so
+//!   calls are answered from then on), and `environment-failed` with the reason, before returning,
+//!   when serving cannot start or ends in an error (best effort; a graceful shutdown reports nothing).
 
 mod auth;
 mod error;
@@ -28,8 +32,11 @@ mod users;
 pub use error::ServerError;
 pub use users::{User, UserDb};
 
+use crate::callhome::{self, CallbackTarget};
 use axum::routing::get;
 use axum::Router;
+use sandboxd_envd::callback::AgentEvent;
+use sandboxd_retry::Policy;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -37,12 +44,15 @@ use std::time::Duration;
 
 /// What the agent needs to serve a sandbox.
 pub struct AgentConfig {
-    /// The sandbox's access token; every call but `/health` must carry it.
+    /// The sandbox's access token; every call but `/health` must carry it. Also the credential the
+    /// agent calls home with.
     pub token: String,
     /// The user calls run as when they name none.
     pub default_user: String,
     /// Sandbox-wide environment variables for every process.
     pub envs: HashMap<String, String>,
+    /// Where to report readiness (or failure to serve); `None`: report nothing.
+    pub callback: Option<CallbackTarget>,
 }
 
 /// Tunables with production defaults; tests shorten them.
@@ -76,9 +86,9 @@ pub(crate) struct Shared {
 
 pub(crate) type AppState = Arc<Shared>;
 
-/// Builds a multi-thread tokio runtime (2 worker threads) and serves `listener` until SIGTERM/SIGINT;
-/// returns the process exit code.
-pub fn run_blocking(listener: std::os::unix::net::UnixListener, cfg: AgentConfig) -> i32 {
+/// Builds a multi-thread tokio runtime (2 worker threads) and serves `listener` until SIGTERM/SIGINT,
+/// calling home if `cfg.callback` says where; returns the process exit code.
+pub fn run_blocking(listener: std::os::unix::net::UnixListener, mut cfg: AgentConfig) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("agent-worker")
@@ -91,26 +101,77 @@ pub fn run_blocking(listener: std::os::unix::net::UnixListener, cfg: AgentConfig
             return 1;
         }
     };
+    let reporter = cfg.callback.take().map(|target| Reporter {
+        target,
+        token: cfg.token.clone(),
+    });
     runtime.block_on(async move {
-        if let Err(e) = listener.set_nonblocking(true) {
-            tracing::error!(error = %e, "cannot make the agent socket non-blocking");
-            return 1;
-        }
-        let listener = match tokio::net::UnixListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot register the agent socket");
+        let (listener, shutdown) = match start(listener) {
+            Ok(started) => started,
+            Err(reason) => {
+                tracing::error!(error = %reason, "agent server cannot start");
+                if let Some(r) = &reporter {
+                    r.failed(reason).await;
+                }
                 return 1;
             }
         };
-        match serve(listener, cfg).await {
+        if let Some(r) = reporter.clone() {
+            tokio::spawn(async move { r.ready().await });
+        }
+        match serve_with(listener, cfg, ServerOptions::default(), shutdown).await {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!(error = %e, "agent server failed");
+                if let Some(r) = &reporter {
+                    r.failed(format!("agent server failed: {e}")).await;
+                }
                 1
             }
         }
     })
+}
+
+/// Registers the inherited listener with tokio and subscribes to the shutdown signals; the reason
+/// when either fails.
+fn start(
+    listener: std::os::unix::net::UnixListener,
+) -> Result<
+    (
+        tokio::net::UnixListener,
+        impl Future<Output = ()> + Send + 'static,
+    ),
+    String,
+> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot make the agent socket non-blocking: {e}"))?;
+    let listener = tokio::net::UnixListener::from_std(listener)
+        .map_err(|e| format!("cannot register the agent socket: {e}"))?;
+    let shutdown =
+        shutdown_signal().map_err(|e| format!("cannot subscribe to shutdown signals: {e}"))?;
+    Ok((listener, shutdown))
+}
+
+/// The agent's call-home reports, under the state-bearing policy.
+#[derive(Clone)]
+struct Reporter {
+    target: CallbackTarget,
+    token: String,
+}
+
+impl Reporter {
+    async fn ready(&self) {
+        let event = AgentEvent::EnvironmentReady {
+            envd_version: sandboxd_envd::version::ENVD_VERSION.to_string(),
+        };
+        callhome::report(&self.target, &self.token, event, &Policy::state_bearing()).await;
+    }
+
+    async fn failed(&self, reason: String) {
+        let event = AgentEvent::EnvironmentFailed { reason };
+        callhome::report(&self.target, &self.token, event, &Policy::state_bearing()).await;
+    }
 }
 
 /// Serves `listener` until SIGTERM or SIGINT.

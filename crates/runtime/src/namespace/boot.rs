@@ -4,15 +4,22 @@
 //! veth pair, in a user namespace whose ids map to `id_map_base..+65536`, confined, and about to serve
 //! the agent on its socket; no user instruction has run yet. When it fails, everything this call made
 //! (process, cgroup, veth pair, socket) is gone again.
+//!
+//! With a callback directory configured, the plan also binds it read-only at
+//! [`sandboxd_envd::callback::SANDBOX_DIR`] and names the daemon's socket inside it, so the agent can
+//! call home (see the namespace module docs). A daemon built with the `failpoints` feature can make the
+//! agent die right after its `Ready` (failpoint `agent.exit-before-ready`), before its first call home.
 
 use super::process::{clone_boot, reap, ChildFds, PidFd};
 use super::rootfs::AGENT_PATH;
 use super::state::SandboxPaths;
 use super::{limits, NamespaceRuntime};
 use crate::{RuntimeError, SandboxSpec};
-use sandboxd_envd::boot::{BindMount, BootConfig, BootMessage, RootfsPlan};
+use sandboxd_envd::boot::{BindMount, BootConfig, BootFault, BootMessage, RootfsPlan};
+use sandboxd_envd::callback;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -147,6 +154,8 @@ impl NamespaceRuntime {
             target: AGENT_PATH.into(),
             read_only: true,
         });
+        let (callback_bind, callback_socket) = callback_plan(self.config.callback_dir.as_deref());
+        binds.extend(callback_bind);
         BootConfig {
             sandbox_id: spec.id.clone(),
             hostname: spec.id.clone(),
@@ -161,8 +170,35 @@ impl NamespaceRuntime {
             token: spec.agent_token.clone(),
             default_user: "user".into(),
             envs: spec.envs.clone(),
+            callback_socket,
+            fault: injected_fault(),
         }
     }
+}
+
+/// The bind of the host's callback directory and the socket path the agent is told, or neither when
+/// the daemon does not listen for call-home events.
+fn callback_plan(dir: Option<&Path>) -> (Option<BindMount>, Option<PathBuf>) {
+    match dir {
+        Some(dir) => (
+            Some(BindMount {
+                source: dir.to_path_buf(),
+                target: callback::SANDBOX_DIR.into(),
+                read_only: true,
+            }),
+            Some(Path::new(callback::SANDBOX_DIR).join(callback::SOCKET_NAME)),
+        ),
+        None => (None, None),
+    }
+}
+
+/// The fault a test asked for through failpoint `agent.exit-before-ready`; always `None` in a build
+/// without the `failpoints` feature.
+fn injected_fault() -> Option<BootFault> {
+    fail::fail_point!("agent.exit-before-ready", |_| Some(
+        BootFault::ExitBeforeReady
+    ));
+    None
 }
 
 async fn expect(
@@ -220,5 +256,50 @@ fn with_log(e: RuntimeError, log: &std::path::Path) -> RuntimeError {
             RuntimeError::Boot { stage, message }
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_callback_dir_is_bound_read_only_and_its_socket_named_inside_the_sandbox() {
+        let (bind, socket) = callback_plan(Some(Path::new("/var/lib/sandboxd/callback")));
+        assert_eq!(
+            bind,
+            Some(BindMount {
+                source: "/var/lib/sandboxd/callback".into(),
+                target: "/.sandboxd/callback".into(),
+                read_only: true,
+            })
+        );
+        assert_eq!(
+            socket.as_deref(),
+            Some(Path::new("/.sandboxd/callback/daemon.sock"))
+        );
+        // Not under /run: the agent mounts a tmpfs there after the binds.
+        assert!(!Path::new(callback::SANDBOX_DIR).starts_with("/run"));
+    }
+
+    #[test]
+    fn without_a_callback_dir_the_agent_is_told_nothing() {
+        assert_eq!(callback_plan(None), (None, None));
+    }
+
+    #[cfg(not(feature = "failpoints"))]
+    #[test]
+    fn no_fault_is_injected_without_failpoints() {
+        assert_eq!(injected_fault(), None);
+    }
+
+    #[cfg(feature = "failpoints")]
+    #[test]
+    fn the_exit_before_ready_failpoint_injects_its_fault() {
+        assert_eq!(injected_fault(), None);
+        fail::cfg("agent.exit-before-ready", "return").unwrap();
+        assert_eq!(injected_fault(), Some(BootFault::ExitBeforeReady));
+        fail::remove("agent.exit-before-ready");
+        assert_eq!(injected_fault(), None);
     }
 }

@@ -9,6 +9,15 @@
 //! The agent listens on a unix socket the runtime created in the sandbox's host directory and passed
 //! down as a descriptor: the daemon always reaches it, with or without network, and no other sandbox can.
 //!
+//! The other way round, the agent calls home (`sandboxd_envd::callback`): with
+//! [`NamespaceConfig::callback_dir`] set, that host directory is bound read-only into every sandbox at
+//! `/.sandboxd/callback` (`sandboxd_envd::callback::SANDBOX_DIR`) and the agent is told the socket path
+//! inside it. The directory is bound, not the socket, so a restarted daemon's re-created socket is
+//! visible to sandboxes that were already running. It sits under `/.sandboxd` (beside the agent binary)
+//! because the agent mounts a fresh tmpfs on `/run` after the binds, which would hide it there. The
+//! socket file must be writable by the sandbox's mapped root (mode 0666): connecting to a unix socket
+//! needs write permission on it, and the directory must be searchable (0755).
+//!
 //! Sandboxes outlive the process that made them; [`state`] records enough for a fresh process to find and
 //! adopt them ([`crate::Runtime::list`], [`crate::Runtime::inspect`]).
 
@@ -46,6 +55,9 @@ pub struct NamespaceConfig {
     pub slots: u32,
     /// Host uid/gid that a sandbox's root maps to; 65536 ids from here are the sandbox's.
     pub id_map_base: u32,
+    /// Host directory holding the daemon's call-home socket (`daemon.sock`), bound read-only into every
+    /// sandbox; `None` (the default): sandboxes are not told where to call home and report nothing.
+    pub callback_dir: Option<PathBuf>,
 }
 
 impl NamespaceConfig {
@@ -58,6 +70,7 @@ impl NamespaceConfig {
             subnet_base: Ipv4Addr::new(10, 201, 0, 0),
             slots: 16384,
             id_map_base: 100_000,
+            callback_dir: None,
         }
     }
 }

@@ -45,11 +45,18 @@ pub fn config(dir: &std::path::Path) -> NamespaceConfig {
 }
 
 pub async fn fixture() -> Fixture {
+    fixture_with(|_| {}).await
+}
+
+/// A fixture whose runtime configuration `edit` adjusts first.
+pub async fn fixture_with(edit: impl FnOnce(&mut NamespaceConfig)) -> Fixture {
     let dir = tempfile::Builder::new()
         .prefix("sandboxd-rt-")
         .tempdir()
         .expect("tempdir");
-    let rt = NamespaceRuntime::new(config(dir.path()))
+    let mut config = config(dir.path());
+    edit(&mut config);
+    let rt = NamespaceRuntime::new(config)
         .await
         .expect("namespace runtime");
     Fixture { rt, dir }
