@@ -348,3 +348,23 @@ pub struct WebhookDeliveryList {
     /// Newest first.
     pub deliveries: Vec<WebhookDelivery>,
 }
+
+/// One event a sandbox's agent reported and the daemon applied (its delivery ledger entry).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentEventRecord {
+    /// The agent's delivery id (the same on every retry of one event).
+    pub delivery_id: String,
+    /// `environment-ready` or `environment-failed`.
+    pub event: String,
+    /// When it was first received, RFC 3339.
+    pub received_at: String,
+}
+
+/// The events a sandbox's agent reported, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentEventList {
+    /// Oldest first; each delivery once, however often it arrived.
+    pub events: Vec<AgentEventRecord>,
+}

@@ -8,8 +8,11 @@
 //!    service;
 //! 4. the E2B control API ([`e2b`]) answers at the root (`/sandboxes`, `/v2/sandboxes`, …), with a token;
 //! 5. anything else is a JSON 404 — in the E2B shape outside `/v1` ([`e2b::error::shape_errors`]).
+//!
+//! Sandboxes' agents report on another listener, the callback socket ([`callbacks::router`]).
 
 pub mod auth;
+pub mod callbacks;
 pub mod domains;
 pub mod e2b;
 pub mod error;
@@ -33,7 +36,8 @@ use utoipa::OpenApi;
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
     paths(v1::create, v1::list, v1::get, v1::delete, v1::exec, v1::exec_stream, v1::download, v1::upload,
           v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
-          webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events),
+          webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
+          callbacks::list),
     components(schemas(sandboxd_api_types::ApiError)),
     modifiers(&BearerAuth)
 )]
@@ -77,6 +81,7 @@ pub fn router(
         .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/events", get(webhooks::events))
+        .route("/sandboxes/{id}/agent-events", get(callbacks::list))
         .route("/sandboxes/{id}/exec", post(v1::exec))
         .route("/sandboxes/{id}/exec/stream", post(v1::exec_stream))
         .route("/sandboxes/{id}/files/list", get(v1::list_files))

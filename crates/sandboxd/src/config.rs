@@ -67,6 +67,10 @@ pub struct ServeConfig {
     /// seconds.
     #[arg(long, env = "SB_RECONCILE_DEADLINE_SECS", default_value_t = 60)]
     pub reconcile_deadline_secs: u64,
+    /// How long a started sandbox's agent has to report ready before the sandbox is failed,
+    /// milliseconds.
+    #[arg(long, env = "SB_READY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub ready_timeout_ms: u64,
     /// Also serve the API and the proxy over TLS on this address (default: off). The certificate is
     /// chosen by SNI from `<data-dir>/certs/<hostname>.crt` and `.key` (PEM); an SNI name without one
     /// fails the handshake.

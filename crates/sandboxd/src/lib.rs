@@ -3,10 +3,12 @@
 //!
 //! Start-up order: data dir → store (migrations) → admin token → runtime (template, host checks) →
 //! adoption of sandboxes a previous daemon left running (one pass of the reconcilers, which then run
-//! every `--reconcile-interval-secs`) → webhook sender (drains the outbox) → listener. Shutdown
+//! every `--reconcile-interval-secs`) → the callback socket sandboxes' agents report readiness to
+//! ([`callback`]) → webhook sender (drains the outbox) → listener. Shutdown
 //! (SIGTERM, SIGINT) stops accepting and drains requests; sandboxes keep running and are adopted by the
 //! next start.
 
+pub mod callback;
 pub mod config;
 pub mod tls;
 
@@ -102,6 +104,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     )?;
     let mut runtime_config = NamespaceConfig::new(data_dir.join("runtime"), agent);
     runtime_config.cgroup_parent = config.cgroup_parent.clone();
+    let callback_dir = callback::prepare_dir(&data_dir)?;
+    runtime_config.callback_dir = Some(callback_dir.clone());
     runtime_config.slots = config
         .net_slot_base
         .checked_add(config.net_slots)
@@ -122,6 +126,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             idempotency_replay_ttl: Duration::from_secs(config.idempotency_replay_ttl_secs),
             allow_wildcard_domains: config.allow_wildcard_domains,
             reconcile_deadline: Duration::from_secs(config.reconcile_deadline_secs),
+            ready_deadline: Duration::from_millis(config.ready_timeout_ms.max(1)),
             ..ServiceConfig::default()
         },
         store.writer().clone(),
@@ -137,6 +142,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .context("reinstalling TCP forwarders")?;
     tracing::info!(?adoption, forwarders, "store and runtime reconciled");
+    // After adoption: a `starting` sandbox a previous daemon left has no create waiting for it and was
+    // failed above; its agent's retry, if any, is refused.
+    let callbacks = callback::serve(&callback_dir, service.clone())?;
     let proxy = Arc::new(sandboxd_proxy::Proxy::new(
         config.domain.clone(),
         Arc::new(sandboxd_service::domains::DomainResolver(service.clone())),
@@ -187,6 +195,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .context("serving")?;
     sweeper.abort();
     webhook_sender.abort();
+    callbacks.abort();
     if let Some(reconciler) = reconciler {
         reconciler.abort();
     }

@@ -226,7 +226,7 @@ fn kill9_with_a_pending_claim_then_a_retry_redoes_the_work_once() {
     e2e(|| async {
         let mut d = Daemon::start_with(
             &["--idempotency-pending-ttl-ms", "3000"],
-            &[("FAILPOINTS", "idempotency.before-complete=sleep(60000)")],
+            &[("FAILPOINTS", "idempotency.before-complete=return(60000)")],
         )
         .await;
         let body = json!({"metadata": {"crash": "pending"}});
@@ -283,7 +283,7 @@ fn abandoned_create_is_undone_without_any_retry() {
     e2e(|| async {
         let mut d = Daemon::start_with(
             &["--idempotency-pending-ttl-ms", "2000"],
-            &[("FAILPOINTS", "idempotency.before-complete=sleep(60000)")],
+            &[("FAILPOINTS", "idempotency.before-complete=return(60000)")],
         )
         .await;
         let (http, url) = (d.http().clone(), d.endpoint("/v1/sandboxes"));

@@ -11,7 +11,8 @@
 //!   On any failure the claim is deleted before the error is returned, so a retry starts at once.
 //! - *Replay*: the sandbox the completed attempt made is returned.
 //! - *In flight*: the caller polls the claim every [`POLL_EVERY`] until it is ready (and returns its
-//!   sandbox), or gone or stale (and claims again).
+//!   sandbox), or gone or stale (and claims again) — except when the attempt it joined made a sandbox
+//!   that never became ready: then it answers with that failure, as the attempt's own caller did.
 //!
 //! Guarantee: every create with one fingerprint inside the replay window of a successful create — or
 //! while it is still running — returns the same sandbox; after the window, or after a failed attempt, a
@@ -191,8 +192,42 @@ pub fn parse_timestamp(text: &str) -> Option<UnixMillis> {
 enum Awaited {
     /// The attempt completed and made this sandbox.
     Ready(String),
-    /// The attempt failed or went stale: claim again.
+    /// The attempt's sandbox never became ready: the same answer for every request that joined it.
+    Failed { id: String, reason: String },
+    /// The attempt failed otherwise, or went stale: claim again.
     Reclaim,
+}
+
+/// Attempts whose sandbox never became ready, by fingerprint: `(generation, sandbox id, reason, when)`.
+/// Duplicates that joined such an attempt answer with its failure instead of claiming again, so a
+/// burst of identical creates against an agent that never reports waits out one deadline, not one per
+/// request. Kept briefly, in memory: the waiters are in this process.
+#[derive(Default)]
+pub(crate) struct FailedAttempts(
+    std::sync::Mutex<std::collections::HashMap<String, (i64, String, String, std::time::Instant)>>,
+);
+
+impl FailedAttempts {
+    fn record(&self, fingerprint: &str, generation: i64, id: &str, reason: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, (.., at)| at.elapsed() < REPLAY_WINDOW * 6);
+        map.insert(
+            fingerprint.to_string(),
+            (
+                generation,
+                id.to_string(),
+                reason.to_string(),
+                std::time::Instant::now(),
+            ),
+        );
+    }
+
+    fn of(&self, fingerprint: &str, generation: i64) -> Option<(String, String)> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(fingerprint)
+            .filter(|(g, ..)| *g == generation)
+            .map(|(_, id, reason, _)| (id.clone(), reason.clone()))
+    }
 }
 
 impl Service {
@@ -238,14 +273,18 @@ impl Service {
                     }
                     self.await_replay_window(&fingerprint).await?;
                 }
-                ClaimOutcome::InFlight { .. } => {
-                    if let Awaited::Ready(target_id) = self.await_claim(&fingerprint).await? {
+                ClaimOutcome::InFlight { .. } => match self.await_claim(&fingerprint).await? {
+                    Awaited::Ready(target_id) => {
                         if let Some(sandbox) = self.live_target(&target_id).await? {
                             return Ok(sandbox);
                         }
                         self.await_replay_window(&fingerprint).await?;
                     }
-                }
+                    Awaited::Failed { id, reason } => {
+                        return Err(ServiceError::StartFailed { id, reason })
+                    }
+                    Awaited::Reclaim => {}
+                },
                 ClaimOutcome::Mismatch => {
                     // The request hash is the fingerprint itself, so a live row always matches.
                     return Err(ServiceError::Conflict(
@@ -291,11 +330,15 @@ impl Service {
                     })
                     .await
             }
-            Err(_) => self
-                .writer()
-                .write(move |tx| tx.delete_claim(CREATE_SCOPE, &fp, generation))
-                .await
-                .map(|_| ()),
+            Err(e) => {
+                if let ServiceError::StartFailed { id, reason } = e {
+                    self.inner.e2b_failures.record(&fp, generation, id, reason);
+                }
+                self.writer()
+                    .write(move |tx| tx.delete_claim(CREATE_SCOPE, &fp, generation))
+                    .await
+                    .map(|_| ())
+            }
         };
         if let Err(e) = recorded {
             tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e),
@@ -306,6 +349,7 @@ impl Service {
 
     /// Polls claim `fingerprint` until its attempt is ready, or gone or stale.
     async fn await_claim(&self, fingerprint: &str) -> Result<Awaited, ServiceError> {
+        let mut joined = None;
         loop {
             let fp = fingerprint.to_string();
             let record = self
@@ -313,6 +357,15 @@ impl Service {
                 .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
                 .await?;
             let now = unix_millis_now();
+            let gone = record.as_ref().is_none_or(|r| Some(r.generation) != joined);
+            if let (true, Some(generation)) = (gone, joined) {
+                if let Some((id, reason)) = self.inner.e2b_failures.of(fingerprint, generation) {
+                    return Ok(Awaited::Failed { id, reason });
+                }
+            }
+            if let Some(r) = record.as_ref().filter(|r| r.state == ClaimState::Pending) {
+                joined.get_or_insert(r.generation);
+            }
             match record {
                 None => return Ok(Awaited::Reclaim),
                 Some(r) if r.state == ClaimState::Ready => {
@@ -408,43 +461,21 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::InMemoryRuntimeForTests;
+    use crate::test_support::{InMemoryRuntimeForTests, TestService};
     use crate::ServiceConfig;
-    use sandboxd_store::{Store, StoreConfig};
     use std::sync::atomic::Ordering;
-    use std::sync::Arc;
 
-    struct Fixture {
-        service: Service,
-        runtime: Arc<InMemoryRuntimeForTests>,
-        _store: Store,
-        _dir: tempfile::TempDir,
-    }
-
-    fn fixture(delay: Duration) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, writer_thread) =
-            Store::open(dir.path().join("store.db"), StoreConfig::default()).unwrap();
-        drop(writer_thread);
-        let runtime = Arc::new(InMemoryRuntimeForTests {
-            delay,
-            ..Default::default()
-        });
-        let service = Service::new(
+    fn fixture(delay: Duration) -> TestService {
+        TestService::new(
             ServiceConfig {
                 net_slots: 512,
                 ..ServiceConfig::default()
             },
-            store.writer().clone(),
-            store.reader().clone(),
-            runtime.clone(),
-        );
-        Fixture {
-            service,
-            runtime,
-            _store: store,
-            _dir: dir,
-        }
+            InMemoryRuntimeForTests {
+                delay,
+                ..Default::default()
+            },
+        )
     }
 
     /// Duplicates that arrive while the first create runs wait for it and get its sandbox.
@@ -453,7 +484,7 @@ mod tests {
         let f = fixture(Duration::from_millis(200));
         let calls: Vec<_> = (0..50)
             .map(|_| {
-                let service = f.service.clone();
+                let service = f.svc.clone();
                 tokio::spawn(async move { service.e2b_create(request()).await })
             })
             .collect();
@@ -462,11 +493,11 @@ mod tests {
             ids.insert(call.await.unwrap().unwrap().id);
         }
         assert_eq!(ids.len(), 1, "{ids:?}");
-        assert_eq!(f.runtime.creates.load(Ordering::SeqCst), 1);
+        assert_eq!(f.rt.creates.load(Ordering::SeqCst), 1);
         // And inside the replay window, a later duplicate replays without creating.
-        let again = f.service.e2b_create(request()).await.unwrap();
+        let again = f.svc.e2b_create(request()).await.unwrap();
         assert!(ids.contains(&again.id));
-        assert_eq!(f.runtime.creates.load(Ordering::SeqCst), 1);
+        assert_eq!(f.rt.creates.load(Ordering::SeqCst), 1);
     }
 
     /// A failed create deletes its claim: the retry creates at once instead of waiting out the lock,
@@ -474,27 +505,57 @@ mod tests {
     #[tokio::test]
     async fn a_failed_create_deletes_its_claim_so_a_retry_starts_at_once() {
         let f = fixture(Duration::ZERO);
-        f.runtime.fail.store(true, Ordering::SeqCst);
-        let err = f.service.e2b_create(request()).await.unwrap_err();
+        f.rt.fail.store(true, Ordering::SeqCst);
+        let err = f.svc.e2b_create(request()).await.unwrap_err();
         assert!(matches!(err, ServiceError::Runtime(_)), "{err:?}");
         let fp = request()
-            .normalized(f.service.config().default_timeout)
+            .normalized(f.svc.config().default_timeout)
             .fingerprint();
         let claim = f
-            .service
+            .svc
             .reader()
             .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
             .await
             .unwrap();
         assert_eq!(claim, None, "the failed attempt's claim is gone");
-        let (left, _) = f.service.list(Default::default()).await.unwrap();
+        let (left, _) = f.svc.list(Default::default()).await.unwrap();
         assert!(left.is_empty(), "{left:?}");
-        f.runtime.fail.store(false, Ordering::SeqCst);
-        let retried = tokio::time::timeout(Duration::from_secs(5), f.service.e2b_create(request()))
+        f.rt.fail.store(false, Ordering::SeqCst);
+        let retried = tokio::time::timeout(Duration::from_secs(5), f.svc.e2b_create(request()))
             .await
             .expect("the retry does not wait for the failed attempt's lock")
             .unwrap();
         assert_eq!(retried.state, sandboxd_store::SandboxState::Running);
+    }
+
+    /// Identical creates that joined an attempt whose agent never reported ready all answer with that
+    /// attempt's failure: one sandbox made and failed, one deadline waited out, not one per request.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn duplicates_of_a_create_that_never_became_ready_share_its_failure() {
+        let f = TestService::new(
+            ServiceConfig {
+                net_slots: 512,
+                ready_deadline: Duration::from_millis(300),
+                ..ServiceConfig::default()
+            },
+            InMemoryRuntimeForTests::default(),
+        );
+        *f.rt.started.lock().unwrap() = None; // the agents never call home
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                let svc = f.svc.clone();
+                tokio::spawn(async move { svc.e2b_create(request()).await })
+            })
+            .collect();
+        let mut ids = std::collections::BTreeSet::new();
+        for call in calls {
+            match call.await.unwrap() {
+                Err(ServiceError::StartFailed { id, .. }) => ids.insert(id),
+                other => panic!("{other:?}"),
+            };
+        }
+        assert_eq!(ids.len(), 1, "one failed sandbox for all: {ids:?}");
+        assert_eq!(f.rt.creates.load(Ordering::SeqCst), 1);
     }
 
     /// Options that cannot be honoured, and invalid requests, are refused before anything is claimed.
@@ -512,21 +573,21 @@ mod tests {
                 .clone()
                 .normalized(Duration::from_secs(300))
                 .fingerprint();
-            let err = f.service.e2b_create(req).await.unwrap_err();
+            let err = f.svc.e2b_create(req).await.unwrap_err();
             assert_eq!(
                 matches!(err, ServiceError::NotFound(_)),
                 want_not_found,
                 "{err:?}"
             );
             let claim = f
-                .service
+                .svc
                 .reader()
                 .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
                 .await
                 .unwrap();
             assert_eq!(claim, None);
         }
-        assert_eq!(f.runtime.creates.load(Ordering::SeqCst), 0);
+        assert_eq!(f.rt.creates.load(Ordering::SeqCst), 0);
     }
 
     fn request() -> E2bCreate {

@@ -43,6 +43,17 @@ pub enum ServiceError {
     /// The store could not do its part.
     #[error("store")]
     Store(#[source] StoreError),
+    /// The caller's credentials are not good for this.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The sandbox was made but never became ready; it is `failed` with `reason`.
+    #[error("sandbox {id} failed to start: {reason}")]
+    StartFailed {
+        /// The failed sandbox (its row stays, for diagnosis).
+        id: String,
+        /// Why.
+        reason: String,
+    },
     /// The sandbox's agent failed or refused.
     #[error("sandbox agent")]
     Agent(#[source] sandboxd_envd::Error),

@@ -43,6 +43,14 @@ pub const PORT_EXPOSED: &str = "port.exposed";
 /// An exposure was withdrawn.
 pub const PORT_UNEXPOSED: &str = "port.unexposed";
 
+/// Events after which a sandbox is no longer `starting`: they wake its create's waiter.
+const SETTLES_START: &[&str] = &[
+    SANDBOX_RUNNING,
+    SANDBOX_FAILED,
+    SANDBOX_LOST,
+    SANDBOX_DELETED,
+];
+
 /// How many events a live listener may fall behind before it loses the oldest.
 const LIVE_BUFFER: usize = 1024;
 
@@ -124,6 +132,9 @@ impl Service {
     pub fn publish(&self, events: impl IntoIterator<Item = Event>) {
         for event in events {
             tracing::debug!(event_id = %event.id, kind = event.kind, sandbox_id = ?event.sandbox_id, "event");
+            if let (Some(id), true) = (&event.sandbox_id, SETTLES_START.contains(&event.kind)) {
+                self.inner.readiness.wake(id);
+            }
             // No listener is fine.
             let _ = self.inner.events.tx.send(event);
         }

@@ -118,7 +118,7 @@ impl Service {
             ClaimOutcome::Mismatch => return Err(ServiceError::KeyReused),
         };
         let response = work(stale_target).await;
-        fail::fail_point!("idempotency.before-complete");
+        crate::failpoints::hold("idempotency.before-complete").await;
         let stored = response.clone();
         let result = if response.status >= 500 {
             self.writer()

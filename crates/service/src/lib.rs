@@ -3,7 +3,8 @@
 //! Where a request goes: `api` parses and authenticates, then calls one method of [`Service`]:
 //! [`sandboxes`] (create, get, list, delete), [`exec`] (commands and files, translated onto the
 //! sandbox's agent), [`ports`] (exposure, and the proxy's [`sandboxd_proxy::Resolver`]), [`lifecycle`]
-//! (adoption at start-up, expiry), [`reconcile`] (the sweeps that resolve records stuck in a
+//! (adoption at start-up, expiry), [`readiness`] (the agent's call-home and the creates waiting for
+//! it), [`reconcile`] (the sweeps that resolve records stuck in a
 //! transitional state), [`pause`] (freezing and thawing in place, usage), [`e2b`] (the E2B facade's
 //! create dedupe, timeouts and connect).
 //!
@@ -15,13 +16,16 @@ pub mod e2b;
 pub mod error;
 pub mod events;
 pub mod exec;
+pub mod failpoints;
 pub mod forwarders;
 pub mod idempotency;
 pub mod lifecycle;
 pub mod pause;
 pub mod ports;
+pub mod readiness;
 pub mod reconcile;
 pub mod sandboxes;
+mod settle;
 #[cfg(test)]
 mod test_support;
 mod validate;
@@ -66,6 +70,9 @@ pub struct ServiceConfig {
     /// How long a record may sit in a transitional state before a reconciler resolves it (see
     /// [`reconcile`]).
     pub reconcile_deadline: Duration,
+    /// How long a started sandbox's agent has to report ready before the sandbox is failed (see
+    /// [`readiness`]).
+    pub ready_deadline: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -85,6 +92,7 @@ impl Default for ServiceConfig {
             idempotency_replay_ttl: idempotency::REPLAY_TTL,
             allow_wildcard_domains: false,
             reconcile_deadline: reconcile::DEADLINE,
+            ready_deadline: readiness::READY_DEADLINE,
         }
     }
 }
@@ -105,6 +113,8 @@ struct Inner {
     sandbox_locks: pause::SandboxLocks,
     reconcile: reconcile::ReconcileState,
     events: events::EventBus,
+    readiness: readiness::Waiters,
+    e2b_failures: e2b::FailedAttempts,
 }
 
 impl Service {
@@ -126,6 +136,8 @@ impl Service {
                 sandbox_locks: Default::default(),
                 reconcile: Default::default(),
                 events: Default::default(),
+                readiness: Default::default(),
+                e2b_failures: Default::default(),
             }),
         }
     }

@@ -89,13 +89,17 @@ impl Service {
         Ok((examined, undone, errors))
     }
 
-    /// Deletes every sandbox past its deadline and forgets expired idempotency claims; returns how many
-    /// sandboxes it deleted.
+    /// Deletes every sandbox past its deadline, forgets expired idempotency claims and deliveries older
+    /// than [`crate::readiness::DELIVERY_RETENTION`]; returns how many sandboxes it deleted.
     pub async fn sweep_expired(&self) -> Result<usize, ServiceError> {
         let now = unix_millis_now();
         self.undo_abandoned_creates(now).await?;
+        let retention = crate::readiness::DELIVERY_RETENTION.as_millis() as i64;
         self.writer()
-            .write(move |tx| tx.sweep_expired_claims(now))
+            .write(move |tx| {
+                tx.sweep_expired_claims(now)?;
+                tx.prune_deliveries(now - retention)
+            })
             .await?;
         let expired = self
             .reader()

@@ -1,14 +1,20 @@
 //! Exposed ports, and how the proxy finds a sandbox's services.
 //!
-//! Where a sandbox's services are is the runtime's fact (its address, its agent socket). The service
-//! keeps a cache of it and, on a miss, asks the runtime synchronously and keeps the answer
-//! (read-repair); deleting a sandbox forgets it.
+//! Where a sandbox's services are is the runtime's fact (its address, its agent socket): the runtime is
+//! the designated authority, the store keeps a copy (`sandbox_endpoints`) and the service a cache in
+//! front of it. The create flow records the runtime's answer once the sandbox booted; a reader that
+//! finds no copy (the agent's readiness raced ahead of that write, the daemon died between boot and
+//! write, a row from an older build) asks the runtime synchronously, stores the answer with an upsert
+//! and serves it (read-repair). Deleting or settling a sandbox forgets it.
 
 use crate::events::{emit, Event, PORT_EXPOSED, PORT_UNEXPOSED};
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_proxy::{port_is_listening, Resolver, RouteError, Target, Upstream};
-use sandboxd_store::{unix_millis_now, ExposedPort, PortState, Protocol, SandboxState};
+use sandboxd_runtime::SandboxInfo;
+use sandboxd_store::{
+    unix_millis_now, ExposedPort, PortState, Protocol, SandboxState, StoredEndpoint,
+};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -35,28 +41,43 @@ pub struct Endpoint {
 pub struct EndpointCache(Mutex<HashMap<String, Arc<Endpoint>>>);
 
 impl Service {
-    /// Where sandbox `id`'s services are: from the cache, else from the runtime (and then cached).
+    /// Where sandbox `id`'s services are: from the cache, else from the store, else from the runtime
+    /// (read-repair: the answer is stored, then cached).
     pub async fn endpoint(&self, id: &str) -> Result<Arc<Endpoint>, ServiceError> {
-        if let Some(e) = self
-            .inner
-            .endpoints
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-        {
-            return Ok(e.clone());
+        if let Some(e) = self.cached_endpoint(id) {
+            return Ok(e);
         }
-        let info = self
-            .runtime()
-            .inspect(id)
-            .await?
-            .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} has no runtime")))?;
-        let endpoint = Arc::new(Endpoint {
-            socket: info.agent.socket,
-            token: info.agent.token,
-            address: info.net.sandbox,
-        });
+        let rid = id.to_string();
+        let stored = self
+            .reader()
+            .read(move |tx| {
+                let Some(endpoint) = tx.get_endpoint(&rid)? else {
+                    return Ok(None);
+                };
+                Ok(tx
+                    .get_sandbox_by_id(&rid)?
+                    .map(|s| (endpoint, s.agent_token)))
+            })
+            .await?;
+        let endpoint = match stored {
+            Some((e, token)) => Arc::new(Endpoint {
+                socket: e.agent_socket,
+                token,
+                address: e.address,
+            }),
+            None => {
+                let info = self.runtime().inspect(id).await?.ok_or_else(|| {
+                    ServiceError::Conflict(format!("sandbox {id} has no runtime"))
+                })?;
+                tracing::debug!(sandbox_id = %id, "endpoint missing from the store; read-repaired from the runtime");
+                self.record_endpoint(&info).await;
+                Arc::new(Endpoint {
+                    socket: info.agent.socket,
+                    token: info.agent.token,
+                    address: info.net.sandbox,
+                })
+            }
+        };
         self.inner
             .endpoints
             .0
@@ -64,6 +85,24 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.to_string(), endpoint.clone());
         Ok(endpoint)
+    }
+
+    /// Stores the runtime's word on where sandbox `info` is (an upsert: racing writers converge). A
+    /// failure only costs a later read-repair, so it is logged, not returned.
+    pub(crate) async fn record_endpoint(&self, info: &SandboxInfo) {
+        let row = StoredEndpoint {
+            sandbox_id: info.spec.id.clone(),
+            address: info.net.sandbox,
+            agent_socket: info.agent.socket.clone(),
+            observed_at: unix_millis_now(),
+        };
+        if let Err(e) = self
+            .writer()
+            .write(move |tx| tx.upsert_endpoint(&row))
+            .await
+        {
+            tracing::warn!(sandbox_id = %info.spec.id, error = %e, "cannot store the sandbox's endpoint");
+        }
     }
 
     fn cached_endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
@@ -311,7 +350,7 @@ fn announce_exposure(
 }
 
 /// The `data` of a port event.
-fn port_data(row: &ExposedPort) -> serde_json::Value {
+pub(crate) fn port_data(row: &ExposedPort) -> serde_json::Value {
     let mut data = serde_json::to_value(to_api(row)).unwrap_or_default();
     data["sandboxId"] = row.sandbox_id.clone().into();
     data
@@ -353,5 +392,45 @@ impl Resolver for Service {
         }
         let endpoint = self.endpoint(&sandbox.id).await.map_err(|_| not_found())?;
         Ok(upstream(&endpoint))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::{InMemoryRuntimeForTests, TestService};
+    use crate::ServiceConfig;
+    use sandboxd_runtime::RuntimeState;
+    use sandboxd_store::{unix_millis_now, SandboxState};
+    use std::sync::atomic::Ordering;
+
+    /// Read-repair: a sandbox whose endpoint the store lacks is looked up at the authority (the
+    /// runtime) once; the answer is stored, so a fresh cache is served from the store.
+    #[tokio::test]
+    async fn a_missing_endpoint_is_read_repaired_from_the_runtime_and_stored() {
+        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
+        t.row("sb-1", "", SandboxState::Running, unix_millis_now())
+            .await;
+        t.rt.plant("sb-1", RuntimeState::Running);
+        let stored = |t: &TestService| {
+            let r = t.svc.reader().clone();
+            async move { r.read(|tx| tx.get_endpoint("sb-1")).await.unwrap() }
+        };
+        assert_eq!(stored(&t).await, None);
+        let first = t.svc.endpoint("sb-1").await.unwrap();
+        assert_eq!(t.rt.inspects.load(Ordering::SeqCst), 1);
+        let row = stored(&t).await.expect("the answer was stored");
+        assert_eq!(
+            (row.address, &row.agent_socket),
+            (first.address, &first.socket)
+        );
+        assert_eq!(first.token, "t", "the token comes from the sandbox row");
+        // A new process (empty cache) is served from the store, without asking the runtime.
+        t.svc.evict_endpoint("sb-1");
+        let again = t.svc.endpoint("sb-1").await.unwrap();
+        assert_eq!(
+            (again.address, &again.socket),
+            (first.address, &first.socket)
+        );
+        assert_eq!(t.rt.inspects.load(Ordering::SeqCst), 1);
     }
 }

@@ -2,15 +2,16 @@
 //!
 //! Create writes the row (state `creating`) and leases its network slot in one transaction — the name's
 //! uniqueness is the schema's, so racing creates get exactly one winner — then asks the runtime to create
-//! and start it, and moves it to `running`. A failure after the row was written undoes exactly what this
-//! call made: the runtime's sandbox, then the row (which frees the slot). A crash in between leaves the
-//! row `creating` (or a delete's `deleting`) for the reconcilers ([`crate::reconcile`]); the failpoints
+//! the sandbox, moves the row to `starting` and has the runtime boot it. The sandbox becomes `running`
+//! only when its agent calls home ([`crate::readiness`]); the create waits for that, up to
+//! [`crate::ServiceConfig::ready_deadline`]. A failure before the boot finished undoes exactly what this
+//! call made: the runtime's sandbox, then the row (which frees the slot); a sandbox that booted but never
+//! became ready stays `failed` with the reason. A crash in between leaves the row `creating`/`starting`
+//! (or a delete's `deleting`) for the reconcilers ([`crate::reconcile`]); the failpoints
 //! `create.after-insert`, `create.after-runtime` and `delete.after-mark` hold a flow in those windows
 //! for the crash tests.
 
-use crate::events::{
-    emit, sandbox_data, SANDBOX_CREATED, SANDBOX_DELETED, SANDBOX_FAILED, SANDBOX_RUNNING,
-};
+use crate::events::{emit, sandbox_data, SANDBOX_CREATED, SANDBOX_DELETED, SANDBOX_FAILED};
 use crate::{validate, Service, ServiceError};
 use rand::Rng;
 use sandboxd_api_types as api;
@@ -143,7 +144,7 @@ impl Service {
             })
             .await?;
         self.publish([created]);
-        fail::fail_point!("create.after-insert");
+        crate::failpoints::hold("create.after-insert").await;
         let spec = SandboxSpec {
             id: id.clone(),
             template: plan.template,
@@ -159,55 +160,69 @@ impl Service {
         };
         let started = async {
             self.runtime().create(&spec).await?;
-            self.runtime().start(&spec.id).await
-        }
-        .await;
-        if let Err(e) = started {
-            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "create failed; rolling back");
-            let _ = self.runtime().destroy(&id).await;
+            // `starting` before the boot: the agent may call home as soon as it serves.
             let rid = id.clone();
-            let reason = crate::error::chain(&e);
-            let failed = self
+            let moved = self
                 .writer()
                 .write(move |tx| {
-                    if !tx.delete_sandbox(&rid)? {
-                        return Ok(None);
-                    }
-                    let data = serde_json::json!({ "id": rid, "failureReason": reason });
-                    emit(tx, SANDBOX_FAILED, Some(&rid), data).map(Some)
+                    let now = unix_millis_now();
+                    tx.set_state(
+                        &rid,
+                        &[SandboxState::Creating],
+                        SandboxState::Starting,
+                        None,
+                        now,
+                    )
                 })
-                .await;
-            if let Ok(failed) = failed {
-                self.publish(failed);
+                .await?;
+            if !moved {
+                return Err(ServiceError::StartFailed {
+                    id: id.clone(),
+                    reason: "it was deleted while being created".into(),
+                });
             }
-            return Err(e.into());
+            Ok(self.runtime().start(&spec.id).await?)
         }
-        fail::fail_point!("create.after-runtime");
+        .await;
+        let info = match started {
+            Ok(info) => info,
+            Err(e) => return Err(self.undo_create(&id, e).await),
+        };
+        crate::failpoints::hold("create.after-runtime").await;
+        self.record_endpoint(&info).await;
+        // Its own task: the deadline holds even if this caller goes away.
+        let svc = self.clone();
         let rid = id.clone();
-        let (sandbox, running) = self
+        let deadline = tokio::time::Instant::now() + self.config().ready_deadline;
+        tokio::spawn(async move { svc.await_ready(&rid, deadline).await })
+            .await
+            .map_err(|e| ServiceError::StartFailed {
+                id,
+                reason: format!("its readiness waiter died: {e}"),
+            })?
+    }
+
+    /// Undoes a create that failed before its sandbox booted: the runtime's sandbox, then the row
+    /// (which frees the slot), announcing the failure. Returns the error to answer with.
+    async fn undo_create(&self, id: &str, e: ServiceError) -> ServiceError {
+        tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "create failed; rolling back");
+        let _ = self.runtime().destroy(id).await;
+        let rid = id.to_string();
+        let reason = crate::error::chain(&e);
+        let failed = self
             .writer()
             .write(move |tx| {
-                let now = unix_millis_now();
-                let applied = tx.set_state(
-                    &rid,
-                    &[SandboxState::Creating],
-                    SandboxState::Running,
-                    None,
-                    now,
-                )?;
-                let sandbox = tx.get_sandbox_by_id(&rid)?;
-                let running = match &sandbox {
-                    Some(s) if applied => {
-                        Some(emit(tx, SANDBOX_RUNNING, Some(&rid), sandbox_data(s))?)
-                    }
-                    _ => None,
-                };
-                Ok((sandbox, running))
+                if !tx.delete_sandbox(&rid)? {
+                    return Ok(None);
+                }
+                let data = serde_json::json!({ "id": rid, "failureReason": reason });
+                emit(tx, SANDBOX_FAILED, Some(&rid), data).map(Some)
             })
-            .await?;
-        self.publish(running);
-        sandbox
-            .ok_or_else(|| ServiceError::NotFound(format!("sandbox {id} vanished during create")))
+            .await;
+        if let Ok(failed) = failed {
+            self.publish(failed);
+        }
+        e
     }
 
     /// Creates and starts a sandbox.
@@ -258,7 +273,7 @@ impl Service {
                 "sandbox {id} not found (it is being deleted)"
             )));
         }
-        fail::fail_point!("delete.after-mark");
+        crate::failpoints::hold("delete.after-mark").await;
         self.forget_endpoint(&id);
         self.runtime().destroy(&id).await?;
         let deleted = self

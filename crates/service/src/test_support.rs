@@ -1,22 +1,50 @@
 //! Test doubles of the service's collaborators, for unit tests only.
 
+use crate::Service;
+use sandboxd_envd::callback::{AgentEvent, CallbackEvent};
 use sandboxd_runtime::{
     AgentEndpoint, NetAddrs, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
 };
+use sandboxd_store::{NewSandbox, Sandbox, SandboxState, UnixMillis};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
 
 /// A runtime that keeps sandboxes in a map; tests stop or plant sandboxes behind the service's back.
-/// Knobs: `delay` before each create finishes, `fail` to make creates fail, `creates` counts them.
+/// Knobs: `delay` before each create finishes, `fail` to make creates fail; `creates` and `inspects`
+/// count calls.
+/// Its sandboxes' "agents" call home through [`call_home_for_tests`] once started.
 #[derive(Default)]
 pub(crate) struct InMemoryRuntimeForTests {
     pub(crate) sandboxes: Mutex<HashMap<String, SandboxInfo>>,
     pub(crate) creates: AtomicUsize,
+    pub(crate) inspects: AtomicUsize,
     pub(crate) fail: AtomicBool,
     pub(crate) delay: Duration,
+    pub(crate) started: Mutex<Option<UnboundedSender<(String, String)>>>,
+}
+
+/// Plays the agents of `runtime`'s sandboxes: each started sandbox reports `environment-ready` to `svc`
+/// through the same ingestion the real agent's call-home reaches.
+pub(crate) fn call_home_for_tests(svc: &Service, runtime: &InMemoryRuntimeForTests) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
+    *runtime.started.lock().unwrap() = Some(tx);
+    let svc = svc.clone();
+    tokio::spawn(async move {
+        while let Some((id, token)) = rx.recv().await {
+            let event = CallbackEvent {
+                delivery_id: crate::sandboxes::random_id("dlv", 20),
+                sandbox_id: id,
+                event: AgentEvent::EnvironmentReady {
+                    envd_version: "test".into(),
+                },
+            };
+            let _ = svc.ingest_agent_event(&token, event).await;
+        }
+    });
 }
 
 impl InMemoryRuntimeForTests {
@@ -88,6 +116,9 @@ impl Runtime for InMemoryRuntimeForTests {
             .get_mut(id)
             .ok_or_else(|| RuntimeError::NotFound(id.into()))?;
         info.state = RuntimeState::Running;
+        if let Some(agent) = self.started.lock().unwrap().as_ref() {
+            let _ = agent.send((id.to_string(), info.spec.agent_token.clone()));
+        }
         Ok(info.clone())
     }
     async fn stop(&self, id: &str) -> Result<(), RuntimeError> {
@@ -101,9 +132,85 @@ impl Runtime for InMemoryRuntimeForTests {
         Ok(())
     }
     async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError> {
+        self.inspects.fetch_add(1, Ordering::SeqCst);
         Ok(self.sandboxes.lock().unwrap().get(id).cloned())
     }
     async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
         Ok(self.sandboxes.lock().unwrap().values().cloned().collect())
+    }
+}
+
+/// A service over a fresh store in a temporary directory and an [`InMemoryRuntimeForTests`] whose agents
+/// call home.
+pub(crate) struct TestService {
+    pub(crate) svc: Service,
+    pub(crate) rt: std::sync::Arc<InMemoryRuntimeForTests>,
+    _store: sandboxd_store::Store,
+    _dir: tempfile::TempDir,
+}
+
+impl TestService {
+    /// Must run inside a tokio runtime (the agents are a task).
+    pub(crate) fn new(config: crate::ServiceConfig, rt: InMemoryRuntimeForTests) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, writer_thread) = sandboxd_store::Store::open(
+            dir.path().join("store.db"),
+            sandboxd_store::StoreConfig::default(),
+        )
+        .unwrap();
+        drop(writer_thread);
+        let rt = std::sync::Arc::new(rt);
+        let svc = Service::new(
+            config,
+            store.writer().clone(),
+            store.reader().clone(),
+            rt.clone(),
+        );
+        call_home_for_tests(&svc, &rt);
+        Self {
+            svc,
+            rt,
+            _store: store,
+            _dir: dir,
+        }
+    }
+}
+
+impl TestService {
+    /// A row in `state`, last changed at `at`, holding a slot.
+    pub(crate) async fn row(&self, id: &str, name: &str, state: SandboxState, at: UnixMillis) {
+        let new = NewSandbox {
+            id: id.into(),
+            name: name.into(),
+            state,
+            template: "base".into(),
+            cpu_millis: 1000,
+            memory_mb: 256,
+            metadata: Default::default(),
+            env: Default::default(),
+            network: serde_json::json!({}),
+            agent_token: "t".into(),
+            created_at: at,
+            expires_at: None,
+        };
+        self.svc
+            .writer()
+            .write(move |tx| {
+                let id = new.id.clone();
+                tx.insert_sandbox(new)?;
+                tx.lease_slot(&id, 16, at)?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+
+    pub(crate) async fn get(&self, id: &str) -> Option<Sandbox> {
+        let id = id.to_string();
+        self.svc
+            .reader()
+            .read(move |tx| tx.get_sandbox_by_id(&id))
+            .await
+            .unwrap()
     }
 }

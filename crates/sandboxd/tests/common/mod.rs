@@ -18,11 +18,17 @@
 
 mod checks;
 mod cleanup;
+mod crash;
+mod store;
 
 pub use checks::*;
 #[allow(unused_imports)] // each test binary uses a different part
 pub use cleanup::{cgroup_dirs_of, cgroup_dirs_under};
 use cleanup::{kill_leftover_sandboxes, raw_http};
+#[allow(unused_imports)] // each test binary uses a different part
+pub use crash::*;
+#[allow(unused_imports)] // each test binary uses a different part
+pub use store::*;
 
 use std::future::Future;
 use std::io::{Read, Write};

@@ -26,7 +26,7 @@
 //! | state | reconciler | resolution |
 //! |---|---|---|
 //! | claim `pending`, lock expired, naming a sandbox | [`claims`] | the sandbox is deleted, then the claim |
-//! | sandbox `creating`/`starting`, stuck | [`sandboxes`] | `failed` (name released), runtime destroyed, slot released |
+//! | sandbox `creating`/`starting`, stuck (`starting`: past the readiness deadline) | [`sandboxes`] | `failed` (name released, exposures removed), runtime destroyed, slot released |
 //! | sandbox `stopping`/`deleting`, stuck | [`sandboxes`] | runtime destroyed, row deleted |
 //! | sandbox `running`/`paused`, runtime gone or stopped | [`sandboxes`] | `lost` (name released), runtime destroyed, slot released |
 //! | sandbox `failed`/`lost` with a runtime trace or a name | [`sandboxes`] | runtime destroyed, name released |
@@ -202,8 +202,17 @@ impl Service {
     /// Whether a record last changed at `updated_at` is stuck: changed before this process started, or
     /// longer than the deadline ago.
     pub(crate) fn is_stuck(&self, updated_at: UnixMillis, now: UnixMillis) -> bool {
-        let deadline =
-            i64::try_from(self.config().reconcile_deadline.as_millis()).unwrap_or(i64::MAX);
+        self.is_stuck_for(updated_at, now, self.config().reconcile_deadline)
+    }
+
+    /// [`Service::is_stuck`] with another deadline.
+    pub(crate) fn is_stuck_for(
+        &self,
+        updated_at: UnixMillis,
+        now: UnixMillis,
+        deadline: Duration,
+    ) -> bool {
+        let deadline = i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX);
         updated_at < self.inner.reconcile.started_at || now.saturating_sub(updated_at) >= deadline
     }
 

@@ -3,7 +3,7 @@
 //! The runtime is the authority for what runs, the row for what was promised. Per row state (an
 //! exhaustive `match`, so a new state needs a decision here):
 //! - `creating`/`starting`, stuck: the create never finished and never will (its flow is gone or hung
-//!   past the deadline). The row turns `failed` with the reason, then the runtime's sandbox is destroyed
+//!   past the deadline; for `starting`, the readiness deadline: its agent never called home). The row turns `failed` with the reason, then the runtime's sandbox is destroyed
 //!   and the network slot released. **Also when the runtime shows it running**: the create never
 //!   acknowledged it, so its caller got an error or no answer and nobody holds its id — keeping it
 //!   would make a sandbox nobody asked to keep, and racing a late acknowledgement is avoided because the
@@ -89,14 +89,23 @@ async fn resolve(
 ) -> Result<Vec<&'static str>, ServiceError> {
     match row.state {
         SandboxState::Creating | SandboxState::Starting => {
-            if !svc.is_stuck(row.updated_at, now) {
+            // A `starting` sandbox is its create's until the readiness deadline.
+            let deadline = match row.state {
+                SandboxState::Starting => svc.config().ready_deadline,
+                _ => svc.config().reconcile_deadline,
+            };
+            if !svc.is_stuck_for(row.updated_at, now, deadline) {
                 return Ok(vec![]);
             }
             let running = runtime_state(svc, &row.id).await? == Some(RuntimeState::Running);
-            let reason = if running {
-                "the create never finished: its sandbox started but was never acknowledged"
-            } else {
-                "the create never finished: its sandbox never started"
+            let reason = match (row.state, running) {
+                (SandboxState::Starting, true) => {
+                    "the create never finished: its agent never reported ready"
+                }
+                (_, true) => {
+                    "the create never finished: its sandbox started but was never acknowledged"
+                }
+                (_, false) => "the create never finished: its sandbox never started",
             };
             Ok(settle(svc, row, SandboxState::Failed, reason)
                 .await?
@@ -161,43 +170,14 @@ async fn runtime_state(svc: &Service, id: &str) -> Result<Option<RuntimeState>, 
     Ok(svc.runtime().inspect(id).await?.map(|i| i.state))
 }
 
-/// Moves `row` from the state it was read in to terminal state `to` with `reason`, releasing its name
-/// in the same transaction; if that applied, destroys its runtime sandbox and then releases its slot
-/// (the runtime gives the slot's network up first). Returns whether the change applied (`false`: a flow
-/// moved the row meanwhile, and it is left to that flow).
+/// Settles `row` (from the state it was read in) into terminal state `to` ([`Service::settle`]).
 async fn settle(
     svc: &Service,
     row: &Sandbox,
     to: SandboxState,
     reason: &'static str,
 ) -> Result<bool, ServiceError> {
-    let (id, from) = (row.id.clone(), row.state);
-    let applied = svc
-        .writer()
-        .write(move |tx| {
-            let applied = tx.set_state(&id, &[from], to, Some(reason), unix_millis_now())?;
-            if !applied {
-                return Ok(None);
-            }
-            tx.release_name(&id)?;
-            let kind = match to {
-                SandboxState::Lost => events::SANDBOX_LOST,
-                _ => events::SANDBOX_FAILED,
-            };
-            let data = tx.get_sandbox_by_id(&id)?.map(|s| events::sandbox_data(&s));
-            emit(tx, kind, Some(&id), data.unwrap_or_default()).map(Some)
-        })
-        .await?;
-    let Some(settled) = applied else {
-        return Ok(false);
-    };
-    svc.publish([settled]);
-    tracing::warn!(sandbox_id = %row.id, from = %from, to = %to, reason, "sandbox settled by the reconciler");
-    svc.forget_endpoint(&row.id);
-    svc.runtime().destroy(&row.id).await?;
-    let id = row.id.clone();
-    svc.writer().write(move |tx| tx.release_slot(&id)).await?;
-    Ok(true)
+    svc.settle(&row.id, row.state, to, reason.to_string()).await
 }
 
 /// Destroys runtime sandbox `id` unless a row for it exists by now. Returns whether it destroyed.

@@ -3,40 +3,21 @@
 //! second pass does nothing.
 
 use super::*;
-use crate::test_support::InMemoryRuntimeForTests;
+use crate::test_support::{InMemoryRuntimeForTests, TestService};
 use crate::ServiceConfig;
 use sandboxd_runtime::RuntimeState;
-use sandboxd_store::{ClaimOutcome, NewSandbox, PortState, Sandbox, Store, StoreConfig};
-use std::sync::Arc;
+use sandboxd_store::{ClaimOutcome, PortState};
 
-struct Fixture {
-    svc: Service,
-    rt: Arc<InMemoryRuntimeForTests>,
-    _store: Store,
-    _dir: tempfile::TempDir,
-}
+type Fixture = TestService;
 
 fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let (store, writer_thread) =
-        Store::open(dir.path().join("store.db"), StoreConfig::default()).unwrap();
-    drop(writer_thread);
-    let rt = Arc::new(InMemoryRuntimeForTests::default());
-    let svc = Service::new(
+    TestService::new(
         ServiceConfig {
             net_slots: 16,
             ..ServiceConfig::default()
         },
-        store.writer().clone(),
-        store.reader().clone(),
-        rt.clone(),
-    );
-    Fixture {
-        svc,
-        rt,
-        _store: store,
-        _dir: dir,
-    }
+        InMemoryRuntimeForTests::default(),
+    )
 }
 
 /// Before this service started: what a previous daemon left.
@@ -45,43 +26,6 @@ fn before_start() -> UnixMillis {
 }
 
 impl Fixture {
-    /// A row in `state`, last changed at `at`, holding a slot.
-    async fn row(&self, id: &str, name: &str, state: SandboxState, at: UnixMillis) {
-        let new = NewSandbox {
-            id: id.into(),
-            name: name.into(),
-            state,
-            template: "base".into(),
-            cpu_millis: 1000,
-            memory_mb: 256,
-            metadata: Default::default(),
-            env: Default::default(),
-            network: serde_json::json!({}),
-            agent_token: "t".into(),
-            created_at: at,
-            expires_at: None,
-        };
-        self.svc
-            .writer()
-            .write(move |tx| {
-                let id = new.id.clone();
-                tx.insert_sandbox(new)?;
-                tx.lease_slot(&id, 16, at)?;
-                Ok(())
-            })
-            .await
-            .unwrap();
-    }
-
-    async fn get(&self, id: &str) -> Option<Sandbox> {
-        let id = id.to_string();
-        self.svc
-            .reader()
-            .read(move |tx| tx.get_sandbox_by_id(&id))
-            .await
-            .unwrap()
-    }
-
     async fn leased(&self) -> Vec<String> {
         self.svc
             .reader()

@@ -1,0 +1,35 @@
+//! The named steps tests can stop a flow at (compiled in with the `failpoints` feature, set through the
+//! `FAILPOINTS` environment variable, e.g. `FAILPOINTS="create.after-runtime=1*off->return(60000)"`).
+//!
+//! | failpoint | where the flow stands |
+//! |---|---|
+//! | `create.after-insert` | row `creating` and slot leased; the runtime has made nothing |
+//! | `create.after-runtime` | row `starting`, the sandbox booted; its endpoint not yet stored |
+//! | `delete.after-mark` | row `deleting`; the runtime's sandbox not yet destroyed |
+//! | `expose.forwarder` | exposure row `exposing`; its TCP forwarder not yet listening (synchronous: `return` fails the install, `sleep(MS)` blocks it) |
+//! | `idempotency.before-complete` | the work done; its claim not yet completed |
+//! | `callback.before-apply` | an agent's event received; nothing written |
+//! | `callback.after-apply` | the event's change committed; not yet answered |
+//! | `agent.exit-before-ready` (runtime) | `return`: the booting agent exits before its first call home |
+//!
+//! The flow steps are [`hold`] points: `return(MS)` parks the flow for MS milliseconds *without*
+//! blocking a runtime worker, so the rest of the daemon (an agent's call-home, other requests) goes on
+//! while a test kills it there. (The `fail` crate's own `sleep` blocks the thread, and a task queued
+//! behind a blocked worker can starve.)
+
+use std::time::Duration;
+
+/// Parks the calling flow at failpoint `name` for the milliseconds its `return(MS)` action names.
+pub(crate) async fn hold(name: &str) {
+    if let Some(ms) = parked_for(name) {
+        tracing::warn!(failpoint = name, ms, "holding at a failpoint");
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// The milliseconds failpoint `name`'s `return(MS)` action asks for, if it fires.
+fn parked_for(name: &str) -> Option<u64> {
+    let _ = name; // unused without the `failpoints` feature
+    fail::fail_point!(name, |arg: Option<String>| arg.and_then(|a| a.parse().ok()));
+    None
+}
