@@ -12,7 +12,7 @@
 
 use crate::events::{self, emit, Event, PORT_UNEXPOSED};
 use crate::{Service, ServiceError};
-use sandboxd_store::{unix_millis_now, SandboxState, StoreError, WriteTx};
+use sandboxd_store::{unix_millis_now, ExposedPort, SandboxState, StoreError, WriteTx};
 
 impl Service {
     /// Moves sandbox `id` from `from` to terminal state `to` with `reason` and tears it down. Returns
@@ -66,10 +66,7 @@ pub(crate) fn settle_in(
     tx.release_name(id)?;
     let mut out = Vec::new();
     for port in tx.exposed_ports(id)? {
-        if let Some(row) = tx.remove_exposed_port(id, port.port)? {
-            let data = crate::ports::port_data(&row);
-            out.push(emit(tx, PORT_UNEXPOSED, Some(id), data)?);
-        }
+        out.extend(withdraw_in(tx, &port)?);
     }
     let kind = match to {
         SandboxState::Lost => events::SANDBOX_LOST,
@@ -78,4 +75,17 @@ pub(crate) fn settle_in(
     let data = tx.get_sandbox_by_id(id)?.map(|s| events::sandbox_data(&s));
     out.push(emit(tx, kind, Some(id), data.unwrap_or_default())?);
     Ok(out)
+}
+
+/// Removes exposure `row` (exactly that reservation) in the write `tx`, announcing it; `None` when it
+/// was gone already. Its forwarder, if any, is the caller's to stop after the commit.
+pub(crate) fn withdraw_in(
+    tx: &mut WriteTx<'_>,
+    row: &ExposedPort,
+) -> Result<Option<Event>, StoreError> {
+    if !tx.delete_exposed_port(row)? {
+        return Ok(None);
+    }
+    let data = crate::ports::port_data(row);
+    emit(tx, PORT_UNEXPOSED, Some(&row.sandbox_id), data).map(Some)
 }

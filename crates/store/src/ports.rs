@@ -192,6 +192,27 @@ impl ReadTx<'_> {
         Ok(rows)
     }
 
+    /// Every exposure of a sandbox in one of `states` (e.g. settled ones, for a reconciler), oldest first.
+    pub fn exposed_ports_of_sandboxes_in(
+        &self,
+        states: &[crate::SandboxState],
+    ) -> Result<Vec<ExposedPort>> {
+        let cols = COLUMNS
+            .split(", ")
+            .map(|c| format!("p.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {cols} FROM exposed_ports p JOIN sandboxes s ON s.id = p.sandbox_id
+             WHERE s.state IN (SELECT value FROM json_each(?1)) ORDER BY p.created_at"
+        );
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map([crate::sandboxes::states_json(states)], from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     /// Every exposure still in `state` (e.g. [`PortState::Exposing`] for a reconciler), oldest first.
     pub fn exposed_ports_in_state(&self, state: PortState) -> Result<Vec<ExposedPort>> {
         let sql =

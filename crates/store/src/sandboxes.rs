@@ -209,7 +209,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
     })
 }
 
-fn states_json(states: &[SandboxState]) -> String {
+pub(crate) fn states_json(states: &[SandboxState]) -> String {
     serde_json::to_string(&states.iter().map(|s| s.as_str()).collect::<Vec<_>>())
         .expect("a list of strings serializes")
 }

@@ -32,6 +32,7 @@
 //! | sandbox `failed`/`lost` with a runtime trace or a name | [`sandboxes`] | runtime destroyed, name released |
 //! | runtime sandbox without a row (orphan) | [`sandboxes`] | destroyed |
 //! | exposed port `exposing`, stuck | [`ports`] | sandbox running: route installed and marked `active`; paused: kept; otherwise deleted |
+//! | exposure (host port) of a `failed`/`lost` sandbox | [`ports`] | deleted, its forwarder stopped |
 //! | network slot leased to a `failed`/`lost` sandbox | [`slots`] | released once the runtime has no trace of it |
 //!
 //! Where they run: at start-up ([`Service::adopt`] is one pass), on the daemon's timer, and on demand
@@ -141,6 +142,9 @@ pub enum TransitionalState {
     /// A network slot leased to a sandbox (`network_slots.sandbox_id IS NOT NULL`), pending release
     /// once its sandbox settles.
     SlotLeased,
+    /// A host port held by an exposure (`exposed_ports.host_port > 0`), pending release once its
+    /// sandbox settles.
+    HostPortLeased,
 }
 
 impl TransitionalState {
@@ -153,6 +157,7 @@ impl TransitionalState {
                 TransitionalState::PortExposing,
                 TransitionalState::ClaimPending,
                 TransitionalState::SlotLeased,
+                TransitionalState::HostPortLeased,
             ])
             .collect()
     }
@@ -175,7 +180,9 @@ pub fn reconciler_for(state: TransitionalState) -> &'static dyn Reconciler {
             | SandboxState::Failed
             | SandboxState::Lost => &sandboxes::SandboxReconciler,
         },
-        TransitionalState::PortExposing => &ports::PortReconciler,
+        TransitionalState::PortExposing | TransitionalState::HostPortLeased => {
+            &ports::PortReconciler
+        }
         TransitionalState::ClaimPending => &claims::ClaimReconciler,
         TransitionalState::SlotLeased => &slots::SlotReconciler,
     }
@@ -278,6 +285,7 @@ mod tests {
             assert!(transitional.is_none_or(|t| all.contains(&t)), "{claim:?}");
         }
         assert!(all.contains(&TransitionalState::SlotLeased));
+        assert!(all.contains(&TransitionalState::HostPortLeased));
         for state in all
             .into_iter()
             .chain(SandboxState::ALL.map(TransitionalState::Sandbox))

@@ -9,8 +9,13 @@
 //! - anything else (or a UDP exposure, which this daemon cannot forward): the reservation is deleted
 //!   (exactly that reservation, see [`sandboxd_store::WriteTx::delete_exposed_port`]), freeing its host
 //!   port.
+//!
+//! And every exposure, in any state, of a `failed` or `lost` sandbox: its host port is released (the
+//! row deleted, announced, its forwarder stopped). Settling a sandbox does this in the same write; the
+//! sweep catches rows settled before that, or by an older build.
 
 use super::{ReconcileReport, Reconciler};
+use crate::settle::withdraw_in;
 use crate::{Service, ServiceError};
 use sandboxd_proxy::Upstream;
 use sandboxd_store::{unix_millis_now, ExposedPort, PortState, Protocol, SandboxState};
@@ -31,11 +36,32 @@ impl Reconciler for PortReconciler {
             .reader()
             .read(|tx| tx.exposed_ports_in_state(PortState::Exposing))
             .await?;
+        let settled = svc
+            .reader()
+            .read(|tx| {
+                tx.exposed_ports_of_sandboxes_in(&[SandboxState::Failed, SandboxState::Lost])
+            })
+            .await?;
         let mut report = ReconcileReport {
-            examined: rows.len(),
+            examined: rows.len() + settled.len(),
             ..Default::default()
         };
+        for row in &settled {
+            svc.inner.forwarders.remove(&row.sandbox_id, row.port);
+            let mine = row.clone();
+            let withdrawn = svc.writer().write(move |tx| withdraw_in(tx, &mine)).await?;
+            if let Some(event) = withdrawn {
+                svc.publish([event]);
+                report.act("released");
+            }
+        }
         for row in rows.into_iter().filter(|r| svc.is_stuck(r.created_at, now)) {
+            if settled
+                .iter()
+                .any(|s| s.sandbox_id == row.sandbox_id && s.port == row.port)
+            {
+                continue; // released above
+            }
             match resolve(svc, &row).await {
                 Ok(Some(kind)) => report.act(kind),
                 Ok(None) => {}

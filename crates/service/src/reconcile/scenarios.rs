@@ -208,6 +208,9 @@ async fn stuck_exposures_are_activated_kept_or_dropped_by_their_sandbox() {
             tx.expose_http("sb-run", 8000, "u", at)?;
             tx.expose_http("sb-pau", 8000, "u", at)?;
             tx.expose_http("sb-bad", 8000, "u", at)?;
+            // An active exposure of a settled sandbox still holds its port: released too.
+            let (held, _) = tx.expose_http("sb-bad", 8002, "u", unix_millis_now())?;
+            tx.mark_port_active(&held)?;
             // Fresh: its expose may still be in flight.
             tx.expose_http("sb-run", 8001, "u", unix_millis_now())?;
             Ok(())
@@ -217,7 +220,7 @@ async fn stuck_exposures_are_activated_kept_or_dropped_by_their_sandbox() {
     let report = f.pass().await;
     assert_eq!(
         actions(&report, "ports"),
-        [("activated", 1), ("deleted", 1)]
+        [("activated", 1), ("released", 2)]
     );
     let state = |id: &'static str, port: u16| {
         let r = f.svc.reader().clone();
@@ -232,6 +235,7 @@ async fn stuck_exposures_are_activated_kept_or_dropped_by_their_sandbox() {
     assert_eq!(state("sb-run", 8001).await, Some(PortState::Exposing));
     assert_eq!(state("sb-pau", 8000).await, Some(PortState::Exposing));
     assert_eq!(state("sb-bad", 8000).await, None);
+    assert_eq!(state("sb-bad", 8002).await, None);
 }
 
 #[tokio::test]
