@@ -38,13 +38,24 @@ pub struct CreateSandbox {
     pub network: Option<NetworkPolicy>,
 }
 
-/// Network posture of a sandbox.
+/// Network posture of a sandbox: `egress` is the default for every destination, `allowOut` and
+/// `denyOut` are the exceptions. A destination in `allowOut` is reachable even when it is also in
+/// `denyOut` or `egress` is false; one in `denyOut` only is unreachable, the host's own addresses
+/// included.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NetworkPolicy {
     /// Whether the sandbox may reach the outside world (default false).
     #[serde(default)]
     pub egress: bool,
+    /// Destinations the sandbox may reach whatever `egress` says: IPv4 addresses (`"1.1.1.1"`) or
+    /// CIDR blocks (`"8.8.8.0/24"`), at most 256. Domain names and IPv6 are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_out: Vec<String>,
+    /// Destinations the sandbox may not reach unless they are in `allowOut`: IPv4 addresses or CIDR
+    /// blocks, at most 256 (`"0.0.0.0/0"` denies everything not allowed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_out: Vec<String>,
 }
 
 /// A sandbox.

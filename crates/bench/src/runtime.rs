@@ -1,7 +1,7 @@
 //! `bench runtime`: sandbox start-up and exec latency through the namespace runtime library.
 //!
-//! Guarantees: every sandbox the bench asks for is recorded in its [`Fleet`] *before* `create` is
-//! called, and [`Fleet::teardown`] destroys each of them whatever happened (success, error, Ctrl-C,
+//! Guarantees: every sandbox the bench asks for is recorded in its `Fleet` *before* `create` is
+//! called, and `Fleet::teardown` destroys each of them whatever happened (success, error, Ctrl-C,
 //! panic of the measuring task); as a last resort dropping the fleet SIGKILLs the inits it knows.
 //! Sandboxes use the cgroup parent [`CGROUP_PARENT`] and network slots from [`FIRST_SLOT`] up, clear of
 //! the runtime tests (8000–11999) and a daemon (0 up), on a private state directory that is removed
@@ -183,6 +183,8 @@ async fn measure(
             limits: ResourceLimits::default(),
             net_slot: FIRST_SLOT + i as u32,
             egress: false,
+            egress_allow: Vec::new(),
+            egress_deny: Vec::new(),
             envs: Default::default(),
             agent_token: format!("bench-token-{tag}-{i}"),
         };

@@ -2,8 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::str::FromStr;
 
 /// What the caller wants a sandbox to be.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -16,12 +18,135 @@ pub struct SandboxSpec {
     pub limits: ResourceLimits,
     /// The network slot leased to this sandbox by the caller; it fixes the sandbox's addresses.
     pub net_slot: u32,
-    /// Whether the sandbox may reach the outside world.
+    /// Whether the sandbox may reach the outside world: the default for destinations in neither
+    /// `egress_allow` nor `egress_deny`.
     pub egress: bool,
+    /// Destinations the sandbox may reach whatever `egress` says; they win over `egress_deny` (E2B's
+    /// `allowOut`). Empty in specs persisted before the lists existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_allow: Vec<Ipv4Net>,
+    /// Destinations the sandbox may not reach unless they are also in `egress_allow` (E2B's
+    /// `denyOut`). Empty in specs persisted before the lists existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_deny: Vec<Ipv4Net>,
     /// Environment every command in the sandbox starts with.
     pub envs: HashMap<String, String>,
     /// Access token the sandbox's agent demands on every call.
     pub agent_token: String,
+}
+
+impl SandboxSpec {
+    /// Whether anything at all may leave the sandbox: it needs a default route and NAT then.
+    pub fn may_send_out(&self) -> bool {
+        self.egress || !self.egress_allow.is_empty()
+    }
+
+    /// Whether the host must install any egress rule for the sandbox (see
+    /// [`crate::namespace::egress`]); a sandbox without egress and without lists needs none.
+    pub fn needs_egress_rules(&self) -> bool {
+        self.egress || !self.egress_allow.is_empty() || !self.egress_deny.is_empty()
+    }
+}
+
+/// An IPv4 network: an address and a prefix length, with the address's host bits cleared.
+///
+/// Written and parsed as `a.b.c.d/n`; a bare address `a.b.c.d` parses as `a.b.c.d/32`, and host bits
+/// are cleared on parsing (`10.1.2.3/8` is `10.0.0.0/8`). Its text form is what the runtime writes
+/// into firewall rules, so nothing but digits, dots and one slash can ever get there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Ipv4Net {
+    addr: Ipv4Addr,
+    prefix: u8,
+}
+
+impl Ipv4Net {
+    /// The network of `addr` with `prefix` bits (at most 32), host bits cleared.
+    pub fn new(addr: Ipv4Addr, prefix: u8) -> Option<Self> {
+        (prefix <= 32).then(|| Self {
+            addr: Ipv4Addr::from(u32::from(addr) & Self::mask(prefix)),
+            prefix,
+        })
+    }
+
+    fn mask(prefix: u8) -> u32 {
+        u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+    }
+
+    /// The network's first address.
+    pub fn addr(&self) -> Ipv4Addr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether every address of `other` is in this network.
+    pub fn contains(&self, other: &Ipv4Net) -> bool {
+        self.prefix <= other.prefix
+            && u32::from(other.addr) & Self::mask(self.prefix) == u32::from(self.addr)
+    }
+
+    /// The same addresses as `nets`, as few disjoint networks in ascending order: duplicates and
+    /// networks inside another are dropped.
+    pub fn normalize(mut nets: Vec<Ipv4Net>) -> Vec<Ipv4Net> {
+        // Sorted by (address, prefix), a network comes after any network containing it, and the
+        // kept ones are disjoint: only the last kept one can contain the next.
+        nets.sort();
+        let mut kept: Vec<Ipv4Net> = Vec::with_capacity(nets.len());
+        for net in nets {
+            if !kept.last().is_some_and(|last| last.contains(&net)) {
+                kept.push(net);
+            }
+        }
+        kept
+    }
+}
+
+impl FromStr for Ipv4Net {
+    type Err = RuntimeError;
+
+    fn from_str(text: &str) -> Result<Self, RuntimeError> {
+        let invalid = || RuntimeError::InvalidNet(text.to_string());
+        let (addr, prefix) = match text.split_once('/') {
+            Some((addr, prefix)) => {
+                let digits = prefix.bytes().all(|b| b.is_ascii_digit());
+                if !digits
+                    || prefix.is_empty()
+                    || prefix.len() > 2
+                    || (prefix.len() == 2 && prefix.starts_with('0'))
+                {
+                    return Err(invalid());
+                }
+                (addr, prefix.parse::<u8>().map_err(|_| invalid())?)
+            }
+            None => (text, 32),
+        };
+        let addr: Ipv4Addr = addr.parse().map_err(|_| invalid())?;
+        Ipv4Net::new(addr, prefix).ok_or_else(invalid)
+    }
+}
+
+impl fmt::Display for Ipv4Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl TryFrom<String> for Ipv4Net {
+    type Error = RuntimeError;
+
+    fn try_from(text: String) -> Result<Self, RuntimeError> {
+        text.parse()
+    }
+}
+
+impl From<Ipv4Net> for String {
+    fn from(net: Ipv4Net) -> String {
+        net.to_string()
+    }
 }
 
 /// Resource limits of one sandbox.
@@ -119,6 +244,9 @@ pub enum RuntimeError {
     /// The spec asks for something this runtime cannot provide.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// An egress list entry is not an IPv4 network.
+    #[error("{0:?} is not an IPv4 address or CIDR block (a.b.c.d or a.b.c.d/n)")]
+    InvalidNet(String),
     /// The network slot is outside the configured subnet.
     #[error("network slot {0} is outside the sandbox subnet")]
     SlotOutOfRange(u32),
@@ -183,6 +311,93 @@ pub fn validate_id(id: &str) -> Result<(), RuntimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn net(text: &str) -> Ipv4Net {
+        text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn networks_parse_to_their_canonical_form() {
+        for (text, canonical) in [
+            ("8.8.8.8", "8.8.8.8/32"),
+            ("8.8.8.0/24", "8.8.8.0/24"),
+            ("10.1.2.3/8", "10.0.0.0/8"),
+            ("0.0.0.0/0", "0.0.0.0/0"),
+            ("1.2.3.4/32", "1.2.3.4/32"),
+            ("255.255.255.255/31", "255.255.255.254/31"),
+        ] {
+            assert_eq!(net(text).to_string(), canonical, "{text}");
+        }
+        for bad in [
+            "",
+            "/",
+            "8.8.8.8/",
+            "8.8.8.8/33",
+            "8.8.8.8/+1",
+            "8.8.8.8/024",
+            "8.8.8.8/08",
+            "8.8.8.8/-1",
+            "8.8.8/24",
+            "8.8.8.256",
+            "08.8.8.8",
+            " 8.8.8.8",
+            "8.8.8.8/24/1",
+            "::1",
+            "2001:db8::/32",
+            "example.com",
+            "*.example.com",
+            "8.8.8.8 ; flush ruleset",
+        ] {
+            assert!(bad.parse::<Ipv4Net>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn networks_travel_as_their_text() {
+        let json = serde_json::to_string(&net("10.1.2.3/8")).unwrap();
+        assert_eq!(json, r#""10.0.0.0/8""#);
+        assert_eq!(
+            serde_json::from_str::<Ipv4Net>(&json).unwrap(),
+            net("10.0.0.0/8")
+        );
+        assert!(serde_json::from_str::<Ipv4Net>(r#""nope""#).is_err());
+    }
+
+    #[test]
+    fn normalizing_drops_duplicates_and_nested_networks() {
+        let nets = [
+            "10.1.0.0/16",
+            "1.1.1.1",
+            "10.0.0.0/8",
+            "1.1.1.1",
+            "1.1.1.0/24",
+            "1.1.2.0/24",
+        ]
+        .map(net)
+        .to_vec();
+        let normal: Vec<String> = Ipv4Net::normalize(nets)
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(normal, ["1.1.1.0/24", "1.1.2.0/24", "10.0.0.0/8"]);
+        assert_eq!(
+            Ipv4Net::normalize(vec![net("0.0.0.0/0"), net("9.9.9.9")]),
+            [net("0.0.0.0/0")]
+        );
+    }
+
+    #[test]
+    fn specs_persisted_before_the_lists_existed_still_load() {
+        let old = r#"{"id":"sb","template":"base",
+            "limits":{"memory_mb":512,"cpu_millis":1000,"pids_max":512},
+            "net_slot":3,"egress":true,"envs":{},"agent_token":"t"}"#;
+        let spec: SandboxSpec = serde_json::from_str(old).unwrap();
+        assert!(spec.egress_allow.is_empty() && spec.egress_deny.is_empty());
+        assert!(spec.may_send_out() && spec.needs_egress_rules());
+        // And a spec without lists is written as before.
+        let again = serde_json::to_value(&spec).unwrap();
+        assert!(again.get("egress_allow").is_none() && again.get("egress_deny").is_none());
+    }
 
     #[test]
     fn ids_that_could_escape_a_path_are_refused() {

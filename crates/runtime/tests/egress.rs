@@ -1,28 +1,38 @@
 //! Egress: off unless asked for; when on, NAT is in place before the sandbox's first instruction, and
-//! sandboxes still cannot reach one another.
+//! sandboxes still cannot reach one another. Allow and deny lists: a denied destination is unreachable
+//! (forwarded or on the host itself), an allowed one reachable even without egress, allow wins over
+//! deny, a re-applied static setup keeps every sandbox's lists, and destroy leaves no rule behind.
 //!
-//! "Outside" is a network namespace this test makes, joined to the host by its own veth pair: a server
+//! "Outside" is a network namespace each test makes, joined to the host by its own veth pair: a server
 //! there sees a masqueraded source address exactly when the sandbox's traffic was NATed by the host.
+//! The host end of that pair (`198.18.<n>.1`) is one of the host's own addresses: a server bound there
+//! is reached through the host's input path, not forwarded.
 
 mod common;
 
-use common::{fixture, spec, text};
+use common::{fixture, spec, text, Fixture};
 use sandboxd_envd::{EnvdClient, ExecOptions};
-use sandboxd_runtime::{ResourceLimits, Runtime};
-use sandboxd_test_support::{require_root, test_slot};
+use sandboxd_runtime::namespace::egress;
+use sandboxd_runtime::{Ipv4Net, ResourceLimits, Runtime, SandboxInfo};
+use sandboxd_test_support::{require_root, test_slot, TestSlot};
+use std::io::Write;
+use std::net::TcpListener;
 use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// A network namespace with one server address, torn down on drop.
 struct Outside {
+    n: u8,
     name: String,
     host_if: String,
 }
 
 impl Outside {
-    /// `198.18.<n>.1` on the host end, `198.18.<n>.2` inside.
+    /// `198.18.<n>.1` on the host end, `198.18.<n>.2` and `198.19.<n>.2` inside.
     fn new(n: u8) -> Self {
-        let name = format!("sbtest-out-{}", std::process::id());
-        let host_if = format!("sbo{}", std::process::id() % 100_000);
+        let name = format!("sbtest-out-{}-{n}", std::process::id());
+        let host_if = format!("sbo{}x{n}", std::process::id() % 100_000);
         let ip = |args: &str| {
             let ok = Command::new("ip")
                 .args(args.split_whitespace())
@@ -40,22 +50,64 @@ impl Outside {
         ip(&format!("-n {name} addr add 198.18.{n}.2/30 dev eth0"));
         ip(&format!("-n {name} link set eth0 up"));
         ip(&format!("-n {name} link set lo up"));
-        Outside { name, host_if }
+        ip(&format!("-n {name} addr add 198.19.{n}.2/32 dev eth0"));
+        ip(&format!(
+            "route add 198.19.{n}.2/32 via 198.18.{n}.2 dev {host_if}"
+        ));
+        Outside { n, name, host_if }
+    }
+
+    /// The server's address, outside the host.
+    fn server(&self) -> String {
+        format!("198.18.{}.2", self.n)
+    }
+
+    /// A second server address outside the host, in another network.
+    fn second(&self) -> String {
+        format!("198.19.{}.2", self.n)
+    }
+
+    /// The host's own address on this pair (what NAT rewrites sources to).
+    fn host(&self) -> String {
+        format!("198.18.{}.1", self.n)
     }
 
     /// Serves one connection on `198.18.<n>.2:port`, answering with the peer's address.
-    fn serve_once(&self, n: u8, port: u16) -> std::process::Child {
+    fn serve_once(&self, port: u16) -> std::process::Child {
+        self.serve_once_on(&self.server(), port)
+    }
+
+    /// Serves one connection on `address:port` inside, answering with the peer's address.
+    fn serve_once_on(&self, address: &str, port: u16) -> std::process::Child {
         let script = format!(
             "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-             s.bind(('198.18.{n}.2', {port})); s.listen(1); s.settimeout(20)\n\
+             s.bind(('{address}', {port})); s.listen(1); s.settimeout(20)\n\
              c,a=s.accept(); c.sendall(a[0].encode()); c.close()"
         );
         let child = Command::new("ip")
             .args(["netns", "exec", &self.name, "python3", "-c", &script])
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(300));
         child
+    }
+
+    /// Serves connections on the host's own `198.18.<n>.1:port` for 20 s, answering with the peer's
+    /// address.
+    fn serve_on_host(&self, port: u16) {
+        let listener = TcpListener::bind((self.host().as_str(), port)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((mut c, peer)) => {
+                        let _ = c.write_all(peer.ip().to_string().as_bytes());
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
     }
 }
 
@@ -70,6 +122,39 @@ impl Drop for Outside {
     }
 }
 
+/// IPv4 forwarding on for as long as any test holds one; the last one restores what it was.
+struct Forwarding;
+
+static FORWARDING: Mutex<(usize, Option<String>)> = Mutex::new((0, None));
+
+impl Forwarding {
+    fn on() -> Self {
+        let mut held = FORWARDING.lock().unwrap_or_else(|p| p.into_inner());
+        if held.0 == 0 {
+            held.1 = Some(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap());
+            // The runtime turns it on once per process: after a restore, it is this guard's job.
+            std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap();
+        }
+        held.0 += 1;
+        Forwarding
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        let mut held = FORWARDING.lock().unwrap_or_else(|p| p.into_inner());
+        held.0 -= 1;
+        if held.0 == 0 && held.1.take().is_some_and(|v| v.trim() == "0") {
+            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", "0");
+        }
+    }
+}
+
+/// A distinct `198.18.<n>.0/30` per test (`k` < 4) and per test process.
+fn outside_index(k: u8) -> u8 {
+    (std::process::id() % 50) as u8 * 4 + 20 + k
+}
+
 fn client_script(host: &str, port: u16) -> String {
     format!(
         "python3 -c \"import socket\ns=socket.socket(); s.settimeout(3)\n\
@@ -78,22 +163,113 @@ fn client_script(host: &str, port: u16) -> String {
     )
 }
 
+/// A sandbox on its own slot, with the given egress and lists.
+struct Listed {
+    info: SandboxInfo,
+    client: EnvdClient,
+    _slot: TestSlot,
+    destroyed: bool,
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        if self.destroyed {
+            return;
+        }
+        // A test that failed never reached its destroy: no sandbox, pair or rule outlives it.
+        if let Some(pid) = self.info.pid {
+            // SAFETY: kill with a pid we started; harmless if it is gone.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &format!("sbh{}", self.info.net.slot)])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let address = self.info.net.sandbox;
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(egress::revoke(address))
+        })
+        .join();
+    }
+}
+
+impl Listed {
+    async fn start(fx: &Fixture, egress: bool, allow: &[&str], deny: &[&str]) -> Listed {
+        let slot = test_slot();
+        let mut s = spec(slot.slot, ResourceLimits::default());
+        let nets =
+            |list: &[&str]| -> Vec<Ipv4Net> { list.iter().map(|n| n.parse().unwrap()).collect() };
+        s.egress = egress;
+        s.egress_allow = nets(allow);
+        s.egress_deny = nets(deny);
+        fx.rt.create(&s).await.unwrap();
+        let info = fx.rt.start(&s.id).await.unwrap();
+        let client = EnvdClient::new(&info.agent.socket, &info.agent.token);
+        Listed {
+            info,
+            client,
+            _slot: slot,
+            destroyed: false,
+        }
+    }
+
+    /// What the sandbox's client prints connecting to `host:port`: the peer address the server saw,
+    /// or `unreachable …`.
+    async fn reach(&self, host: &str, port: u16) -> String {
+        let cmd = [
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            client_script(host, port),
+        ];
+        let out = self
+            .client
+            .exec(&cmd, ExecOptions::default())
+            .await
+            .unwrap();
+        format!("{}{}", text(&out.stdout).trim(), text(&out.stderr).trim())
+    }
+
+    /// Destroys the sandbox and checks that no rule of it is left in the table.
+    async fn destroy(mut self, fx: &Fixture) {
+        fx.rt.destroy(self.info.id()).await.unwrap();
+        self.destroyed = true;
+        let table = nft_table();
+        let address = self.info.net.sandbox.to_string();
+        let chain = egress::chain_name(self.info.net.sandbox);
+        let mentioned = table
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .any(|word| word == address);
+        assert!(!mentioned, "{address} left in the table:\n{table}");
+        assert!(!table.contains(&chain), "{chain} left behind:\n{table}");
+    }
+}
+
+fn nft_table() -> String {
+    let out = Command::new("nft")
+        .args(["list", "table", "ip", egress::TABLE])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 #[tokio::test]
 async fn egress_is_natted_when_asked_for_and_absent_otherwise() {
     if !require_root() {
         return;
     }
-    let n = (std::process::id() % 200) as u8 + 20;
-    let outside = Outside::new(n);
-    let forwarding = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
+    let outside = Outside::new(outside_index(0));
+    let _forwarding = Forwarding::on();
     let fx = fixture().await;
 
     // Without egress: no route off the sandbox's own /30.
     let closed = fx.sandbox().await;
-    let mut server = outside.serve_once(n, 8080);
-    let out = closed
-        .sh(&client_script(&format!("198.18.{n}.2"), 8080))
-        .await;
+    let mut server = outside.serve_once(8080);
+    let out = closed.sh(&client_script(&outside.server(), 8080)).await;
     assert!(
         text(&out.stdout).starts_with("unreachable"),
         "{}",
@@ -101,24 +277,8 @@ async fn egress_is_natted_when_asked_for_and_absent_otherwise() {
     );
 
     // With egress: the first command already leaves, masqueraded as the host's address.
-    let slot = test_slot();
-    let mut s = spec(slot.slot, ResourceLimits::default());
-    s.egress = true;
-    fx.rt.create(&s).await.unwrap();
-    let info = fx.rt.start(&s.id).await.unwrap();
-    let open = EnvdClient::new(&info.agent.socket, &info.agent.token);
-    let cmd = [
-        "/bin/sh".to_string(),
-        "-c".to_string(),
-        client_script(&format!("198.18.{n}.2"), 8080),
-    ];
-    let seen = open.exec(&cmd, ExecOptions::default()).await.unwrap();
-    assert_eq!(
-        text(&seen.stdout).trim(),
-        format!("198.18.{n}.1"),
-        "{}",
-        text(&seen.stderr)
-    );
+    let open = Listed::start(&fx, true, &[], &[]).await;
+    assert_eq!(open.reach(&outside.server(), 8080).await, outside.host());
     let _ = server.wait();
 
     // Egress does not open the way to another sandbox.
@@ -126,27 +286,111 @@ async fn egress_is_natted_when_asked_for_and_absent_otherwise() {
     closed
         .sh("nohup python3 -m http.server 8081 >/dev/null 2>&1 & sleep 0.5")
         .await;
-    let cmd = [
-        "/bin/sh".to_string(),
-        "-c".to_string(),
-        client_script(&target.to_string(), 8081),
-    ];
-    let across = open.exec(&cmd, ExecOptions::default()).await.unwrap();
-    assert!(
-        text(&across.stdout).starts_with("unreachable"),
-        "{}",
-        text(&across.stdout)
-    );
+    let across = open.reach(&target.to_string(), 8081).await;
+    assert!(across.starts_with("unreachable"), "{across}");
 
-    fx.rt.destroy(&s.id).await.unwrap();
-    fx.destroy(&closed).await;
     // The sandbox's address left the egress set with it.
-    let set = Command::new("nft")
-        .args(["list", "set", "ip", "sandboxd", "egress"])
-        .output()
-        .unwrap();
-    assert!(!String::from_utf8_lossy(&set.stdout).contains(&info.net.sandbox.to_string()));
-    if forwarding.trim() == "0" {
-        let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", "0");
+    open.destroy(&fx).await;
+    fx.destroy(&closed).await;
+}
+
+#[tokio::test]
+async fn a_denied_destination_is_unreachable_while_plain_egress_reaches_it() {
+    if !require_root() {
+        return;
     }
+    let outside = Outside::new(outside_index(1));
+    let _forwarding = Forwarding::on();
+    let fx = fixture().await;
+    let net = format!("{}/30", outside.host());
+    let denied = Listed::start(&fx, true, &[], &[&net]).await;
+    let plain = Listed::start(&fx, true, &[], &[]).await;
+    outside.serve_on_host(8091);
+
+    let check = |when: &'static str| {
+        let (denied, plain, outside) = (&denied, &plain, &outside);
+        async move {
+            // Forwarded: the server outside the host.
+            let mut server = outside.serve_once(8090);
+            let blocked = denied.reach(&outside.server(), 8090).await;
+            assert!(blocked.starts_with("unreachable"), "{when}: {blocked}");
+            assert_eq!(
+                plain.reach(&outside.server(), 8090).await,
+                outside.host(),
+                "{when}"
+            );
+            let _ = server.wait();
+            // The host's own address in the denied block: its input path is closed too.
+            let blocked = denied.reach(&outside.host(), 8091).await;
+            assert!(blocked.starts_with("unreachable"), "{when}: {blocked}");
+            let seen = plain.reach(&outside.host(), 8091).await;
+            assert_eq!(seen, plain.info.net.sandbox.to_string(), "{when}");
+        }
+    };
+    check("first setup").await;
+
+    // A new daemon process re-applies the static rules: the lists must survive it.
+    egress::install_table().await.unwrap();
+    let chain = egress::chain_name(denied.info.net.sandbox);
+    assert!(nft_table().contains(&chain));
+    check("after the static rules were re-applied").await;
+
+    denied.destroy(&fx).await;
+    plain.destroy(&fx).await;
+}
+
+#[tokio::test]
+async fn an_allow_list_opens_exactly_its_destinations_without_egress() {
+    if !require_root() {
+        return;
+    }
+    let outside = Outside::new(outside_index(2));
+    let _forwarding = Forwarding::on();
+    let fx = fixture().await;
+    let allowed = Listed::start(&fx, false, &[&outside.server()], &[]).await;
+    outside.serve_on_host(8093);
+
+    let mut server = outside.serve_once(8092);
+    assert_eq!(allowed.reach(&outside.server(), 8092).await, outside.host());
+    let _ = server.wait();
+    // Not on the list: the host's other addresses stay as unreachable as without egress.
+    let blocked = allowed.reach(&outside.host(), 8093).await;
+    assert!(blocked.starts_with("unreachable"), "{blocked}");
+
+    allowed.destroy(&fx).await;
+}
+
+#[tokio::test]
+async fn an_allowed_destination_wins_over_a_denied_one() {
+    if !require_root() {
+        return;
+    }
+    let outside = Outside::new(outside_index(3));
+    let _forwarding = Forwarding::on();
+    let fx = fixture().await;
+    let both = Listed::start(
+        &fx,
+        true,
+        &[&outside.server()],
+        &["0.0.0.0/0", &outside.server()],
+    )
+    .await;
+    outside.serve_on_host(8095);
+
+    let mut server = outside.serve_once(8094);
+    assert_eq!(both.reach(&outside.server(), 8094).await, outside.host());
+    let _ = server.wait();
+    // Everything else is denied: other destinations outside, and the host's own addresses.
+    let mut server = outside.serve_once_on(&outside.second(), 8096);
+    let blocked = both.reach(&outside.second(), 8096).await;
+    assert!(blocked.starts_with("unreachable"), "{blocked}");
+    // (It is there: a sandbox with plain egress reaches it.)
+    let plain = Listed::start(&fx, true, &[], &[]).await;
+    assert_eq!(plain.reach(&outside.second(), 8096).await, outside.host());
+    let _ = server.wait();
+    let blocked = both.reach(&outside.host(), 8095).await;
+    assert!(blocked.starts_with("unreachable"), "{blocked}");
+
+    both.destroy(&fx).await;
+    plain.destroy(&fx).await;
 }

@@ -32,6 +32,19 @@ fn bad_input_gets_clear_4xx_and_creates_nothing() {
             ("bad env name", r#"{"env": {"1BAD": "x"}}"#),
             ("metadata key with =", r#"{"metadata": {"a=b": "x"}}"#),
             ("memory as a string", r#"{"memoryMB": "512"}"#),
+            (
+                "a deny list entry that is no address",
+                r#"{"network": {"egress": true, "denyOut": ["bad"]}}"#,
+            ),
+            (
+                "a domain name in the allow list",
+                r#"{"network": {"allowOut": ["example.com"]}}"#,
+            ),
+            (
+                "IPv6 in the deny list",
+                r#"{"network": {"egress": true, "denyOut": ["::/0"]}}"#,
+            ),
+            ("unknown network field", r#"{"network": {"rules": {}}}"#),
         ];
         for (what, body) in cases {
             expect_error(what, raw_create(body).await.unwrap(), 400, invalid).await;

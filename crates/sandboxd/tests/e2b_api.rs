@@ -318,6 +318,86 @@ fn refused_requests_answer_in_the_e2b_shape_and_create_nothing() {
     });
 }
 
+/// Python that connects to `port` on the sandbox's gateway (the host end of its pair, one of the
+/// host's own addresses) and prints `reached` or `unreachable <why>`.
+fn gateway_probe(port: u16) -> String {
+    format!(
+        "import socket, struct\n\
+         gw = [l.split()[2] for l in open('/proc/net/route') if l.split()[1] == '00000000'][0]\n\
+         ip = socket.inet_ntoa(struct.pack('<L', int(gw, 16)))\n\
+         s = socket.socket(); s.settimeout(3)\n\
+         try:\n  s.connect((ip, {port})); print('reached')\n\
+         except Exception as e: print('unreachable', type(e).__name__)"
+    )
+}
+
+/// E2B's `network`: a domain name in `allowOut` cannot be enforced, so it is a 400 in E2B's shape
+/// that creates nothing; IPv4 allow and deny lists are enforced: with `10.0.0.0/8` denied, the
+/// sandbox runs commands but cannot reach a host service through its gateway (10.201.x.x), which a
+/// sandbox without lists reaches.
+#[test]
+fn network_lists_are_enforced_and_domain_names_refused() {
+    e2b_test(async {
+        let d = e2b_support::start().await;
+        let resp = post(
+            &d,
+            "/v2/sandboxes",
+            json!({"templateID": "base", "network": {"allowOut": ["example.com"]}}),
+        )
+        .await;
+        assert_eq!(resp.status().as_u16(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], json!(400), "{body}");
+        assert_eq!(
+            body["message"],
+            "domain names in network.allowOut are not supported; use IPv4 addresses or CIDR blocks",
+        );
+        let resp = post(
+            &d,
+            "/v2/sandboxes",
+            json!({"templateID": "base", "network": {"denyOut": ["10.0.0.0/8"], "rules": {"a.com": [{}]}}}),
+        )
+        .await;
+        expect_e2b_error("network rules", resp, 400).await;
+        assert!(
+            d.list_all().await.is_empty(),
+            "a refused create made a sandbox"
+        );
+
+        let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = service.local_addr().unwrap().port();
+        let (status, listed) = create(
+            &d,
+            &json!({"templateID": "base",
+                    "network": {"denyOut": ["10.0.0.0/8"], "allowOut": ["1.1.1.1"]}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{listed}");
+        let listed = sandbox_id(&listed);
+        let (status, plain) = create(&d, &json!({"templateID": "base"})).await;
+        assert_eq!(status, 201, "{plain}");
+        let plain = sandbox_id(&plain);
+        let probe = gateway_probe(port);
+        for (id, want) in [(&listed, "unreachable"), (&plain, "reached")] {
+            let (status, out) = exec(&d, id, &["python3", "-c", &probe]).await;
+            assert_eq!(status, 200, "{out}");
+            assert_eq!(out["exitCode"], 0, "{out}");
+            let stdout = out["stdout"].as_str().unwrap_or_default();
+            assert!(stdout.starts_with(want), "{id}: want {want}: {out}");
+        }
+        for id in [&listed, &plain] {
+            let resp = d
+                .http()
+                .delete(d.endpoint(&format!("/sandboxes/{id}")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 204);
+        }
+        drop(service);
+    });
+}
+
 /// Pause freezes the sandbox in place (the kernel reports its cgroup frozen, a process stops ticking,
 /// commands are refused), a second pause is a 409, and connect resumes it with the process that was
 /// started before the pause still alive.

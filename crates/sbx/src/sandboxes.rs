@@ -22,7 +22,10 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
         env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),
         metadata: (!args.metadata.is_empty()).then(|| args.metadata.into_iter().collect()),
         timeout_sec: args.timeout,
-        network: args.egress.then_some(NetworkPolicy { egress: true }),
+        network: args.egress.then_some(NetworkPolicy {
+            egress: true,
+            ..Default::default()
+        }),
     };
     let sandbox = client
         .create(&body, args.idempotency_key.as_deref())

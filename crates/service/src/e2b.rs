@@ -4,8 +4,9 @@
 //! retries a create by re-sending the same body; a retry must get the sandbox the first attempt made,
 //! not a second one. The request's dedupe key is [`E2bCreate::fingerprint`]: SHA-256 over the template,
 //! the sorted env vars, the sorted metadata, the timeout, autoPause, autoResume, secure and the network
-//! posture (`allow_internet_access`, `network`) — never a client request id or a timestamp, so every
-//! retry of one body hashes the same. [`Service::e2b_create`] claims `(scope, fingerprint)`:
+//! posture (`allow_internet_access`, `network`, and the allow and deny lists taken from it) — never
+//! a client request id or a timestamp, so every retry of one body hashes the same.
+//! [`Service::e2b_create`] claims `(scope, fingerprint)`:
 //! - *Acquired*: this caller creates the sandbox, with an id derived from the claim
 //!   ([`sandbox_id_for`]), then completes the claim with that id and a [`REPLAY_WINDOW`] replay window.
 //!   On any failure the claim is deleted before the error is returned, so a retry starts at once.
@@ -25,9 +26,15 @@
 //! `concurrent_identical_creates_make_one_sandbox_until_the_window_closes` in
 //! `crates/sandboxd/tests/e2b_api.rs`.
 //!
-//! `allow_internet_access` (default true, as in E2B) becomes the sandbox's egress; `network` (allow and
-//! deny lists) is accepted and counts in the fingerprint but is not enforced yet. autoPause and autoResume are refused when set:
-//! expiry deletes a sandbox, and a paused sandbox resumes only through connect or resume.
+//! **Network.** `allow_internet_access` (default true, as in E2B) becomes the sandbox's egress default;
+//! `network.allowOut` and `network.denyOut` become its allow and deny lists, checked like `/v1`'s
+//! ([`crate::network`]: IPv4 addresses and CIDR blocks only) and enforced by the runtime's firewall:
+//! an allowed destination is reachable even when denied or without internet access, a denied one is
+//! not. Domain names in the lists are refused here, with nothing claimed or created; the HTTP layer
+//! refuses the other `network` options that cannot be honoured (rules, an egress proxy, host
+//! masking, HTTPS ports, `allowPublicTraffic: false`) before this flow runs. `dnsServers` only
+//! matters for domain names in `allowOut`, which are refused, so it is accepted and has no effect. autoPause and autoResume are refused when set: expiry deletes a sandbox, and a
+//! paused sandbox resumes only through connect or resume.
 
 use crate::sandboxes::DEFAULT_TEMPLATE;
 use crate::{Service, ServiceError};
@@ -73,6 +80,10 @@ pub struct E2bCreate {
     pub allow_internet_access: Option<bool>,
     /// `network`, as sent.
     pub network: Option<serde_json::Value>,
+    /// `network.allowOut`: always reachable (checked by [`Service::e2b_create`]).
+    pub allow_out: Vec<String>,
+    /// `network.denyOut`: unreachable unless allowed (checked by [`Service::e2b_create`]).
+    pub deny_out: Vec<String>,
 }
 
 impl E2bCreate {
@@ -124,6 +135,12 @@ impl E2bCreate {
             .as_ref()
             .map_or("unset".to_string(), canonical_json)
             .as_bytes());
+        for list in [&self.allow_out, &self.deny_out] {
+            put(list.len().to_string().as_bytes());
+            for entry in list {
+                put(entry.as_bytes());
+            }
+        }
         hex::encode(h.finalize())
     }
 }
@@ -249,6 +266,8 @@ impl Service {
             // E2B sandboxes reach the internet unless told otherwise.
             network: Some(api::NetworkPolicy {
                 egress: req.allow_internet_access.unwrap_or(true),
+                allow_out: req.allow_out.clone(),
+                deny_out: req.deny_out.clone(),
             }),
             ..Default::default()
         })?;
@@ -568,7 +587,17 @@ mod tests {
         bad_template.template_id = "nope".into();
         let mut bad_env = request();
         bad_env.env_vars.insert("1BAD".into(), String::new());
-        for (req, want_not_found) in [(auto_pause, false), (bad_template, true), (bad_env, false)] {
+        let mut domain_allowed = request();
+        domain_allowed.allow_out = vec!["example.com".into()];
+        let mut bad_deny = request();
+        bad_deny.deny_out = vec!["10.0.0.0/8".into(), "::/0".into()];
+        for (req, want_not_found) in [
+            (auto_pause, false),
+            (bad_template, true),
+            (bad_env, false),
+            (domain_allowed, false),
+            (bad_deny, false),
+        ] {
             let fp = req
                 .clone()
                 .normalized(Duration::from_secs(300))
@@ -588,6 +617,29 @@ mod tests {
             assert_eq!(claim, None);
         }
         assert_eq!(f.rt.creates.load(Ordering::SeqCst), 0);
+    }
+
+    /// The lists reach the runtime's spec checked and canonical, and the store's row records them.
+    #[tokio::test]
+    async fn network_lists_reach_the_runtime() {
+        let f = fixture(Duration::ZERO);
+        let mut req = request();
+        req.allow_internet_access = Some(false);
+        req.allow_out = vec!["1.1.1.1".into(), "8.8.8.9/24".into()];
+        req.deny_out = vec!["10.0.0.0/8".into()];
+        let sandbox = f.svc.e2b_create(req).await.unwrap();
+        let spec = f.rt.sandboxes.lock().unwrap()[&sandbox.id].spec.clone();
+        let text = |nets: &[sandboxd_runtime::Ipv4Net]| -> Vec<String> {
+            nets.iter().map(|n| n.to_string()).collect()
+        };
+        assert!(!spec.egress);
+        assert_eq!(text(&spec.egress_allow), ["1.1.1.1/32", "8.8.8.0/24"]);
+        assert_eq!(text(&spec.egress_deny), ["10.0.0.0/8"]);
+        assert_eq!(
+            sandbox.network,
+            serde_json::json!({"egress": false, "allowOut": ["1.1.1.1/32", "8.8.8.0/24"],
+                               "denyOut": ["10.0.0.0/8"]})
+        );
     }
 
     fn request() -> E2bCreate {
@@ -617,7 +669,7 @@ mod tests {
     #[test]
     fn every_deciding_field_changes_the_fingerprint() {
         let base = request().fingerprint();
-        let variants: [fn(&mut E2bCreate); 9] = [
+        let variants: [fn(&mut E2bCreate); 11] = [
             |r| r.template_id = "other".into(),
             |r| r.timeout_sec = Some(301),
             |r| {
@@ -631,6 +683,8 @@ mod tests {
             |r| r.secure = Some(true),
             |r| r.allow_internet_access = Some(false),
             |r| r.network = Some(serde_json::json!({})),
+            |r| r.allow_out = vec!["1.1.1.1".into()],
+            |r| r.deny_out = vec!["1.1.1.1".into()],
         ];
         for (i, change) in variants.iter().enumerate() {
             let mut r = request();

@@ -20,6 +20,7 @@ pub mod failpoints;
 pub mod forwarders;
 pub mod idempotency;
 pub mod lifecycle;
+pub mod network;
 pub mod pause;
 pub mod ports;
 pub mod readiness;

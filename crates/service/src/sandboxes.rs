@@ -12,6 +12,7 @@
 //! for the crash tests.
 
 use crate::events::{emit, sandbox_data, SANDBOX_CREATED, SANDBOX_DELETED, SANDBOX_FAILED};
+use crate::network::{self, EgressPolicy};
 use crate::{validate, Service, ServiceError};
 use rand::Rng;
 use sandboxd_api_types as api;
@@ -42,8 +43,8 @@ pub struct CreatePlan {
     pub metadata: BTreeMap<String, String>,
     /// Lifetime in seconds (0 = never expires).
     pub timeout_sec: u64,
-    /// Egress allowed.
-    pub egress: bool,
+    /// Egress default and allow and deny lists, checked ([`crate::network`]).
+    pub network: EgressPolicy,
 }
 
 /// Random lowercase alphanumeric id of `len` characters.
@@ -95,6 +96,7 @@ impl Service {
         validate::env(&env)?;
         let metadata = req.metadata.unwrap_or_default();
         validate::metadata(&metadata)?;
+        let network = network::policy(req.network.as_ref())?;
         Ok(CreatePlan {
             name,
             template,
@@ -103,7 +105,7 @@ impl Service {
             env,
             metadata,
             timeout_sec,
-            egress: req.network.is_some_and(|n| n.egress),
+            network,
         })
     }
 
@@ -126,7 +128,7 @@ impl Service {
             memory_mb: plan.memory_mb as u32,
             metadata: plan.metadata.clone(),
             env: plan.env.clone(),
-            network: serde_json::json!({ "egress": plan.egress }),
+            network: plan.network.to_json(),
             agent_token: token.clone(),
             created_at: now,
             expires_at,
@@ -154,7 +156,9 @@ impl Service {
                 pids_max: ResourceLimits::default().pids_max,
             },
             net_slot: self.config().net_slot_base + slot,
-            egress: plan.egress,
+            egress: plan.network.egress,
+            egress_allow: plan.network.allow,
+            egress_deny: plan.network.deny,
             envs: plan.env.into_iter().collect(),
             agent_token: token,
         };

@@ -74,6 +74,8 @@ impl InMemoryRuntimeForTests {
             limits: Default::default(),
             net_slot: 0,
             egress: false,
+            egress_allow: Vec::new(),
+            egress_deny: Vec::new(),
             envs: Default::default(),
             agent_token: "t".into(),
         };

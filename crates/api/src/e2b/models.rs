@@ -3,7 +3,9 @@
 //! `memoryMB`, … and `allow_internet_access` in snake case, as E2B spells it.
 //!
 //! Requests accept unknown fields (newer SDKs add some); fields this daemon cannot honour are refused
-//! by name rather than ignored.
+//! by name rather than ignored. Inside a create's `network` nothing unknown is accepted: an option
+//! there may restrict the sandbox, and a restriction must be enforced or refused, never dropped (see
+//! [`network_lists`]).
 
 use super::error::E2bError;
 use sandboxd_service::e2b::E2bCreate;
@@ -84,6 +86,7 @@ impl NewSandbox {
         if self.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
             return Err(E2bError::bad_request("volume mounts are not supported"));
         }
+        let (allow_out, deny_out) = network_lists(self.network.as_ref())?;
         Ok(E2bCreate {
             template_id: self.template_id.unwrap_or_default(),
             timeout_sec: self.timeout,
@@ -94,8 +97,73 @@ impl NewSandbox {
             secure: self.secure,
             allow_internet_access: self.allow_internet_access,
             network: self.network,
+            allow_out,
+            deny_out,
         })
     }
+}
+
+/// `network.allowOut` and `network.denyOut` of a create, as sent (the service checks the entries:
+/// IPv4 addresses and CIDR blocks only). The other options of E2B's `network` are refused unless they
+/// ask for nothing: `egressProxy`, `maskRequestHost` (null or empty), `rules`, `httpsPorts` (null or
+/// empty), `allowPublicTraffic` (null or true). `dnsServers` only serves domain names in `allowOut`,
+/// which the service refuses, so it is accepted and has no effect. Any other key is refused.
+pub fn network_lists(
+    network: Option<&serde_json::Value>,
+) -> Result<(Vec<String>, Vec<String>), E2bError> {
+    use serde_json::Value;
+    let object = match network {
+        None | Some(Value::Null) => return Ok((Vec::new(), Vec::new())),
+        Some(Value::Object(object)) => object,
+        Some(_) => return Err(E2bError::bad_request("network must be an object")),
+    };
+    let strings = |key: &str, value: &Value| -> Result<Vec<String>, E2bError> {
+        let wrong = || E2bError::bad_request(format!("network.{key} must be a list of strings"));
+        match value {
+            Value::Null => Ok(Vec::new()),
+            Value::Array(items) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_string).ok_or_else(wrong))
+                .collect(),
+            _ => Err(wrong()),
+        }
+    };
+    let empty = |value: &Value| match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    };
+    let (mut allow, mut deny) = (Vec::new(), Vec::new());
+    for (key, value) in object {
+        let refused = match key.as_str() {
+            "allowOut" => {
+                allow = strings(key, value)?;
+                false
+            }
+            "denyOut" => {
+                deny = strings(key, value)?;
+                false
+            }
+            "dnsServers" => {
+                strings(key, value)?;
+                false
+            }
+            "egressProxy" | "maskRequestHost" | "rules" | "httpsPorts" => !empty(value),
+            "allowPublicTraffic" => !matches!(value, Value::Null | Value::Bool(true)),
+            _ => true,
+        };
+        if refused {
+            let what = if key == "allowPublicTraffic" {
+                "network.allowPublicTraffic: false".to_string()
+            } else {
+                format!("network.{key}")
+            };
+            return Err(E2bError::bad_request(format!("{what} is not supported")));
+        }
+    }
+    Ok((allow, deny))
 }
 
 /// `POST /sandboxes/{id}/timeout`.
@@ -157,7 +225,8 @@ pub struct SandboxBody {
     pub disk_size_mb: u64,
     pub state: &'static str,
     pub metadata: BTreeMap<String, String>,
-    /// Always `false` in details: sandboxes have no egress yet.
+    /// The sandbox's egress default (`network.allowOut`/`denyOut` exceptions are not reported here).
+    /// Not in listings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_internet_access: Option<bool>,
     /// `full` for a paused sandbox: a freeze keeps processes and memory.
@@ -308,6 +377,71 @@ mod tests {
         ] {
             let req: NewSandbox = serde_json::from_str(refused).unwrap();
             assert!(req.into_create().is_err(), "{refused}");
+        }
+    }
+
+    fn create_with_network(network: &str) -> Result<E2bCreate, E2bError> {
+        let body = format!(r#"{{"templateID":"base","network":{network}}}"#);
+        serde_json::from_str::<NewSandbox>(&body)
+            .unwrap()
+            .into_create()
+    }
+
+    #[test]
+    fn network_lists_are_taken_and_options_asking_for_nothing_accepted() {
+        let create = create_with_network(
+            r#"{"allowOut":["1.1.1.1","8.8.8.0/24"],"denyOut":["0.0.0.0/0"],
+                "dnsServers":["8.8.8.8"],"egressProxy":null,"maskRequestHost":"","rules":{},
+                "httpsPorts":[],"allowPublicTraffic":true}"#,
+        )
+        .unwrap();
+        assert_eq!(create.allow_out, ["1.1.1.1", "8.8.8.0/24"]);
+        assert_eq!(create.deny_out, ["0.0.0.0/0"]);
+        assert!(
+            create.network.is_some(),
+            "kept as sent, for the fingerprint"
+        );
+        for absent in ["null", "{}", r#"{"allowOut":null,"denyOut":[]}"#] {
+            let create = create_with_network(absent).unwrap();
+            assert!(
+                create.allow_out.is_empty() && create.deny_out.is_empty(),
+                "{absent}"
+            );
+        }
+    }
+
+    #[test]
+    fn network_options_that_cannot_be_honoured_are_refused_by_name() {
+        for (network, named) in [
+            (
+                r#"{"egressProxy":{"url":"http://proxy:3128"}}"#,
+                "network.egressProxy",
+            ),
+            (
+                r#"{"maskRequestHost":"${PORT}-x.example.com"}"#,
+                "network.maskRequestHost",
+            ),
+            (
+                r#"{"rules":{"example.com":[{"transform":{}}]}}"#,
+                "network.rules",
+            ),
+            (r#"{"rules":[{"x":1}]}"#, "network.rules"),
+            (r#"{"httpsPorts":[443]}"#, "network.httpsPorts"),
+            (
+                r#"{"allowPublicTraffic":false}"#,
+                "network.allowPublicTraffic",
+            ),
+            (r#"{"blockEverything":true}"#, "network.blockEverything"),
+            (
+                r#"{"allowOut":"1.1.1.1"}"#,
+                "network.allowOut must be a list",
+            ),
+            (r#"{"denyOut":[1]}"#, "network.denyOut must be a list"),
+            (r#"["1.1.1.1"]"#, "network must be an object"),
+        ] {
+            let err = create_with_network(network).unwrap_err();
+            assert_eq!(err.status, 400, "{network}");
+            assert!(err.message.contains(named), "{network}: {}", err.message);
         }
     }
 }

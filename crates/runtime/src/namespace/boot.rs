@@ -3,7 +3,7 @@
 //! Guarantee: when [`NamespaceRuntime::boot`] returns a pid, that init runs in its cgroup, behind its
 //! veth pair, in a user namespace whose ids map to `id_map_base..+65536`, confined, and about to serve
 //! the agent on its socket; no user instruction has run yet. When it fails, everything this call made
-//! (process, cgroup, veth pair, socket) is gone again.
+//! (process, cgroup, veth pair and its egress rules, socket) is gone again.
 //!
 //! With a callback directory configured, the plan also binds it read-only at
 //! [`sandboxd_envd::callback::SANDBOX_DIR`] and names the daemon's socket inside it, so the agent can
@@ -88,6 +88,11 @@ impl NamespaceRuntime {
             let _ = cgroup.kill_all();
             let _ = cgroup.remove();
             if attached.load(Ordering::SeqCst) {
+                if spec.needs_egress_rules() {
+                    if let Ok(addrs) = self.net.addrs(spec.net_slot) {
+                        super::egress::revoke(addrs.sandbox).await;
+                    }
+                }
                 let _ = self.net.detach(spec.net_slot).await;
             }
             let _ = std::fs::remove_file(&socket);
@@ -113,12 +118,17 @@ impl NamespaceRuntime {
             .write_all(&config.to_line())
             .await
             .map_err(RuntimeError::Spawn)?;
-        // The network is wired while the agent builds its root.
+        // The network is wired while the agent builds its root; the egress rules are in place before
+        // the init is told to go.
         let (net, userns) = tokio::join!(
             async {
-                let addrs = self.net.attach(spec.net_slot, pid, spec.egress).await?;
-                if spec.egress {
-                    super::egress::allow(addrs.sandbox).await?;
+                let addrs = self
+                    .net
+                    .attach(spec.net_slot, pid, spec.may_send_out())
+                    .await?;
+                attached.store(true, Ordering::SeqCst);
+                if spec.needs_egress_rules() {
+                    super::egress::allow(&addrs, spec).await?;
                 }
                 Ok::<_, RuntimeError>(addrs)
             },
@@ -126,7 +136,6 @@ impl NamespaceRuntime {
                 matches!(m, BootMessage::UserNamespaceReady)
             })
         );
-        attached.store(net.is_ok(), Ordering::SeqCst);
         if let Err(e) = net.and(userns) {
             let _ = write
                 .write_all(

@@ -1,35 +1,145 @@
-//! Egress for the sandboxes that ask for it, and the host-side firewall every sandbox sits behind.
+//! Egress for the sandboxes that ask for it, the allow and deny lists of those that have them, and the
+//! host-side firewall every sandbox sits behind.
 //!
-//! Rules live in one nftables table, `ip sandboxd`, installed idempotently on first use:
+//! Rules live in one nftables table, `ip sandboxd`:
 //! - forwarded traffic from a sandbox interface (`sbh*`) leaves the host only if the sandbox's address
-//!   is in the `egress` set; sandboxes never reach one another through the host, and nothing from
-//!   outside is forwarded into a sandbox except replies;
-//! - traffic from an address in `egress` is masqueraded on its way out.
+//!   is in the `egress` set or its own chain accepts it; sandboxes never reach one another through the
+//!   host (not even with `0.0.0.0/0` allowed), and nothing from outside is forwarded into a sandbox
+//!   except replies;
+//! - traffic from an address in `egress` or `allow_only` is masqueraded on its way out.
 //!
-//! A sandbox with egress is added to the set (and gets a default route) *before* its init is told to
-//! go, so the first instruction already runs with NAT in place; it is removed when the sandbox stops.
-//! Rules are applied with the `nft` tool (`nft -f -`). Without egress no rule is needed: the sandbox
-//! has no route beyond its own /30, and the table is never touched.
+//! **Lists** ([`SandboxSpec::egress_allow`], [`SandboxSpec::egress_deny`]). A sandbox with either list
+//! gets its own chain, `sandbox_<a>_<b>_<c>_<d>` after its address, holding `ip daddr { allow… }
+//! accept` then `ip daddr { deny… } drop` and, without egress, `ip daddr != <host end> drop`; and an
+//! element `<address> : jump <chain>` in the verdict map `egress_policy`. The map is consulted before
+//! anything else, both for forwarded traffic (leaving the host) and for new connections to the host
+//! itself (`input`), so a denied destination is unreachable even when it is one of the host's own
+//! addresses. A destination in neither list gets what the sandbox would get without lists: with
+//! `egress` it leaves the host (and the host's addresses are reachable, as they always were); without,
+//! only the host end of its own pair is. So an allowed destination wins over a denied one, and a
+//! sandbox without egress but with an allow list reaches exactly that list (and its host end): it gets
+//! a default route and sits in `allow_only`, which masquerades it without letting anything else out.
+//!
+//! A sandbox's rules are installed (and the address given a default route when anything may leave)
+//! *before* its init is told to go, so the first instruction already runs under them; they go when
+//! the sandbox stops. Installing first clears whatever an earlier sandbox on the same address left,
+//! and clearing is idempotent, both in one `nft` transaction each: an element is added then deleted,
+//! a chain added, flushed and deleted, so the script succeeds whether or not it was there. A sandbox
+//! without egress and without lists needs no rule: it has no route beyond its own /30, and the table
+//! is never touched for it.
+//!
+//! The static rules ([`install_table`]) are applied once per process, before the first sandbox
+//! rules: they flush and re-add the rules of the base chains only (`forward`, `input`,
+//! `postrouting`); the sets, the map and the per-sandbox chains keep their contents, so sandboxes
+//! adopted from an earlier daemon process keep their policy. Rules are applied with the `nft` tool
+//! (`nft -f -`).
 
-use crate::RuntimeError;
+use crate::{Ipv4Net, NetAddrs, RuntimeError, SandboxSpec};
+use std::fmt::Write;
 use std::net::Ipv4Addr;
 use tokio::io::AsyncWriteExt;
 
 /// Name of the nftables table.
 pub const TABLE: &str = "sandboxd";
 
-const SETUP: &str = r#"add table ip sandboxd
+/// The table and the containers of per-sandbox state; `add` leaves existing ones and their contents.
+const CONTAINERS: &str = r#"add table ip sandboxd
 add set ip sandboxd egress { type ipv4_addr; }
-add chain ip sandboxd forward { type filter hook forward priority 0; policy accept; }
+add set ip sandboxd allow_only { type ipv4_addr; }
+add map ip sandboxd egress_policy { type ipv4_addr : verdict; }
+"#;
+
+/// The static rules (after [`CONTAINERS`]).
+const RULES: &str = r#"add chain ip sandboxd forward { type filter hook forward priority 0; policy accept; }
+add chain ip sandboxd input { type filter hook input priority 0; policy accept; }
 add chain ip sandboxd postrouting { type nat hook postrouting priority 100; policy accept; }
 flush chain ip sandboxd forward
+flush chain ip sandboxd input
 flush chain ip sandboxd postrouting
+add rule ip sandboxd forward iifname "sbh*" oifname != "sbh*" ip saddr vmap @egress_policy
 add rule ip sandboxd forward iifname "sbh*" ip saddr @egress oifname != "sbh*" accept
 add rule ip sandboxd forward iifname "sbh*" drop
 add rule ip sandboxd forward oifname "sbh*" ct state established,related accept
 add rule ip sandboxd forward oifname "sbh*" drop
+add rule ip sandboxd input iifname "sbh*" ct state new ip saddr vmap @egress_policy
 add rule ip sandboxd postrouting ip saddr @egress oifname != "sbh*" masquerade
+add rule ip sandboxd postrouting ip saddr @allow_only oifname != "sbh*" masquerade
 "#;
+
+/// The whole static setup, applied once per process.
+fn setup_script() -> String {
+    format!("{CONTAINERS}{RULES}")
+}
+
+/// The chain holding the lists of the sandbox at `address`.
+pub fn chain_name(address: Ipv4Addr) -> String {
+    let [a, b, c, d] = address.octets();
+    format!("sandbox_{a}_{b}_{c}_{d}")
+}
+
+/// Removes every trace of `address`: set memberships, map element, chain. Idempotent (see the module
+/// docs); assumes [`CONTAINERS`].
+fn clear_script(address: Ipv4Addr) -> String {
+    let chain = chain_name(address);
+    format!(
+        "add element ip {TABLE} egress {{ {address} }}\n\
+         delete element ip {TABLE} egress {{ {address} }}\n\
+         add element ip {TABLE} allow_only {{ {address} }}\n\
+         delete element ip {TABLE} allow_only {{ {address} }}\n\
+         add chain ip {TABLE} {chain}\n\
+         add element ip {TABLE} egress_policy {{ {address} : jump {chain} }}\n\
+         delete element ip {TABLE} egress_policy {{ {address} }}\n\
+         flush chain ip {TABLE} {chain}\n\
+         delete chain ip {TABLE} {chain}\n"
+    )
+}
+
+fn set_of(nets: &[Ipv4Net]) -> String {
+    let items: Vec<String> = Ipv4Net::normalize(nets.to_vec())
+        .iter()
+        .map(Ipv4Net::to_string)
+        .collect();
+    items.join(", ")
+}
+
+/// Replaces whatever the sandbox at `addrs` had with the rules of `spec` (one transaction).
+fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
+    let address = addrs.sandbox;
+    let mut script = format!("{CONTAINERS}{}", clear_script(address));
+    if spec.egress {
+        let _ = writeln!(script, "add element ip {TABLE} egress {{ {address} }}");
+    } else if !spec.egress_allow.is_empty() {
+        let _ = writeln!(script, "add element ip {TABLE} allow_only {{ {address} }}");
+    }
+    if spec.egress_allow.is_empty() && spec.egress_deny.is_empty() {
+        return script;
+    }
+    let chain = chain_name(address);
+    let _ = writeln!(script, "add chain ip {TABLE} {chain}");
+    for (nets, verdict) in [(&spec.egress_allow, "accept"), (&spec.egress_deny, "drop")] {
+        if !nets.is_empty() {
+            let _ = writeln!(
+                script,
+                "add rule ip {TABLE} {chain} ip daddr {{ {} }} {verdict}",
+                set_of(nets)
+            );
+        }
+    }
+    if !spec.egress {
+        // Without egress, the lists are all there is beyond the sandbox's own pair, the host's other
+        // addresses included.
+        let _ = writeln!(
+            script,
+            "add rule ip {TABLE} {chain} ip daddr != {} drop",
+            addrs.host
+        );
+    }
+    let _ = writeln!(
+        script,
+        "add element ip {TABLE} egress_policy {{ {address} : jump {chain} }}"
+    );
+    script
+}
 
 async fn nft(script: &str) -> Result<(), RuntimeError> {
     let mut child = tokio::process::Command::new("nft")
@@ -59,25 +169,160 @@ async fn nft(script: &str) -> Result<(), RuntimeError> {
     }
 }
 
-/// Lets `address` out through NAT: installs the table if needed, turns on IPv4 forwarding, and adds
-/// the address to the egress set.
-pub async fn allow(address: Ipv4Addr) -> Result<(), RuntimeError> {
-    // Once per process: the rules are static, only the set changes.
-    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    INSTALLED
-        .get_or_try_init(|| async {
-            nft(SETUP).await?;
-            std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
-                .map_err(RuntimeError::io("write", "/proc/sys/net/ipv4/ip_forward"))
-        })
-        .await?;
-    nft(&format!("add element ip {TABLE} egress {{ {address} }}\n")).await
+/// Applies the static rules now and turns on IPv4 forwarding: what the first [`allow`] of a process
+/// does. Per-sandbox state (sets, map, sandbox chains) is kept.
+pub async fn install_table() -> Result<(), RuntimeError> {
+    nft(&setup_script()).await?;
+    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+        .map_err(RuntimeError::io("write", "/proc/sys/net/ipv4/ip_forward"))
 }
 
-/// Takes `address` out of the egress set; an address that is not there is fine.
+/// Puts `spec`'s egress rules in place for the sandbox at `addrs` (see the module docs): installs
+/// the static rules once per process, turns on IPv4 forwarding, and replaces whatever rules an earlier
+/// sandbox at this address left. Call it only for a spec that
+/// [needs rules](SandboxSpec::needs_egress_rules).
+pub async fn allow(addrs: &NetAddrs, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    INSTALLED.get_or_try_init(install_table).await?;
+    nft(&install_script(addrs, spec)).await
+}
+
+/// Removes every rule of the sandbox at `address`; an address without any is fine. Best effort: a
+/// failure is logged, and the next sandbox at this address replaces what is left.
 pub async fn revoke(address: Ipv4Addr) {
-    let _ = nft(&format!(
-        "delete element ip {TABLE} egress {{ {address} }}\n"
-    ))
-    .await;
+    if let Err(e) = nft(&format!("{CONTAINERS}{}", clear_script(address))).await {
+        tracing::warn!(%address, error = %e, "removing a sandbox's egress rules failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ResourceLimits;
+
+    fn spec(egress: bool, allow: &[&str], deny: &[&str]) -> SandboxSpec {
+        let nets = |list: &[&str]| list.iter().map(|n| n.parse().unwrap()).collect();
+        SandboxSpec {
+            id: "sb".into(),
+            template: "base".into(),
+            limits: ResourceLimits::default(),
+            net_slot: 1,
+            egress,
+            egress_allow: nets(allow),
+            egress_deny: nets(deny),
+            envs: Default::default(),
+            agent_token: "t".into(),
+        }
+    }
+
+    const ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 6);
+    const ADDRS: NetAddrs = NetAddrs {
+        slot: 1,
+        host: Ipv4Addr::new(10, 201, 0, 5),
+        sandbox: ADDR,
+        prefix: 30,
+    };
+
+    /// The lines of `script` after the containers and the clearing of [`ADDR`].
+    fn installed(spec: &SandboxSpec) -> Vec<String> {
+        let script = install_script(&ADDRS, spec);
+        let prefix = format!("{CONTAINERS}{}", clear_script(ADDR));
+        let rest = script
+            .strip_prefix(&prefix)
+            .unwrap_or_else(|| panic!("install does not clear first:\n{script}"));
+        rest.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_sandbox_without_lists_keeps_the_plain_egress_rules() {
+        assert_eq!(
+            installed(&spec(true, &[], &[])),
+            ["add element ip sandboxd egress { 10.201.0.6 }"]
+        );
+    }
+
+    #[test]
+    fn lists_get_their_own_chain_allow_before_deny() {
+        assert_eq!(
+            installed(&spec(
+                true,
+                &["1.1.1.1", "1.1.1.0/24"],
+                &["10.0.0.0/8", "0.0.0.0/0"]
+            )),
+            [
+                "add element ip sandboxd egress { 10.201.0.6 }",
+                "add chain ip sandboxd sandbox_10_201_0_6",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr { 1.1.1.0/24 } accept",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr { 0.0.0.0/0 } drop",
+                "add element ip sandboxd egress_policy { 10.201.0.6 : jump sandbox_10_201_0_6 }",
+            ]
+        );
+    }
+
+    #[test]
+    fn without_egress_an_allow_list_is_masqueraded_but_not_opened_wide() {
+        assert_eq!(
+            installed(&spec(false, &["198.18.0.2", "8.8.8.0/24"], &[])),
+            [
+                "add element ip sandboxd allow_only { 10.201.0.6 }",
+                "add chain ip sandboxd sandbox_10_201_0_6",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr { 8.8.8.0/24, 198.18.0.2/32 } accept",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr != 10.201.0.5 drop",
+                "add element ip sandboxd egress_policy { 10.201.0.6 : jump sandbox_10_201_0_6 }",
+            ]
+        );
+        // A deny list alone opens nothing: no route, no NAT, only the chain.
+        let deny_only = installed(&spec(false, &[], &["10.0.0.0/8"]));
+        assert!(deny_only
+            .iter()
+            .all(|l| !l.contains("egress {") && !l.contains("allow_only {")));
+        assert!(deny_only.contains(
+            &"add rule ip sandboxd sandbox_10_201_0_6 ip daddr { 10.0.0.0/8 } drop".to_string()
+        ));
+    }
+
+    #[test]
+    fn clearing_adds_before_it_deletes_so_it_never_fails_on_absence() {
+        let script = clear_script(ADDR);
+        for what in [
+            "element ip sandboxd egress { 10.201.0.6",
+            "element ip sandboxd allow_only { 10.201.0.6",
+            "element ip sandboxd egress_policy { 10.201.0.6",
+            "chain ip sandboxd sandbox_10_201_0_6",
+        ] {
+            let add = script
+                .find(&format!("add {what}"))
+                .unwrap_or_else(|| panic!("no add {what}"));
+            let delete = script
+                .find(&format!("delete {what}"))
+                .unwrap_or_else(|| panic!("no delete {what}"));
+            assert!(add < delete, "{what}:\n{script}");
+        }
+    }
+
+    #[test]
+    fn the_static_rules_consult_the_lists_first_and_flush_only_base_chains() {
+        let setup = setup_script();
+        let rules: Vec<&str> = setup
+            .lines()
+            .filter(|l| l.starts_with("add rule"))
+            .collect();
+        assert!(rules[0].contains("forward") && rules[0].contains("vmap @egress_policy"));
+        assert!(rules.iter().any(|r| r.contains(" input ")
+            && r.contains("ct state new")
+            && r.contains("vmap @egress_policy")));
+        let flushed: Vec<&str> = setup.lines().filter(|l| l.starts_with("flush")).collect();
+        assert_eq!(
+            flushed,
+            [
+                "flush chain ip sandboxd forward",
+                "flush chain ip sandboxd input",
+                "flush chain ip sandboxd postrouting"
+            ]
+        );
+        assert!(
+            !setup.contains("delete"),
+            "setup must keep per-sandbox state"
+        );
+    }
 }

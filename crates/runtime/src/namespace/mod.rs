@@ -178,7 +178,7 @@ impl NamespaceRuntime {
         let cgroup = self.cgroups.open(&p.spec.id);
         cgroup.kill_all()?;
         cgroup.remove()?;
-        if p.spec.egress {
+        if p.spec.needs_egress_rules() {
             egress::revoke(self.net.addrs(p.spec.net_slot)?.sandbox).await;
         }
         self.net.detach(p.spec.net_slot).await

@@ -131,6 +131,8 @@ mod tests {
             limits: ResourceLimits::default(),
             net_slot: 0,
             egress: false,
+            egress_allow: Vec::new(),
+            egress_deny: Vec::new(),
             envs: Default::default(),
             agent_token: "t".into(),
         }

@@ -69,6 +69,8 @@ pub fn spec(slot: u32, limits: ResourceLimits) -> SandboxSpec {
         limits,
         net_slot: slot,
         egress: false,
+        egress_allow: Vec::new(),
+        egress_deny: Vec::new(),
         envs: Default::default(),
         agent_token: unique_id("token"),
     }
