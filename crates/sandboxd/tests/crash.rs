@@ -11,8 +11,9 @@
 mod common;
 
 use common::{
-    agent_token, assert_agree, e2e, get, id_of, in_background, post_agent_event, query,
-    ready_event, restart_and_reconcile, serve_port, wait_for_row, Daemon,
+    agent_token, assert_agree, create_in_background, e2e, get, id_of, in_background,
+    post_agent_event, query, ready_event, restart_and_reconcile, serve_port, start_with_one_acked,
+    wait_for_row, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -69,16 +70,9 @@ fn kill9_while_exposing_installs_the_exposure_once() {
 #[test]
 fn kill9_before_readiness_is_applied_fails_the_unanswered_sandbox() {
     e2e(|| async {
-        let mut d = Daemon::start_with(
-            &[],
-            &[("FAILPOINTS", "callback.before-apply=1*off->return(60000)")],
-        )
-        .await;
-        let acked = d.create_id().await;
-        let hung = in_background(&d, |c, url| {
-            c.post(format!("{url}/v1/sandboxes"))
-                .json(&json!({"name": "unready"}))
-        });
+        let (mut d, acked) =
+            start_with_one_acked("callback.before-apply=1*off->return(60000)").await;
+        let hung = create_in_background(&d, "unready");
         let half = wait_for_row(
             &d,
             "SELECT id FROM sandboxes WHERE name = 'unready' AND state = 'starting'",
@@ -134,10 +128,7 @@ fn kill9_after_readiness_is_applied_makes_the_retry_a_duplicate() {
             .unwrap();
         assert_eq!(hook.status(), 201);
         let acked = d.create_id().await;
-        let hung = in_background(&d, |c, url| {
-            c.post(format!("{url}/v1/sandboxes"))
-                .json(&json!({"name": "answer-lost"}))
-        });
+        let hung = create_in_background(&d, "answer-lost");
         let half = wait_for_row(
             &d,
             "SELECT id FROM sandboxes WHERE name = 'answer-lost' AND state = 'running'",

@@ -9,8 +9,8 @@
 mod common;
 
 use common::{
-    agent_token, e2e, failed_event, get, id_of, in_background, post_agent_event, query,
-    ready_event, runtime_ids, slot_holders, wait_for_row, Daemon,
+    agent_token, create_in_background, e2e, failed_event, get, id_of, post_agent_event, query,
+    ready_event, reconcile, runtime_ids, slot_holders, wait_for_row, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -52,10 +52,7 @@ async fn create_silent(
     String,
     tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
 ) {
-    let body = json!({ "name": name });
-    let pending = in_background(d, |c, url| {
-        c.post(format!("{url}/v1/sandboxes")).json(&body)
-    });
+    let pending = create_in_background(d, name);
     let id = wait_for_row(
         d,
         &format!("SELECT id FROM sandboxes WHERE name = '{name}' AND state = 'starting'"),
@@ -236,15 +233,7 @@ fn agent_dying_before_first_contact_fails_the_sandbox_within_its_deadline() {
         let ports = query(&d, "SELECT count(*) FROM exposed_ports");
         assert_eq!(ports, ["0"]);
         // Nothing was left for the reconciler.
-        let report: Value = d
-            .http()
-            .post(d.endpoint("/v1/admin/reconcile"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let report = reconcile(&d).await;
         assert_eq!(report["totalActions"], 0, "{report}");
     });
 }

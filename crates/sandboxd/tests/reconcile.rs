@@ -14,8 +14,8 @@
 mod common;
 
 use common::{
-    assert_agree, e2e, get, id_of, in_background, query, reconcile, restart_and_reconcile,
-    runtime_ids, wait_for_row, Daemon,
+    assert_agree, create_in_background, e2e, get, id_of, in_background, query, reconcile,
+    restart_and_reconcile, runtime_ids, start_with_one_acked, wait_for_row, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -25,16 +25,8 @@ use std::time::Duration;
 #[test]
 fn kill9_after_the_row_is_written_fails_the_create_and_frees_its_name() {
     e2e(|| async {
-        let mut d = Daemon::start_with(
-            &[],
-            &[("FAILPOINTS", "create.after-insert=1*off->return(60000)")],
-        )
-        .await;
-        let acked = d.create_id().await;
-        let hung = in_background(&d, |c, url| {
-            c.post(format!("{url}/v1/sandboxes"))
-                .json(&json!({"name": "retry-me"}))
-        });
+        let (mut d, acked) = start_with_one_acked("create.after-insert=1*off->return(60000)").await;
+        let hung = create_in_background(&d, "retry-me");
         let half = wait_for_row(
             &d,
             "SELECT id FROM sandboxes WHERE name = 'retry-me' AND state = 'creating'",
@@ -68,16 +60,9 @@ fn kill9_after_the_row_is_written_fails_the_create_and_frees_its_name() {
 #[test]
 fn kill9_after_the_runtime_started_keeps_the_sandbox_its_agent_reported_ready() {
     e2e(|| async {
-        let mut d = Daemon::start_with(
-            &[],
-            &[("FAILPOINTS", "create.after-runtime=1*off->return(60000)")],
-        )
-        .await;
-        let acked = d.create_id().await;
-        let hung = in_background(&d, |c, url| {
-            c.post(format!("{url}/v1/sandboxes"))
-                .json(&json!({"name": "half-started"}))
-        });
+        let (mut d, acked) =
+            start_with_one_acked("create.after-runtime=1*off->return(60000)").await;
+        let hung = create_in_background(&d, "half-started");
         // The create holds at the failpoint; the agent's call-home does not wait for it.
         let half = wait_for_row(
             &d,

@@ -12,7 +12,7 @@
 //! | `callback.after-apply` | the event's change committed; not yet answered |
 //! | `agent.exit-before-ready` (runtime) | `return`: the booting agent exits before its first call home |
 //!
-//! The flow steps are [`hold`] points: `return(MS)` parks the flow for MS milliseconds *without*
+//! The flow steps are `hold` points: `return(MS)` parks the flow for MS milliseconds *without*
 //! blocking a runtime worker, so the rest of the daemon (an agent's call-home, other requests) goes on
 //! while a test kills it there. (The `fail` crate's own `sleep` blocks the thread, and a task queued
 //! behind a blocked worker can starve.)

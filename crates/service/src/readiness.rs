@@ -15,7 +15,7 @@
 //!   on a sandbox already settled; so ready and failed about one sandbox end `failed` in either order.
 //! - **Never.** The create's waiter gives up at [`crate::ServiceConfig::ready_deadline`] and settles the
 //!   sandbox `failed` with the reason (its agent exited, or stayed silent), releasing its name, slot
-//!   and exposures ([`Service::settle`]); the waiter runs in its own task, so a caller that hung up does
+//!   and exposures (`Service::settle`); the waiter runs in its own task, so a caller that hung up does
 //!   not take the deadline with it. A `starting` sandbox whose waiter died with its daemon is the
 //!   sandbox reconciler's ([`crate::reconcile::sandboxes`]).
 //!

@@ -76,3 +76,22 @@ pub fn in_background(
     let sent = req(d.http(), &d.url()).send();
     tokio::spawn(sent)
 }
+
+/// Starts `POST /v1/sandboxes {"name": name}` in the background (a failpoint may hold it).
+pub fn create_in_background(
+    d: &Daemon,
+    name: &str,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let body = serde_json::json!({ "name": name });
+    in_background(d, |c, url| {
+        c.post(format!("{url}/v1/sandboxes")).json(&body)
+    })
+}
+
+/// Starts a daemon with `FAILPOINTS=failpoints` and has it acknowledge one create (which passes the
+/// failpoints' first hits: `1*off->…`); returns the daemon and that sandbox.
+pub async fn start_with_one_acked(failpoints: &str) -> (Daemon, String) {
+    let d = Daemon::start_with(&[], &[("FAILPOINTS", failpoints)]).await;
+    let acked = d.create_id().await;
+    (d, acked)
+}
