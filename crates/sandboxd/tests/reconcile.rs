@@ -15,7 +15,7 @@ mod common;
 
 use common::{
     assert_agree, create_in_background, e2e, get, id_of, in_background, query, reconcile,
-    restart_and_reconcile, runtime_ids, start_with_one_acked, wait_for_row, Daemon,
+    restart_and_reconcile, runtime_ids, start_with_one_acked, tamper, wait_for_row, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -74,10 +74,15 @@ fn kill9_after_the_runtime_started_keeps_the_sandbox_its_agent_reported_ready() 
             hung.await.unwrap().is_err(),
             "the create cannot have answered"
         );
-        restart_and_reconcile(&mut d).await;
-        // The crash came before the create stored where the sandbox is: the first request that needs it
-        // asks the runtime (the authority), stores the answer, and is served (read-repair).
+        // The store loses where the sandbox is (as a row from an older build never had it): the first
+        // request that needs it asks the runtime (the authority), stores the answer, and is served.
         let endpoint = format!("SELECT address FROM sandbox_endpoints WHERE sandbox_id = '{half}'");
+        assert_eq!(query(&d, &endpoint).len(), 1, "the create stored it");
+        tamper(
+            &d,
+            &format!("DELETE FROM sandbox_endpoints WHERE sandbox_id = '{half}'"),
+        );
+        restart_and_reconcile(&mut d).await;
         assert!(query(&d, &endpoint).is_empty());
         assert_agree(&d, &[&acked, &half]).await;
         assert_eq!(

@@ -2,10 +2,10 @@
 //!
 //! Where a sandbox's services are is the runtime's fact (its address, its agent socket): the runtime is
 //! the designated authority, the store keeps a copy (`sandbox_endpoints`) and the service a cache in
-//! front of it. The create flow records the runtime's answer once the sandbox booted; a reader that
-//! finds no copy (the agent's readiness raced ahead of that write, the daemon died between boot and
-//! write, a row from an older build) asks the runtime synchronously, stores the answer with an upsert
-//! and serves it (read-repair). Deleting or settling a sandbox forgets it.
+//! front of it. The create flow records the runtime's answer in the write that marks the sandbox
+//! `starting`; a reader that finds no copy (a row from before the store kept one, a copy lost or
+//! unreadable) asks the runtime synchronously, stores the answer with an upsert and serves it
+//! (read-repair). Deleting or settling a sandbox forgets it.
 
 use crate::events::{emit, Event, PORT_EXPOSED, PORT_UNEXPOSED};
 use crate::{Service, ServiceError};
@@ -90,12 +90,7 @@ impl Service {
     /// Stores the runtime's word on where sandbox `info` is (an upsert: racing writers converge). A
     /// failure only costs a later read-repair, so it is logged, not returned.
     pub(crate) async fn record_endpoint(&self, info: &SandboxInfo) {
-        let row = StoredEndpoint {
-            sandbox_id: info.spec.id.clone(),
-            address: info.net.sandbox,
-            agent_socket: info.agent.socket.clone(),
-            observed_at: unix_millis_now(),
-        };
+        let row = observed_endpoint(info);
         if let Err(e) = self
             .writer()
             .write(move |tx| tx.upsert_endpoint(&row))
@@ -362,6 +357,16 @@ fn to_api(row: &ExposedPort) -> api::ExposedPort {
         protocol: row.protocol.as_str().to_string(),
         public_url: row.public_url.clone(),
         host_port: (row.host_port > 0).then_some(row.host_port),
+    }
+}
+
+/// The store's copy of what the runtime says of `info`'s sandbox, observed now.
+pub(crate) fn observed_endpoint(info: &SandboxInfo) -> StoredEndpoint {
+    StoredEndpoint {
+        sandbox_id: info.spec.id.clone(),
+        address: info.net.sandbox,
+        agent_socket: info.agent.socket.clone(),
+        observed_at: unix_millis_now(),
     }
 }
 

@@ -163,20 +163,26 @@ impl Service {
             agent_token: token,
         };
         let started = async {
-            self.runtime().create(&spec).await?;
-            // `starting` before the boot: the agent may call home as soon as it serves.
+            let made = self.runtime().create(&spec).await?;
+            // `starting` before the boot: the agent may call home as soon as it serves. Where the
+            // sandbox will be is the runtime's answer already; it is stored in the same write.
             let rid = id.clone();
+            let endpoint = crate::ports::observed_endpoint(&made);
             let moved = self
                 .writer()
                 .write(move |tx| {
                     let now = unix_millis_now();
-                    tx.set_state(
+                    let moved = tx.set_state(
                         &rid,
                         &[SandboxState::Creating],
                         SandboxState::Starting,
                         None,
                         now,
-                    )
+                    )?;
+                    if moved {
+                        tx.upsert_endpoint(&endpoint)?;
+                    }
+                    Ok(moved)
                 })
                 .await?;
             if !moved {
@@ -185,15 +191,14 @@ impl Service {
                     reason: "it was deleted while being created".into(),
                 });
             }
-            Ok(self.runtime().start(&spec.id).await?)
+            self.runtime().start(&spec.id).await?;
+            Ok(())
         }
         .await;
-        let info = match started {
-            Ok(info) => info,
-            Err(e) => return Err(self.undo_create(&id, e).await),
-        };
+        if let Err(e) = started {
+            return Err(self.undo_create(&id, e).await);
+        }
         crate::failpoints::hold("create.after-runtime").await;
-        self.record_endpoint(&info).await;
         // Its own task: the deadline holds even if this caller goes away.
         let svc = self.clone();
         let rid = id.clone();

@@ -23,17 +23,29 @@ pub fn runtime_ids(d: &Daemon) -> BTreeSet<String> {
 /// joined by `|`). Reads the store directly, so it works while a failpoint holds one of the daemon's
 /// worker threads.
 pub fn query(d: &Daemon, sql: &str) -> Vec<String> {
+    sqlite(d, "ro", sql)
+}
+
+/// Runs the write `sql` against the daemon's database — only while the daemon is down, to leave what
+/// a crash, an older build or a damaged copy would.
+pub fn tamper(d: &Daemon, sql: &str) {
+    sqlite(d, "rw", sql);
+}
+
+fn sqlite(d: &Daemon, mode: &str, sql: &str) -> Vec<String> {
     let db = d.data_dir().join("sandboxd.db");
     let out = std::process::Command::new("python3")
         .arg("-c")
         .arg(
             "import sqlite3, sys\n\
-             c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n\
+             c = sqlite3.connect('file:' + sys.argv[1] + '?mode=' + sys.argv[3], uri=True)\n\
              for row in c.execute(sys.argv[2]):\n\
-             \x20   print('|'.join(str(v) for v in row))",
+             \x20   print('|'.join(str(v) for v in row))\n\
+             c.commit()",
         )
         .arg(&db)
         .arg(sql)
+        .arg(mode)
         .output()
         .expect("run python3");
     assert!(
