@@ -13,6 +13,7 @@ pub mod config;
 pub mod tls;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use config::{Cli, Command, ServeConfig};
 use sandboxd_api::{auth::Auth, metrics::Metrics};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
@@ -155,9 +156,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Metrics::default(),
         proxy,
     );
+    // No Nagle: an answer leaves in several writes (head, body frames), and a small write held back
+    // for the client's delayed ACK costs up to 40 ms a request.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .with_context(|| format!("listening on {}", config.listen))?;
+        .with_context(|| format!("listening on {}", config.listen))?
+        .tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
     let tls = match config.tls_listen {
         Some(addr) => {
             let serving = tls::listen(addr, data_dir.join("certs"), app.clone()).await?;

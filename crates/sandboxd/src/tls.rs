@@ -160,6 +160,7 @@ pub async fn listen(
                     continue;
                 }
             };
+            let _ = tcp.set_nodelay(true);
             let (acceptor, app) = (acceptor.clone(), app.clone());
             tokio::spawn(async move {
                 let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
