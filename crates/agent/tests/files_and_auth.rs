@@ -312,3 +312,54 @@ async fn file_operations_run_with_the_users_permissions() {
         .unwrap_err();
     assert!(matches!(err, Error::Status { status: 403, .. }), "{err:?}");
 }
+
+/// An early answer (here a refused token, before the upload's body is read) keeps its connection:
+/// the rest of the body is drained, so a client still sending it can finish and read the answer
+/// instead of failing with a broken pipe — and can send its next request on the same connection.
+#[tokio::test]
+async fn an_early_answer_drains_the_unread_body_and_keeps_the_connection() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let agent = Agent::start().await;
+    let stream = tokio::net::UnixStream::connect(&agent.socket)
+        .await
+        .unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut read = tokio::io::BufReader::new(read);
+    let len = 8 * 1024 * 1024;
+    let head = format!(
+        "POST /files?path=/tmp/never HTTP/1.1\r\nhost: localhost\r\nx-access-token: wrong\r\n\
+         content-type: application/octet-stream\r\ncontent-length: {len}\r\n\r\n"
+    );
+    write.write_all(head.as_bytes()).await.unwrap();
+    write.write_all(&vec![b'x'; 64 * 1024]).await.unwrap();
+    let mut status = String::new();
+    read.read_line(&mut status).await.unwrap();
+    assert!(status.starts_with("HTTP/1.1 401"), "{status:?}");
+    // The answer came first; the rest of the body still goes through (without draining, the agent
+    // closes the connection and this write fails with a broken pipe).
+    write
+        .write_all(&vec![b'x'; len - 64 * 1024])
+        .await
+        .expect("the rest of the body is accepted after the early answer");
+    let mut content_length = 0usize;
+    loop {
+        let mut line = String::new();
+        read.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            content_length = v.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; content_length];
+    read.read_exact(&mut body).await.unwrap();
+    // The same connection serves the next request.
+    write
+        .write_all(b"GET /health HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut next = String::new();
+    read.read_line(&mut next).await.unwrap();
+    assert!(next.starts_with("HTTP/1.1 204"), "{next:?}");
+}

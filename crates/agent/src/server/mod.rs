@@ -22,6 +22,7 @@
 //!   when serving cannot start or ends in an error (best effort; a graceful shutdown reports nothing).
 
 mod auth;
+mod drain;
 mod error;
 mod files;
 mod fs;
@@ -233,6 +234,8 @@ fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_token,
         ))
+        // Outermost: covers the early answers of the token check too.
+        .layer(axum::middleware::from_fn(drain::drain_unread))
         .with_state(state)
 }
 
