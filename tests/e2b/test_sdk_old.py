@@ -39,13 +39,15 @@ def main():
         assert sbx.files.read("/home/user/old.txt") == "written by the old sdk"
         info = sbx.get_info()
         assert info.metadata["run"] == RUN, info.metadata
-        # The control call of connect (POST /sandboxes/{id}/connect). 2.20 sends it with the sandbox
-        # headers, and the sandbox it returns carries no E2b-Sandbox-Id for envd (so with
-        # E2B_SANDBOX_URL only the control call is usable): check the call, not envd through it.
+        # connect (POST /sandboxes/{id}/connect). The sandbox 2.20 returns sends its envd calls with
+        # only the X-Access-Token (no E2b-Sandbox-Id): the daemon routes them by that token.
         same = Sandbox.connect(sbx.sandbox_id)
         assert same.sandbox_id == sbx.sandbox_id
         assert same.get_info().state.value == "running"
-        print("PASS  create (POST /sandboxes), commands.run, files, get_info, connect")
+        r = same.commands.run("echo via-connect")
+        assert r.stdout == "via-connect\n", repr(r.stdout)
+        assert same.files.read("/home/user/old.txt") == "written by the old sdk"
+        print("PASS  create (POST /sandboxes), commands.run, files, get_info, connect + envd")
     finally:
         assert sbx.kill() is True
     assert Sandbox.kill(sbx.sandbox_id) is False

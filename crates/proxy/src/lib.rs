@@ -66,6 +66,13 @@ pub trait Resolver: Send + Sync + 'static {
     async fn target_for_host(&self, _host: &str) -> Option<Target> {
         None
     }
+
+    /// The target of an envd call ([`route::is_envd_call`]) that carries nothing but a sandbox's
+    /// access token (`X-Access-Token`), as older E2B SDKs send after `connect`: the envd port of the
+    /// sandbox that token belongs to. `None` (the default) hands the request to the API router.
+    async fn target_for_access_token(&self, _token: &str) -> Option<Target> {
+        None
+    }
 }
 
 /// Everything configurable about a [`Proxy`].
@@ -157,6 +164,11 @@ impl Proxy {
         }
         if let Some(host) = route::host_of(req.headers(), req.uri()) {
             if let Some(target) = self.resolver.target_for_host(&host).await {
+                return Ok(self.forward(target, req).await);
+            }
+        }
+        if let Some(token) = route::envd_access_token(req.headers(), req.uri()) {
+            if let Some(target) = self.resolver.target_for_access_token(token).await {
                 return Ok(self.forward(target, req).await);
             }
         }

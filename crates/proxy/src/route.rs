@@ -6,6 +6,10 @@
 //! 2. it carries both `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers (header names are case-insensitive),
 //!    which is how the E2B SDK addresses sandboxes when `E2B_SANDBOX_URL` is set.
 //!
+//! Failing both, an envd call ([`is_envd_call`]: `/files`, `/process.Process/…`,
+//! `/filesystem.Filesystem/…`) that carries an `X-Access-Token` is the proxy's when the resolver knows
+//! the token ([`envd_access_token`]) — older E2B SDKs address a sandbox they `connect`ed to this way.
+//!
 //! The host pattern wins over the headers. Sandbox ids are `[a-z0-9-]{1,63}` (uppercase is rejected, not
 //! folded); ports are decimal `1..=65535` without sign or leading zero. Anything else is "not a proxy
 //! request" (`None`), never an error or a panic, so the daemon's API router sees it.
@@ -24,6 +28,26 @@ pub struct Target {
 pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
 /// `E2b-Sandbox-Port` (matched case-insensitively, as all header names).
 pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
+
+/// `X-Access-Token` (matched case-insensitively, as all header names).
+pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+
+/// Whether `uri` is a call of the envd protocol (the agent's own surface, never the daemon's API).
+pub(crate) fn is_envd_call(uri: &Uri) -> bool {
+    let path = uri.path();
+    path == "/files"
+        || path.starts_with("/process.Process/")
+        || path.starts_with("/filesystem.Filesystem/")
+}
+
+/// The access token of an envd call that carries one (non-empty, visible ASCII); `None` otherwise.
+pub(crate) fn envd_access_token<'a>(headers: &'a HeaderMap, uri: &Uri) -> Option<&'a str> {
+    if !is_envd_call(uri) {
+        return None;
+    }
+    let token = headers.get(ACCESS_TOKEN_HEADER)?.to_str().ok()?;
+    (!token.is_empty() && token.len() <= 256).then_some(token)
+}
 
 /// The target of a request given its headers and URI (host pattern first, then the E2B headers).
 pub(crate) fn target_of(domain: &str, headers: &HeaderMap, uri: &Uri) -> Option<Target> {
@@ -108,6 +132,28 @@ pub(crate) fn valid_sandbox_id(id: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn envd_calls_are_routed_by_their_access_token_only() {
+        let mut headers = HeaderMap::new();
+        headers.insert("X-Access-Token", "tok".parse().unwrap());
+        for path in [
+            "/files?path=/x",
+            "/process.Process/Start",
+            "/filesystem.Filesystem/Stat",
+        ] {
+            let uri: Uri = path.parse().unwrap();
+            assert_eq!(envd_access_token(&headers, &uri), Some("tok"), "{path}");
+        }
+        for path in ["/v1/sandboxes", "/sandboxes", "/health", "/filesx", "/"] {
+            let uri: Uri = path.parse().unwrap();
+            assert_eq!(envd_access_token(&headers, &uri), None, "{path}");
+        }
+        let uri: Uri = "/files".parse().unwrap();
+        assert_eq!(envd_access_token(&HeaderMap::new(), &uri), None);
+        headers.insert("X-Access-Token", "".parse().unwrap());
+        assert_eq!(envd_access_token(&headers, &uri), None);
+    }
     use super::*;
     use http::HeaderValue;
 

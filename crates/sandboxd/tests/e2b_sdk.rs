@@ -121,7 +121,8 @@ fn js_sdk_acceptance() {
     });
 }
 
-/// The older Python SDK (2.20.0) creates through `POST /sandboxes` and runs a command.
+/// The older Python SDK (2.20.0) creates through `POST /sandboxes`, runs a command, and drives envd
+/// through a `connect`ed instance (routed by its access token alone).
 #[test]
 fn old_python_sdk_creates_and_runs_a_command() {
     e2b_test(async {

@@ -219,6 +219,10 @@ impl Resolver for DomainResolver {
     async fn target_for_host(&self, host: &str) -> Option<Target> {
         self.0.target_for_host(host).await
     }
+
+    async fn target_for_access_token(&self, token: &str) -> Option<Target> {
+        self.0.target_for_access_token(token).await
+    }
 }
 
 #[cfg(test)]

@@ -360,6 +360,23 @@ fn to_api(row: &ExposedPort) -> api::ExposedPort {
     }
 }
 
+impl Service {
+    /// The envd port of the running sandbox whose agent token is `token` (see
+    /// [`Resolver::target_for_access_token`]); `None` for any other token, or a store error.
+    pub async fn target_for_access_token(&self, token: &str) -> Option<Target> {
+        let token = token.to_string();
+        let sandbox = self
+            .reader()
+            .read(move |tx| tx.get_sandbox_by_agent_token(&token))
+            .await
+            .ok()??;
+        (sandbox.state == SandboxState::Running).then_some(Target {
+            sandbox_id: sandbox.id,
+            port: AGENT_PORT,
+        })
+    }
+}
+
 /// The store's copy of what the runtime says of `info`'s sandbox, observed now.
 pub(crate) fn observed_endpoint(info: &SandboxInfo) -> StoredEndpoint {
     StoredEndpoint {

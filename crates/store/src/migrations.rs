@@ -38,6 +38,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "sandbox endpoints as observed by the runtime",
         sql: SCHEMA_V3,
     },
+    Migration {
+        version: 4,
+        name: "sandboxes by agent token",
+        sql: SCHEMA_V4,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -180,6 +185,11 @@ CREATE TABLE sandbox_endpoints (
     agent_socket TEXT NOT NULL,
     observed_at  INTEGER NOT NULL
 );
+"#;
+
+/// Envd calls that carry nothing but a sandbox's access token are routed by it.
+const SCHEMA_V4: &str = r#"
+CREATE INDEX idx_sandboxes_agent_token ON sandboxes(agent_token) WHERE agent_token <> '';
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

@@ -238,6 +238,19 @@ impl ReadTx<'_> {
             .optional()?)
     }
 
+    /// The sandbox whose agent token is `token` (`None` for an empty token).
+    pub fn get_sandbox_by_agent_token(&self, token: &str) -> Result<Option<Sandbox>> {
+        if token.is_empty() {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {COLUMNS} FROM sandboxes WHERE agent_token = ?1");
+        Ok(self
+            .conn()
+            .prepare_cached(&sql)?
+            .query_row([token], from_row)
+            .optional()?)
+    }
+
     /// The sandbox with this id.
     pub fn get_sandbox_by_id(&self, id: &str) -> Result<Option<Sandbox>> {
         let sql = format!("SELECT {COLUMNS} FROM sandboxes WHERE id = ?1");
