@@ -497,16 +497,24 @@ mod tests {
         )
     }
 
+    /// `n` concurrent E2B creates of [`request`].
+    fn identical_creates(
+        svc: &Service,
+        n: usize,
+    ) -> Vec<tokio::task::JoinHandle<Result<Sandbox, ServiceError>>> {
+        (0..n)
+            .map(|_| {
+                let svc = svc.clone();
+                tokio::spawn(async move { svc.e2b_create(request()).await })
+            })
+            .collect()
+    }
+
     /// Duplicates that arrive while the first create runs wait for it and get its sandbox.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_duplicates_share_the_in_flight_create() {
         let f = fixture(Duration::from_millis(200));
-        let calls: Vec<_> = (0..50)
-            .map(|_| {
-                let service = f.svc.clone();
-                tokio::spawn(async move { service.e2b_create(request()).await })
-            })
-            .collect();
+        let calls = identical_creates(&f.svc, 50);
         let mut ids = std::collections::HashSet::new();
         for call in calls {
             ids.insert(call.await.unwrap().unwrap().id);
@@ -560,12 +568,7 @@ mod tests {
             InMemoryRuntimeForTests::default(),
         );
         *f.rt.started.lock().unwrap() = None; // the agents never call home
-        let calls: Vec<_> = (0..20)
-            .map(|_| {
-                let svc = f.svc.clone();
-                tokio::spawn(async move { svc.e2b_create(request()).await })
-            })
-            .collect();
+        let calls = identical_creates(&f.svc, 20);
         let mut ids = std::collections::BTreeSet::new();
         for call in calls {
             match call.await.unwrap() {
