@@ -85,6 +85,10 @@ pub struct Sandbox {
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
+    /// Its network posture as enforced: egress, and the allow and deny lists in canonical form
+    /// (`a.b.c.d/n`, sorted, without duplicates or blocks inside another).
+    #[serde(default)]
+    pub network: NetworkPolicy,
 }
 
 /// A page of sandboxes.

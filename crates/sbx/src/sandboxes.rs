@@ -22,10 +22,12 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
         env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),
         metadata: (!args.metadata.is_empty()).then(|| args.metadata.into_iter().collect()),
         timeout_sec: args.timeout,
-        network: args.egress.then_some(NetworkPolicy {
-            egress: true,
-            ..Default::default()
-        }),
+        network: (args.egress || !args.allow_out.is_empty() || !args.deny_out.is_empty())
+            .then_some(NetworkPolicy {
+                egress: args.egress,
+                allow_out: args.allow_out,
+                deny_out: args.deny_out,
+            }),
     };
     let sandbox = client
         .create(&body, args.idempotency_key.as_deref())

@@ -318,6 +318,8 @@ pub fn to_api(s: &Sandbox) -> api::Sandbox {
         expires_at: s.expires_at.map(rfc3339),
         metadata: s.metadata.clone(),
         failure_reason: s.failure_reason.clone(),
+        // The store keeps what `network::EgressPolicy::to_json` wrote, which is this shape.
+        network: serde_json::from_value(s.network.clone()).unwrap_or_default(),
     }
 }
 

@@ -152,6 +152,7 @@ fn sandbox(id: &str, name: &str, metadata: BTreeMap<String, String>) -> Sandbox 
         expires_at: None,
         metadata,
         failure_reason: None,
+        network: Default::default(),
     }
 }
 
