@@ -1,5 +1,6 @@
-//! `/metrics` in the Prometheus text format: sandboxes by state, request latencies by route, and the
-//! store writer's queue depth and batching.
+//! `/metrics` in the Prometheus text format: sandboxes by state, request latencies by route, the store
+//! writer's queue depth and batching, and what sandboxes' agents' call-home events came to
+//! (`sandboxd_agent_events_total{outcome}`: applied, duplicate, unchanged, refused, rejected).
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
@@ -28,6 +29,11 @@ struct StateLabels {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
 /// The daemon's metrics.
 #[derive(Clone)]
 pub struct Metrics {
@@ -41,6 +47,7 @@ struct Inner {
     queue_depth: Gauge,
     batches: Counter,
     writes: Counter,
+    agent_events: Family<OutcomeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -74,6 +81,12 @@ impl Default for Metrics {
             "Writes the store writer executed",
             writes.clone(),
         );
+        let agent_events = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "agent_events",
+            "Events sandboxes' agents reported, by what they came to",
+            agent_events.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -82,6 +95,7 @@ impl Default for Metrics {
                 queue_depth,
                 batches,
                 writes,
+                agent_events,
             }),
         }
     }
@@ -131,6 +145,12 @@ pub async fn render(State((metrics, service)): State<(Metrics, Service)>) -> Res
     inner.queue_depth.set(stats.queue_depth as i64);
     bump_to(&inner.batches, stats.batches_total);
     bump_to(&inner.writes, stats.requests_total);
+    for (outcome, total) in service.agent_event_counts() {
+        let labels = OutcomeLabels {
+            outcome: outcome.to_string(),
+        };
+        bump_to(&inner.agent_events.get_or_create(&labels), total);
+    }
     let mut body = String::new();
     if prometheus_client::encoding::text::encode(&mut body, &inner.registry).is_err() {
         return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response();

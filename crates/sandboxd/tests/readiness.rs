@@ -116,6 +116,25 @@ fn readiness_replayed_fifty_times_changes_state_once() {
         assert_eq!(outbox_rows(&d, "sandbox.running", &real), 1);
         let out = d.exec(&real, &["sh", "-c", "echo still"]).await;
         assert_eq!(out.stdout.trim(), "still");
+        // Operators see what the deliveries came to: two applied (one per sandbox), the rest dropped.
+        let metrics = d
+            .http()
+            .get(d.endpoint("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        for line in [
+            "sandboxd_agent_events_total{outcome=\"applied\"} 2",
+            "sandboxd_agent_events_total{outcome=\"duplicate\"} 149",
+        ] {
+            assert!(
+                metrics.lines().any(|l| l == line),
+                "{line} not in:\n{metrics}"
+            );
+        }
     });
 }
 

@@ -115,6 +115,7 @@ struct Inner {
     reconcile: reconcile::ReconcileState,
     events: events::EventBus,
     readiness: readiness::Waiters,
+    agent_events: readiness::Tally,
     e2b_failures: e2b::FailedAttempts,
 }
 
@@ -138,6 +139,7 @@ impl Service {
                 reconcile: Default::default(),
                 events: Default::default(),
                 readiness: Default::default(),
+                agent_events: Default::default(),
                 e2b_failures: Default::default(),
             }),
         }

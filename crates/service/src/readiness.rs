@@ -32,6 +32,7 @@ use crate::{Service, ServiceError};
 use sandboxd_envd::callback::{AgentEvent, CallbackAnswer, CallbackEvent};
 use sandboxd_store::{unix_millis_now, Delivery, Sandbox, SandboxState};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -73,6 +74,46 @@ impl Waiters {
     }
 }
 
+/// How many agent events came to what, since this process started (for `/metrics`).
+#[derive(Default)]
+pub(crate) struct Tally {
+    applied: AtomicU64,
+    duplicate: AtomicU64,
+    unchanged: AtomicU64,
+    refused: AtomicU64,
+    rejected: AtomicU64,
+}
+
+/// A snapshot of the agent events' outcomes: `(outcome, count)`, outcomes in a fixed order —
+/// `applied`, `duplicate` (a delivery id seen before), `unchanged` (nothing left to change),
+/// `refused` (late: the sandbox's state refuses it), `rejected` (unknown sandbox, wrong token, malformed).
+pub type AgentEventCounts = [(&'static str, u64); 5];
+
+impl Tally {
+    fn count(&self, outcome: &Result<CallbackAnswer, ServiceError>, duplicate: bool) {
+        let counter = match outcome {
+            Ok(a) if a.applied => &self.applied,
+            Ok(_) if duplicate => &self.duplicate,
+            Ok(_) => &self.unchanged,
+            Err(ServiceError::Conflict(_)) => &self.refused,
+            Err(ServiceError::Store(_) | ServiceError::Runtime(_)) => return,
+            Err(_) => &self.rejected,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> AgentEventCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("applied", get(&self.applied)),
+            ("duplicate", get(&self.duplicate)),
+            ("unchanged", get(&self.unchanged)),
+            ("refused", get(&self.refused)),
+            ("rejected", get(&self.rejected)),
+        ]
+    }
+}
+
 /// What one agent event came to inside its write.
 enum Ingest {
     UnknownSandbox,
@@ -93,6 +134,23 @@ impl Service {
         &self,
         token: &str,
         event: CallbackEvent,
+    ) -> Result<CallbackAnswer, ServiceError> {
+        let mut duplicate = false;
+        let outcome = self.ingest(token, event, &mut duplicate).await;
+        self.inner.agent_events.count(&outcome, duplicate);
+        outcome
+    }
+
+    /// How many agent events came to what since this process started.
+    pub fn agent_event_counts(&self) -> AgentEventCounts {
+        self.inner.agent_events.snapshot()
+    }
+
+    async fn ingest(
+        &self,
+        token: &str,
+        event: CallbackEvent,
+        duplicate: &mut bool,
     ) -> Result<CallbackAnswer, ServiceError> {
         validate(&event)?;
         let token = token.to_string();
@@ -173,6 +231,7 @@ impl Service {
                 "the token is not sandbox {id}'s"
             ))),
             Ingest::Duplicate(state) => {
+                *duplicate = true;
                 tracing::info!(sandbox_id = %id, "duplicate agent event ignored");
                 Ok(answer(false, state))
             }
@@ -368,6 +427,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(ledger.len(), 1);
+        let counts = t.svc.agent_event_counts();
+        assert_eq!(&counts[..2], [("applied", 1), ("duplicate", 49)]);
     }
 
     /// Late: readiness after the sandbox failed is refused, recorded nowhere, and revives nothing.
