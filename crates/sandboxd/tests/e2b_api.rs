@@ -639,3 +639,26 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// An upload the agent refuses before reading it (here: a wrong access token) reaches the client
+/// through the proxy with the agent's answer, not a 502 from a broken pipe half-way through the body.
+#[test]
+fn an_upload_refused_early_reaches_the_client_through_the_proxy() {
+    e2b_test(async {
+        let daemon = Daemon::start().await;
+        let id = daemon.create_id().await;
+        for _ in 0..3 {
+            let resp = reqwest::Client::new()
+                .post(format!("{}/files?path=/tmp/big.bin", daemon.url()))
+                .header("E2b-Sandbox-Id", &id)
+                .header("E2b-Sandbox-Port", "49983")
+                .header("X-Access-Token", "not-the-token")
+                .header("content-type", "application/octet-stream")
+                .body(vec![b'x'; 8 * 1024 * 1024])
+                .send()
+                .await
+                .expect("an answer, not a dropped connection");
+            assert_eq!(resp.status(), 401);
+        }
+    });
+}
