@@ -40,7 +40,8 @@ use crate::sandboxes::DEFAULT_TEMPLATE;
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_store::{
-    unix_millis_now, ClaimOutcome, ClaimState, Sandbox, SandboxState, StoredResponse, UnixMillis,
+    unix_millis_now, ClaimOutcome, ClaimRecord, ClaimState, Sandbox, SandboxState, StoredResponse,
+    UnixMillis,
 };
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -370,11 +371,7 @@ impl Service {
     async fn await_claim(&self, fingerprint: &str) -> Result<Awaited, ServiceError> {
         let mut joined = None;
         loop {
-            let fp = fingerprint.to_string();
-            let record = self
-                .reader()
-                .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
-                .await?;
+            let record = self.create_claim(fingerprint).await?;
             let now = unix_millis_now();
             let gone = record.as_ref().is_none_or(|r| Some(r.generation) != joined);
             if let (true, Some(generation)) = (gone, joined) {
@@ -400,13 +397,18 @@ impl Service {
         }
     }
 
-    /// Sleeps until the replay window of claim `fingerprint` has closed.
-    async fn await_replay_window(&self, fingerprint: &str) -> Result<(), ServiceError> {
+    /// The create claim of `fingerprint`, as stored now.
+    async fn create_claim(&self, fingerprint: &str) -> Result<Option<ClaimRecord>, ServiceError> {
         let fp = fingerprint.to_string();
-        let record = self
+        Ok(self
             .reader()
             .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
-            .await?;
+            .await?)
+    }
+
+    /// Sleeps until the replay window of claim `fingerprint` has closed.
+    async fn await_replay_window(&self, fingerprint: &str) -> Result<(), ServiceError> {
+        let record = self.create_claim(fingerprint).await?;
         let until = record.and_then(|r| r.replay_until).unwrap_or(0);
         let wait = until.saturating_sub(unix_millis_now()).max(0) as u64;
         tokio::time::sleep(Duration::from_millis(wait) + POLL_EVERY).await;
@@ -538,12 +540,7 @@ mod tests {
         let fp = request()
             .normalized(f.svc.config().default_timeout)
             .fingerprint();
-        let claim = f
-            .svc
-            .reader()
-            .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
-            .await
-            .unwrap();
+        let claim = f.svc.create_claim(&fp).await.unwrap();
         assert_eq!(claim, None, "the failed attempt's claim is gone");
         let (left, _) = f.svc.list(Default::default()).await.unwrap();
         assert!(left.is_empty(), "{left:?}");
@@ -611,12 +608,7 @@ mod tests {
                 want_not_found,
                 "{err:?}"
             );
-            let claim = f
-                .svc
-                .reader()
-                .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
-                .await
-                .unwrap();
+            let claim = f.svc.create_claim(&fp).await.unwrap();
             assert_eq!(claim, None);
         }
         assert_eq!(f.rt.creates.load(Ordering::SeqCst), 0);
