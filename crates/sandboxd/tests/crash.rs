@@ -117,15 +117,12 @@ fn kill9_after_readiness_is_applied_makes_the_retry_a_duplicate() {
         )
         .await;
         let hook = d
-            .http()
-            .post(d.endpoint("/v1/webhooks"))
-            .json(
+            .post_json(
+                "/v1/webhooks",
                 &json!({"url": "http://127.0.0.1:9/hook", "events": ["sandbox.running"],
                           "secret": "0123456789abcdef"}),
             )
-            .send()
-            .await
-            .unwrap();
+            .await;
         assert_eq!(hook.status(), 201);
         let acked = d.create_id().await;
         let hung = create_in_background(&d, "answer-lost");

@@ -33,14 +33,13 @@ fn outbox_rows(d: &Daemon, kind: &str, id: &str) -> usize {
 /// Registers a webhook for every sandbox event (its receiver is down; only the outbox matters here).
 async fn register_webhook(d: &Daemon) {
     let resp = d
-        .http()
-        .post(d.endpoint("/v1/webhooks"))
-        .json(&json!({"url": "http://127.0.0.1:9/hook",
+        .post_json(
+            "/v1/webhooks",
+            &json!({"url": "http://127.0.0.1:9/hook",
                       "events": ["sandbox.running", "sandbox.failed"],
-                      "secret": "0123456789abcdef"}))
-        .send()
-        .await
-        .unwrap();
+                      "secret": "0123456789abcdef"}),
+        )
+        .await;
     assert_eq!(resp.status(), 201);
 }
 

@@ -160,12 +160,11 @@ impl Drop for Receiver {
 
 async fn register(daemon: &Daemon, url: &str, events: &[&str]) -> String {
     let resp = daemon
-        .http()
-        .post(daemon.endpoint("/v1/webhooks"))
-        .json(&json!({ "url": url, "events": events, "secret": SECRET }))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/webhooks",
+            &json!({ "url": url, "events": events, "secret": SECRET }),
+        )
+        .await;
     let status = resp.status();
     let body: Value = resp.json().await.unwrap();
     assert_eq!(status, 201, "register: {body}");
@@ -206,28 +205,21 @@ fn subscriber_gets_each_lifecycle_event_once_in_order_and_signed() {
         let webhook = register(&daemon, &receiver.url, ALL_EVENTS).await;
         let id = daemon.create_id().await;
         let resp = daemon
-            .http()
-            .post(daemon.endpoint(&format!("/v1/sandboxes/{id}/ports")))
-            .json(&json!({ "port": 8000, "skipListenCheck": true }))
-            .send()
-            .await
-            .unwrap();
+            .post_json(
+                &format!("/v1/sandboxes/{id}/ports"),
+                &json!({ "port": 8000, "skipListenCheck": true }),
+            )
+            .await;
         assert_eq!(resp.status(), 201);
         // Exposing again changes nothing and announces nothing.
         let again = daemon
-            .http()
-            .post(daemon.endpoint(&format!("/v1/sandboxes/{id}/ports")))
-            .json(&json!({ "port": 8000, "skipListenCheck": true }))
-            .send()
-            .await
-            .unwrap();
+            .post_json(
+                &format!("/v1/sandboxes/{id}/ports"),
+                &json!({ "port": 8000, "skipListenCheck": true }),
+            )
+            .await;
         assert_eq!(again.status(), 200);
-        let resp = daemon
-            .http()
-            .delete(daemon.endpoint(&format!("/v1/sandboxes/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let resp = daemon.delete(&format!("/v1/sandboxes/{id}")).await;
         assert_eq!(resp.status(), 204);
         receiver.wait_for(4, Duration::from_secs(15)).await;
         // Nothing more arrives (no duplicates, no extra events).
@@ -405,13 +397,7 @@ fn bad_registrations_are_rejected_and_nothing_is_stored() {
             cases.push(body);
         }
         for body in &cases {
-            let resp = daemon
-                .http()
-                .post(daemon.endpoint("/v1/webhooks"))
-                .json(body)
-                .send()
-                .await
-                .unwrap();
+            let resp = daemon.post_json("/v1/webhooks", body).await;
             let status = resp.status();
             let text = resp.text().await.unwrap();
             assert_eq!(status, 400, "{body}: {text}");
@@ -440,19 +426,9 @@ fn bad_registrations_are_rejected_and_nothing_is_stored() {
         assert_eq!(list["webhooks"].as_array().unwrap().len(), 1);
         assert_eq!(list["webhooks"][0]["id"], first["id"]);
         let id = id_of(&first);
-        let resp = daemon
-            .http()
-            .delete(daemon.endpoint(&format!("/v1/webhooks/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let resp = daemon.delete(&format!("/v1/webhooks/{id}")).await;
         assert_eq!(resp.status(), 204);
-        let resp = daemon
-            .http()
-            .delete(daemon.endpoint(&format!("/v1/webhooks/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let resp = daemon.delete(&format!("/v1/webhooks/{id}")).await;
         assert_eq!(resp.status(), 404);
     });
 }

@@ -486,15 +486,28 @@ impl Daemon {
             .expect("a JSON answer")
     }
 
-    /// `POST /v1/sandboxes` with `body`; panics unless it answers 201. Returns the sandbox.
-    pub async fn create(&self, body: Value) -> Value {
-        let resp = self
-            .http
-            .post(self.endpoint("/v1/sandboxes"))
-            .json(&body)
+    /// `POST path` with the token and a JSON `body`; the answer, whatever its status.
+    pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .post(self.endpoint(path))
+            .json(body)
             .send()
             .await
-            .expect("create request");
+            .expect("POST request")
+    }
+
+    /// `DELETE path` with the token; the answer, whatever its status.
+    pub async fn delete(&self, path: &str) -> reqwest::Response {
+        self.http
+            .delete(self.endpoint(path))
+            .send()
+            .await
+            .expect("DELETE request")
+    }
+
+    /// `POST /v1/sandboxes` with `body`; panics unless it answers 201. Returns the sandbox.
+    pub async fn create(&self, body: Value) -> Value {
+        let resp = self.post_json("/v1/sandboxes", &body).await;
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
         assert_eq!(status, 201, "create {body}: {text}");
