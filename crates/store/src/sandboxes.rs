@@ -224,53 +224,40 @@ fn decode_cursor(c: &str) -> Result<(i64, String)> {
     Ok((at, id.to_owned()))
 }
 
+/// Lookup conditions (SQL after `WHERE`, the key as `?1`). Those on `name` and `agent_token` repeat their
+/// partial index's `<> ''`, which is what lets SQLite use that index.
+const BY_KEY: &str = "id = ?1 OR (name = ?1 AND name <> '') ORDER BY id = ?1 DESC LIMIT 1";
+const BY_NAME: &str = "name = ?1 AND name <> ''";
+const BY_AGENT_TOKEN: &str = "agent_token = ?1 AND agent_token <> ''";
+
 impl ReadTx<'_> {
     /// The sandbox whose id is `key`, or else whose (non-empty) name is `key`.
     pub fn get_sandbox(&self, key: &str) -> Result<Option<Sandbox>> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM sandboxes WHERE id = ?1 OR (name = ?1 AND ?1 <> '') \
-             ORDER BY id = ?1 DESC LIMIT 1"
-        );
-        Ok(self
-            .conn()
-            .prepare_cached(&sql)?
-            .query_row([key], from_row)
-            .optional()?)
+        self.one_sandbox(BY_KEY, key)
     }
 
     /// The sandbox whose agent token is `token` (`None` for an empty token).
     pub fn get_sandbox_by_agent_token(&self, token: &str) -> Result<Option<Sandbox>> {
-        if token.is_empty() {
-            return Ok(None);
-        }
-        let sql = format!("SELECT {COLUMNS} FROM sandboxes WHERE agent_token = ?1");
-        Ok(self
-            .conn()
-            .prepare_cached(&sql)?
-            .query_row([token], from_row)
-            .optional()?)
+        self.one_sandbox(BY_AGENT_TOKEN, token)
     }
 
     /// The sandbox with this id.
     pub fn get_sandbox_by_id(&self, id: &str) -> Result<Option<Sandbox>> {
-        let sql = format!("SELECT {COLUMNS} FROM sandboxes WHERE id = ?1");
-        Ok(self
-            .conn()
-            .prepare_cached(&sql)?
-            .query_row([id], from_row)
-            .optional()?)
+        self.one_sandbox("id = ?1", id)
     }
 
     /// The sandbox with this (non-empty) name.
     pub fn get_sandbox_by_name(&self, name: &str) -> Result<Option<Sandbox>> {
-        if name.is_empty() {
-            return Ok(None);
-        }
-        let sql = format!("SELECT {COLUMNS} FROM sandboxes WHERE name = ?1");
+        self.one_sandbox(BY_NAME, name)
+    }
+
+    /// The first sandbox matching `condition` (SQL after `WHERE`, with `key` as `?1`).
+    fn one_sandbox(&self, condition: &str, key: &str) -> Result<Option<Sandbox>> {
+        let sql = format!("SELECT {COLUMNS} FROM sandboxes WHERE {condition}");
         Ok(self
             .conn()
             .prepare_cached(&sql)?
-            .query_row([name], from_row)
+            .query_row([key], from_row)
             .optional()?)
     }
 
@@ -567,6 +554,31 @@ mod tests {
             !format!("{read:?}").contains("tok-sbx-rt"),
             "Debug redacts the agent token"
         );
+    }
+
+    /// Lookups by key, name and agent token (the proxy's route for old SDKs) search an index, never
+    /// the whole table.
+    #[tokio::test]
+    async fn lookups_search_an_index() {
+        let (_dir, store, _t) = open_temp();
+        let plans = store
+            .reader()
+            .read(|tx| {
+                let plan = |condition: &str| -> Result<String> {
+                    let sql = format!("EXPLAIN QUERY PLAN SELECT id FROM sandboxes WHERE {condition}");
+                    let mut stmt = tx.conn().prepare(&sql)?;
+                    let rows = stmt.query_map(["k"], |r| r.get::<_, String>(3))?;
+                    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+                };
+                Ok([BY_KEY, BY_NAME, BY_AGENT_TOKEN].map(|c| (c, plan(c))))
+            })
+            .await
+            .unwrap();
+        for (condition, plan) in plans {
+            let plan = plan.unwrap();
+            assert!(!plan.contains("SCAN"), "{condition}: {plan}");
+            assert!(plan.contains("USING"), "{condition}: {plan}");
+        }
     }
 
     /// State changes are conditional: only a sandbox in one of `from` moves, and each move bumps the
