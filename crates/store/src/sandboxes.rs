@@ -565,7 +565,8 @@ mod tests {
             .reader()
             .read(|tx| {
                 let plan = |condition: &str| -> Result<String> {
-                    let sql = format!("EXPLAIN QUERY PLAN SELECT id FROM sandboxes WHERE {condition}");
+                    let sql =
+                        format!("EXPLAIN QUERY PLAN SELECT id FROM sandboxes WHERE {condition}");
                     let mut stmt = tx.conn().prepare(&sql)?;
                     let rows = stmt.query_map(["k"], |r| r.get::<_, String>(3))?;
                     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))

@@ -74,20 +74,107 @@ impl Drop for DrainOnDrop {
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = tokio::time::timeout(DRAIN_TIME, drain(body)).await;
+                let _ = tokio::time::timeout(DRAIN_TIME, drain(body, DRAIN_LIMIT)).await;
             });
         }
     }
 }
 
-/// Reads `body` to its end (or [`DRAIN_LIMIT`], or its first error), discarding it.
-async fn drain(mut body: Body) {
+/// Reads `body` to its end (or past `limit` bytes, or to its first error), discarding it.
+async fn drain(mut body: Body, limit: u64) {
     let mut seen = 0u64;
     while let Some(Ok(frame)) = body.frame().await {
         seen += frame.data_ref().map_or(0, |d| d.len() as u64);
-        if seen > DRAIN_LIMIT {
+        if seen > limit {
             tracing::debug!(seen, "gave up draining an abandoned request body");
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::channel::mpsc;
+    use futures::{SinkExt, StreamExt};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    type Chunk = Result<Bytes, std::io::Error>;
+
+    /// A request body fed through a channel of capacity 1: a send completes only while somebody reads.
+    fn channel_body() -> (mpsc::Sender<Chunk>, Body) {
+        let (tx, rx) = mpsc::channel::<Chunk>(1);
+        (tx, Body::from_stream(rx))
+    }
+
+    async fn send_all(tx: &mut mpsc::Sender<Chunk>, chunks: usize) -> bool {
+        for _ in 0..chunks {
+            let sent = tokio::time::timeout(
+                Duration::from_secs(5),
+                tx.send(Ok(Bytes::from_static(&[7; 1024]))),
+            )
+            .await;
+            if !matches!(sent, Ok(Ok(()))) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A handler that reads one chunk and drops the body: the rest is still read, so a client
+    /// writing it is not cut off. Control: a plain body dropped the same way refuses the rest.
+    #[tokio::test]
+    async fn a_dropped_body_is_read_to_its_end() {
+        let (mut tx, body) = channel_body();
+        let mut wrapped = DrainOnDrop { inner: Some(body) };
+        assert!(send_all(&mut tx, 1).await);
+        let first = std::future::poll_fn(|cx| Pin::new(&mut wrapped).poll_frame(cx)).await;
+        assert!(first.is_some_and(|f| f.is_ok()));
+        drop(wrapped);
+        assert!(
+            send_all(&mut tx, 100).await,
+            "the rest of the body was not drained"
+        );
+
+        let (mut tx, body) = channel_body();
+        drop(body);
+        assert!(
+            !send_all(&mut tx, 2).await,
+            "control: nobody reads a dropped plain body"
+        );
+    }
+
+    /// Draining gives up after `limit` bytes of a body that never ends.
+    #[tokio::test]
+    async fn draining_stops_past_the_limit() {
+        let read = Arc::new(AtomicU64::new(0));
+        let counter = read.clone();
+        let endless = futures::stream::repeat(()).map(move |()| {
+            counter.fetch_add(1024, Ordering::Relaxed);
+            Chunk::Ok(Bytes::from_static(&[7; 1024]))
+        });
+        let finished = tokio::time::timeout(
+            Duration::from_secs(10),
+            drain(Body::from_stream(endless), 64 * 1024),
+        )
+        .await;
+        assert!(finished.is_ok(), "drain ran past its limit");
+        let read = read.load(Ordering::Relaxed);
+        assert!((64 * 1024..=66 * 1024).contains(&read), "read {read} bytes");
+    }
+
+    /// A body whose client stops sending is given up after [`DRAIN_TIME`]: the connection is let go.
+    #[tokio::test(start_paused = true)]
+    async fn draining_stops_after_its_time() {
+        let (tx, body) = channel_body();
+        drop(DrainOnDrop { inner: Some(body) });
+        tokio::task::yield_now().await;
+        tokio::time::advance(DRAIN_TIME - Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert!(!tx.is_closed(), "gave up before its time");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        tokio::task::yield_now().await;
+        assert!(tx.is_closed(), "still draining after {DRAIN_TIME:?}");
     }
 }
