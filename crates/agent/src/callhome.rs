@@ -120,7 +120,7 @@ async fn attempt(socket: &Path, token: &str, body: Bytes) -> Outcome {
             Outcome::Retryable(why) => Outcome::Retryable(with_answer(why, &text)),
             Outcome::Rejected(why) => Outcome::Rejected(with_answer(why, &text)),
         },
-        Err(e) => Outcome::Retryable(chain(&e)),
+        Err(e) => Outcome::Retryable(sandboxd_errors::chain(&e)),
     }
 }
 
@@ -177,18 +177,6 @@ fn with_answer(why: String, answer: &str) -> String {
     } else {
         format!("{why}: {answer}")
     }
-}
-
-/// An error and its causes, `: `-separated.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// A fresh delivery id: 128 bits from the kernel's random source, as 32 lowercase hex digits.

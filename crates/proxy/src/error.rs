@@ -10,7 +10,6 @@
 //! A connect that does not finish within the configured timeout is a 504; every other upstream failure is
 //! a 502 whose message names the sandbox and port and chains the cause.
 
-use std::error::Error as _;
 use std::io;
 use std::time::Duration;
 
@@ -102,7 +101,7 @@ impl ProxyError {
                 source,
             } if is_not_listening(source) => port_not_open(code, sandbox_id, *port),
             ProxyError::Route(RouteError::Unavailable(_)) => {
-                json!({"code": code, "message": with_causes(self)})
+                json!({"code": code, "message": sandboxd_errors::chain(self)})
             }
             ProxyError::ConnectTimeout {
                 sandbox_id, port, ..
@@ -114,7 +113,7 @@ impl ProxyError {
                 sandbox_id, port, ..
             }
             | ProxyError::UnexpectedUpgrade { sandbox_id, port } => {
-                json!({"code": code, "message": with_causes(self), "sandboxId": sandbox_id, "port": port})
+                json!({"code": code, "message": sandboxd_errors::chain(self), "sandboxId": sandbox_id, "port": port})
             }
         }
     }
@@ -122,18 +121,6 @@ impl ProxyError {
 
 fn port_not_open(code: u16, sandbox_id: &str, port: u16) -> serde_json::Value {
     json!({"code": code, "message": PORT_NOT_OPEN_MESSAGE, "sandboxId": sandbox_id, "port": port})
-}
-
-/// `outer: cause: cause` — the client gets the whole chain, each layer saying only its own part.
-fn with_causes(err: &ProxyError) -> String {
-    let mut msg = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        msg.push_str(": ");
-        msg.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    msg
 }
 
 impl IntoResponse for ProxyError {

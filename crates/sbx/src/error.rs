@@ -6,7 +6,6 @@
 
 use sandboxd_client::types::ApiError;
 use sandboxd_client::ClientError;
-use std::error::Error as _;
 
 /// What can go wrong in a command.
 #[derive(Debug, thiserror::Error)]
@@ -57,14 +56,7 @@ impl SbxError {
         if let SbxError::Client(ClientError::Api { message, .. }) = self {
             return message.clone();
         }
-        let mut text = self.to_string();
-        let mut cause = self.source(); // for `transparent` variants: the inner error's cause
-        while let Some(e) = cause {
-            text.push_str(": ");
-            text.push_str(&e.to_string());
-            cause = e.source();
-        }
-        text
+        sandboxd_errors::chain(self)
     }
 
     /// The `--json` form.

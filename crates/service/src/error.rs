@@ -89,14 +89,4 @@ impl From<RuntimeError> for ServiceError {
     }
 }
 
-/// The error with its whole chain of causes, for messages and logs.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cur = c.source();
-    }
-    out
-}
+pub use sandboxd_errors::chain;

@@ -334,7 +334,7 @@ impl Service {
                         let status = resp.status().as_u16();
                         (Some(status), classify_status(status))
                     }
-                    Err(e) => (None, Outcome::Retryable(transport_error(&e))),
+                    Err(e) => (None, Outcome::Retryable(crate::error::chain(&e))),
                 };
                 let error = match &outcome {
                     Outcome::Delivered => None,
@@ -398,17 +398,6 @@ fn lease_ms(config: &SenderConfig) -> UnixMillis {
         .sum();
     let run = waits + config.timeout * config.policy.attempts;
     (run * 2).as_millis() as UnixMillis
-}
-
-fn transport_error(e: &reqwest::Error) -> String {
-    let mut msg = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
-    }
-    msg
 }
 
 #[cfg(test)]

@@ -92,14 +92,7 @@ impl ServerError {
 
     /// The message sent to the caller: this error and its causes.
     pub fn message(&self) -> String {
-        let mut msg = self.to_string();
-        let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(self);
-        while let Some(e) = cur {
-            msg.push_str(": ");
-            msg.push_str(&e.to_string());
-            cur = e.source();
-        }
-        msg
+        sandboxd_errors::chain(self)
     }
 
     pub fn to_connect(&self) -> ConnectError {
