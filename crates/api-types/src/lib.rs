@@ -40,12 +40,12 @@ pub struct CreateSandbox {
 
 /// Network posture of a sandbox: `egress` is the default for every destination, `allowOut` and
 /// `denyOut` are the exceptions. A destination in `allowOut` is reachable even when it is also in
-/// `denyOut` or `egress` is false; one in `denyOut` only is unreachable, the host's own addresses
-/// included.
+/// `denyOut` or `egress` is false; one in `denyOut` only is unreachable. The host's own addresses
+/// are unreachable unless they are in `allowOut`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NetworkPolicy {
-    /// Whether the sandbox may reach the outside world (default false).
+    /// Whether the sandbox may reach the outside world (default false); never the host itself.
     #[serde(default)]
     pub egress: bool,
     /// Destinations the sandbox may reach whatever `egress` says: IPv4 addresses (`"1.1.1.1"`) or

@@ -1,7 +1,8 @@
 //! Egress: off unless asked for; when on, NAT is in place before the sandbox's first instruction, and
-//! sandboxes still cannot reach one another. Allow and deny lists: a denied destination is unreachable
-//! (forwarded or on the host itself), an allowed one reachable even without egress, allow wins over
-//! deny, a re-applied static setup keeps every sandbox's lists, and destroy leaves no rule behind.
+//! sandboxes still cannot reach one another nor the host's own services. Allow and deny lists: a denied
+//! destination is unreachable (forwarded or on the host itself), an allowed one reachable even without
+//! egress (a host address too), allow wins over deny, a re-applied static setup keeps every sandbox's
+//! lists, and destroy leaves no rule behind.
 //!
 //! "Outside" is a network namespace each test makes, joined to the host by its own veth pair: a server
 //! there sees a masqueraded source address exactly when the sandbox's traffic was NATed by the host.
@@ -95,20 +96,24 @@ impl Outside {
     /// Serves connections on the host's own `198.18.<n>.1:port` for 20 s, answering with the peer's
     /// address.
     fn serve_on_host(&self, port: u16) {
-        let listener = TcpListener::bind((self.host().as_str(), port)).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                match listener.accept() {
-                    Ok((mut c, peer)) => {
-                        let _ = c.write_all(peer.ip().to_string().as_bytes());
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        });
+        answer_with_peer(TcpListener::bind((self.host().as_str(), port)).unwrap());
     }
+}
+
+/// Answers every connection to `listener` for 20 s with the peer's address.
+fn answer_with_peer(listener: TcpListener) {
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            match listener.accept() {
+                Ok((mut c, peer)) => {
+                    let _ = c.write_all(peer.ip().to_string().as_bytes());
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
 }
 
 impl Drop for Outside {
@@ -152,7 +157,7 @@ impl Drop for Forwarding {
 
 /// A distinct `198.18.<n>.0/30` per test (`k` < 4) and per test process.
 fn outside_index(k: u8) -> u8 {
-    (std::process::id() % 50) as u8 * 4 + 20 + k
+    (std::process::id() % 45) as u8 * 5 + 20 + k
 }
 
 fn client_script(host: &str, port: u16) -> String {
@@ -323,8 +328,6 @@ async fn a_denied_destination_is_unreachable_while_plain_egress_reaches_it() {
             // The host's own address in the denied block: its input path is closed too.
             let blocked = denied.reach(&outside.host(), 8091).await;
             assert!(blocked.starts_with("unreachable"), "{when}: {blocked}");
-            let seen = plain.reach(&outside.host(), 8091).await;
-            assert_eq!(seen, plain.info.net.sandbox.to_string(), "{when}");
         }
     };
     check("first setup").await;
@@ -393,4 +396,53 @@ async fn an_allowed_destination_wins_over_a_denied_one() {
 
     both.destroy(&fx).await;
     plain.destroy(&fx).await;
+}
+
+/// Invariant: a sandbox opens no connection to the host itself — not to the host end of its own pair,
+/// not to the host's other addresses, with or without egress — unless its allow list names the
+/// address. With it, the host sees the sandbox's own address (its input path, no NAT).
+#[tokio::test]
+async fn the_host_is_off_limits_unless_an_allow_list_names_it() {
+    if !require_root() {
+        return;
+    }
+    let outside = Outside::new(outside_index(4));
+    let _forwarding = Forwarding::on();
+    let fx = fixture().await;
+    let host = format!("{}/32", outside.host());
+    let closed = Listed::start(&fx, false, &[], &[]).await;
+    let plain = Listed::start(&fx, true, &[], &[]).await;
+    let opened = Listed::start(&fx, true, &[&host], &[]).await;
+    let only_host = Listed::start(&fx, false, &[&host], &[]).await;
+    outside.serve_on_host(8097);
+    // Every address of the host, the host ends of the sandboxes' pairs included.
+    let on_pairs = TcpListener::bind("0.0.0.0:0").unwrap();
+    let pair_port = on_pairs.local_addr().unwrap().port();
+    answer_with_peer(on_pairs);
+    let mut control = std::net::TcpStream::connect(("127.0.0.1", pair_port)).unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut control, &mut answer).unwrap();
+    assert_eq!(answer, "127.0.0.1", "control: the host's service answers");
+
+    for (name, sb) in [("closed", &closed), ("plain egress", &plain)] {
+        let blocked = sb.reach(&outside.host(), 8097).await;
+        assert!(blocked.starts_with("unreachable"), "{name}: {blocked}");
+    }
+    for (name, sb) in [
+        ("closed", &closed),
+        ("plain egress", &plain),
+        ("allowed another host address", &opened),
+    ] {
+        let own_pair = sb.info.net.host.to_string();
+        let blocked = sb.reach(&own_pair, pair_port).await;
+        assert!(blocked.starts_with("unreachable"), "{name}: {blocked}");
+    }
+    for sb in [&opened, &only_host] {
+        let seen = sb.reach(&outside.host(), 8097).await;
+        assert_eq!(seen, sb.info.net.sandbox.to_string());
+    }
+
+    for sb in [closed, plain, opened, only_host] {
+        sb.destroy(&fx).await;
+    }
 }

@@ -332,9 +332,9 @@ fn gateway_probe(port: u16) -> String {
 }
 
 /// E2B's `network`: a domain name in `allowOut` cannot be enforced, so it is a 400 in E2B's shape
-/// that creates nothing; IPv4 allow and deny lists are enforced: with `10.0.0.0/8` denied, the
-/// sandbox runs commands but cannot reach a host service through its gateway (10.201.x.x), which a
-/// sandbox without lists reaches.
+/// that creates nothing; IPv4 allow and deny lists are enforced. A host service on the sandbox's
+/// gateway (10.201.x.x, one of the host's own addresses) is out of reach of a sandbox without lists
+/// and of one that denies `10.0.0.0/8`; a sandbox whose `allowOut` names `10.0.0.0/8` reaches it.
 #[test]
 fn network_lists_are_enforced_and_domain_names_refused() {
     e2b_test(async {
@@ -377,15 +377,26 @@ fn network_lists_are_enforced_and_domain_names_refused() {
         let (status, plain) = create(&d, &json!({"templateID": "base"})).await;
         assert_eq!(status, 201, "{plain}");
         let plain = sandbox_id(&plain);
+        let (status, opened) = create(
+            &d,
+            &json!({"templateID": "base", "network": {"allowOut": ["10.0.0.0/8"]}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{opened}");
+        let opened = sandbox_id(&opened);
         let probe = gateway_probe(port);
-        for (id, want) in [(&listed, "unreachable"), (&plain, "reached")] {
+        for (id, want) in [
+            (&listed, "unreachable"),
+            (&plain, "unreachable"),
+            (&opened, "reached"),
+        ] {
             let (status, out) = exec(&d, id, &["python3", "-c", &probe]).await;
             assert_eq!(status, 200, "{out}");
             assert_eq!(out["exitCode"], 0, "{out}");
             let stdout = out["stdout"].as_str().unwrap_or_default();
             assert!(stdout.starts_with(want), "{id}: want {want}: {out}");
         }
-        for id in [&listed, &plain] {
+        for id in [&listed, &plain, &opened] {
             let resp = d
                 .http()
                 .delete(d.endpoint(&format!("/sandboxes/{id}")))

@@ -6,33 +6,37 @@
 //!   is in the `egress` set or its own chain accepts it; sandboxes never reach one another through the
 //!   host (not even with `0.0.0.0/0` allowed), and nothing from outside is forwarded into a sandbox
 //!   except replies;
-//! - traffic from an address in `egress` or `allow_only` is masqueraded on its way out.
+//! - traffic from an address in `egress` or `allow_only` is masqueraded on its way out;
+//! - a sandbox opens no connection to the host itself (`input`): not to the host end of its own pair,
+//!   not to any other of the host's addresses, unless its allow list names that address. Services the
+//!   host runs for itself (a database on `0.0.0.0`, the daemon's own API) are not the sandbox's to
+//!   reach; connections the host opens into a sandbox (the proxy, the port forwarders) are answered as
+//!   usual, their replies not being new connections.
 //!
 //! **Lists** ([`SandboxSpec::egress_allow`], [`SandboxSpec::egress_deny`]). A sandbox with either list
 //! gets its own chain, `sandbox_<a>_<b>_<c>_<d>` after its address, holding `ip daddr { allow… }
-//! accept` then `ip daddr { deny… } drop` and, without egress, `ip daddr != <host end> drop`; and an
-//! element `<address> : jump <chain>` in the verdict map `egress_policy`. The map is consulted before
-//! anything else, both for forwarded traffic (leaving the host) and for new connections to the host
-//! itself (`input`), so a denied destination is unreachable even when it is one of the host's own
-//! addresses. A destination in neither list gets what the sandbox would get without lists: with
-//! `egress` it leaves the host (and the host's addresses are reachable, as they always were); without,
-//! only the host end of its own pair is. So an allowed destination wins over a denied one, and a
-//! sandbox without egress but with an allow list reaches exactly that list (and its host end): it gets
-//! a default route and sits in `allow_only`, which masquerades it without letting anything else out.
+//! accept` then `ip daddr { deny… } drop`; and an element `<address> : jump <chain>` in the verdict
+//! map `egress_policy`. The map is consulted before anything else, both for forwarded traffic (leaving
+//! the host) and for new connections to the host itself (`input`). A destination in neither list gets
+//! what the sandbox would get without lists: with `egress` it leaves the host; without, it is dropped;
+//! the host's own addresses are dropped either way. So an allowed destination wins over a denied one,
+//! an allowed host address is reachable, and a sandbox without egress but with an allow list reaches
+//! exactly that list: it gets a default route and sits in `allow_only`, which masquerades it without
+//! letting anything else out.
 //!
 //! A sandbox's rules are installed (and the address given a default route when anything may leave)
 //! *before* its init is told to go, so the first instruction already runs under them; they go when
 //! the sandbox stops. Installing first clears whatever an earlier sandbox on the same address left,
 //! and clearing is idempotent, both in one `nft` transaction each: an element is added then deleted,
 //! a chain added, flushed and deleted, so the script succeeds whether or not it was there. A sandbox
-//! without egress and without lists needs no rule: it has no route beyond its own /30, and the table
-//! is never touched for it.
+//! without egress and without lists needs no rule of its own: it has no route beyond its own /30, and
+//! the static rules keep it off the host.
 //!
-//! The static rules ([`install_table`]) are applied once per process, before the first sandbox
-//! rules: they flush and re-add the rules of the base chains only (`forward`, `input`,
-//! `postrouting`); the sets, the map and the per-sandbox chains keep their contents, so sandboxes
-//! adopted from an earlier daemon process keep their policy. Rules are applied with the `nft` tool
-//! (`nft -f -`).
+//! The static rules ([`guard_host`]) are applied once per process, when the runtime starts, before any
+//! sandbox is created or adopted: they flush and re-add the rules of the base chains only (`forward`,
+//! `input`, `postrouting`); the sets, the map and the per-sandbox chains keep their contents, so
+//! sandboxes adopted from an earlier daemon process keep their policy. IPv4 forwarding is turned on by
+//! the first sandbox that may send anything out. Rules are applied with the `nft` tool (`nft -f -`).
 
 use crate::{Ipv4Net, NetAddrs, RuntimeError, SandboxSpec};
 use std::fmt::Write;
@@ -62,6 +66,7 @@ add rule ip sandboxd forward iifname "sbh*" drop
 add rule ip sandboxd forward oifname "sbh*" ct state established,related accept
 add rule ip sandboxd forward oifname "sbh*" drop
 add rule ip sandboxd input iifname "sbh*" ct state new ip saddr vmap @egress_policy
+add rule ip sandboxd input iifname "sbh*" ct state new drop
 add rule ip sandboxd postrouting ip saddr @egress oifname != "sbh*" masquerade
 add rule ip sandboxd postrouting ip saddr @allow_only oifname != "sbh*" masquerade
 "#;
@@ -125,15 +130,6 @@ fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
             );
         }
     }
-    if !spec.egress {
-        // Without egress, the lists are all there is beyond the sandbox's own pair, the host's other
-        // addresses included.
-        let _ = writeln!(
-            script,
-            "add rule ip {TABLE} {chain} ip daddr != {} drop",
-            addrs.host
-        );
-    }
     let _ = writeln!(
         script,
         "add element ip {TABLE} egress_policy {{ {address} : jump {chain} }}"
@@ -148,7 +144,11 @@ async fn nft(script: &str) -> Result<(), RuntimeError> {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| RuntimeError::Host(format!("egress needs nftables (the `nft` tool): {e}")))?;
+        .map_err(|e| {
+            RuntimeError::Host(format!(
+                "sandbox networking needs nftables (the `nft` tool): {e}"
+            ))
+        })?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(script.as_bytes())
@@ -169,21 +169,29 @@ async fn nft(script: &str) -> Result<(), RuntimeError> {
     }
 }
 
-/// Applies the static rules now and turns on IPv4 forwarding: what the first [`allow`] of a process
-/// does. Per-sandbox state (sets, map, sandbox chains) is kept.
+/// Applies the static rules now (see the module docs); per-sandbox state (sets, map, sandbox chains)
+/// is kept.
 pub async fn install_table() -> Result<(), RuntimeError> {
-    nft(&setup_script()).await?;
-    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
-        .map_err(RuntimeError::io("write", "/proc/sys/net/ipv4/ip_forward"))
+    nft(&setup_script()).await
 }
 
-/// Puts `spec`'s egress rules in place for the sandbox at `addrs` (see the module docs): installs
-/// the static rules once per process, turns on IPv4 forwarding, and replaces whatever rules an earlier
-/// sandbox at this address left. Call it only for a spec that
+/// Applies the static rules once per process: the runtime calls it when it starts, so every sandbox,
+/// created or adopted, is kept off the host's own services.
+pub async fn guard_host() -> Result<(), RuntimeError> {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    INSTALLED.get_or_try_init(install_table).await.map(|_| ())
+}
+
+/// Puts `spec`'s egress rules in place for the sandbox at `addrs` (see the module docs): makes sure
+/// the static rules are there, turns on IPv4 forwarding when the sandbox may send anything out, and
+/// replaces whatever rules an earlier sandbox at this address left. Call it only for a spec that
 /// [needs rules](SandboxSpec::needs_egress_rules).
 pub async fn allow(addrs: &NetAddrs, spec: &SandboxSpec) -> Result<(), RuntimeError> {
-    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    INSTALLED.get_or_try_init(install_table).await?;
+    guard_host().await?;
+    if spec.may_send_out() {
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+            .map_err(RuntimeError::io("write", "/proc/sys/net/ipv4/ip_forward"))?;
+    }
     nft(&install_script(addrs, spec)).await
 }
 
@@ -267,7 +275,6 @@ mod tests {
                 "add element ip sandboxd allow_only { 10.201.0.6 }",
                 "add chain ip sandboxd sandbox_10_201_0_6",
                 "add rule ip sandboxd sandbox_10_201_0_6 ip daddr { 8.8.8.0/24, 198.18.0.2/32 } accept",
-                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr != 10.201.0.5 drop",
                 "add element ip sandboxd egress_policy { 10.201.0.6 : jump sandbox_10_201_0_6 }",
             ]
         );
@@ -308,9 +315,19 @@ mod tests {
             .filter(|l| l.starts_with("add rule"))
             .collect();
         assert!(rules[0].contains("forward") && rules[0].contains("vmap @egress_policy"));
-        assert!(rules.iter().any(|r| r.contains(" input ")
-            && r.contains("ct state new")
-            && r.contains("vmap @egress_policy")));
+        let input: Vec<&str> = rules
+            .iter()
+            .copied()
+            .filter(|r| r.contains(" input "))
+            .collect();
+        assert_eq!(
+            input,
+            [
+                r#"add rule ip sandboxd input iifname "sbh*" ct state new ip saddr vmap @egress_policy"#,
+                r#"add rule ip sandboxd input iifname "sbh*" ct state new drop"#,
+            ],
+            "the lists first, then nothing new from a sandbox reaches the host"
+        );
         let flushed: Vec<&str> = setup.lines().filter(|l| l.starts_with("flush")).collect();
         assert_eq!(
             flushed,

@@ -84,8 +84,9 @@ pub struct NamespaceRuntime {
 }
 
 impl NamespaceRuntime {
-    /// Checks the host (root, cgroups, agent binary), builds the `base` template if needed, and opens the
-    /// host's netlink connection. Must be called inside a tokio runtime.
+    /// Checks the host (root, cgroups, agent binary), builds the `base` template if needed, opens the
+    /// host's netlink connection and puts the host-side firewall in place (sandboxes are kept off the
+    /// host's own services from the first one on). Must be called inside a tokio runtime.
     pub async fn new(config: NamespaceConfig) -> Result<Self, RuntimeError> {
         if !nix::unistd::Uid::effective().is_root() {
             return Err(RuntimeError::Host(
@@ -113,6 +114,7 @@ impl NamespaceRuntime {
                 .await
                 .map_err(|e| RuntimeError::Host(format!("template build panicked: {e}")))??;
         let net = Network::new(config.subnet_base, config.slots)?;
+        egress::guard_host().await?;
         Ok(Self {
             config,
             cgroups,
