@@ -14,7 +14,7 @@ use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
 use sandboxd_envd::{EnvdClient, ExecOptions};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
-use sandboxd_runtime::{ResourceLimits, Runtime, SandboxSpec};
+use sandboxd_runtime::{Runtime, SandboxSpec};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -178,15 +178,8 @@ async fn measure(
     let mut last = None;
     for i in 0..args.warmup + args.sandboxes {
         let spec = SandboxSpec {
-            id: format!("bench-{tag}-{i}"),
-            template: "base".into(),
-            limits: ResourceLimits::default(),
             net_slot: FIRST_SLOT + i as u32,
-            egress: false,
-            egress_allow: Vec::new(),
-            egress_deny: Vec::new(),
-            envs: Default::default(),
-            agent_token: format!("bench-token-{tag}-{i}"),
+            ..SandboxSpec::base(format!("bench-{tag}-{i}"), format!("bench-token-{tag}-{i}"))
         };
         fleet.record(&spec.id, None);
         let t0 = Instant::now();

@@ -36,6 +36,22 @@ pub struct SandboxSpec {
 }
 
 impl SandboxSpec {
+    /// A sandbox of the `base` template with default limits on slot 0, without egress, lists or
+    /// environment; callers set what they need with struct update syntax.
+    pub fn base(id: impl Into<String>, agent_token: impl Into<String>) -> Self {
+        SandboxSpec {
+            id: id.into(),
+            template: "base".into(),
+            limits: ResourceLimits::default(),
+            net_slot: 0,
+            egress: false,
+            egress_allow: Vec::new(),
+            egress_deny: Vec::new(),
+            envs: HashMap::new(),
+            agent_token: agent_token.into(),
+        }
+    }
+
     /// Whether anything at all may leave the sandbox: it needs a default route and NAT then.
     pub fn may_send_out(&self) -> bool {
         self.egress || !self.egress_allow.is_empty()

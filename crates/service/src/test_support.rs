@@ -68,17 +68,7 @@ impl InMemoryRuntimeForTests {
 
     /// Plants sandbox `id` in `state`, as a dead flow (or another daemon) would have left it.
     pub(crate) fn plant(&self, id: &str, state: RuntimeState) {
-        let spec = SandboxSpec {
-            id: id.into(),
-            template: "base".into(),
-            limits: Default::default(),
-            net_slot: 0,
-            egress: false,
-            egress_allow: Vec::new(),
-            egress_deny: Vec::new(),
-            envs: Default::default(),
-            agent_token: "t".into(),
-        };
+        let spec = SandboxSpec::base(id, "t");
         self.sandboxes
             .lock()
             .unwrap()

@@ -206,20 +206,15 @@ pub async fn revoke(address: Ipv4Addr) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ResourceLimits;
 
     fn spec(egress: bool, allow: &[&str], deny: &[&str]) -> SandboxSpec {
         let nets = |list: &[&str]| list.iter().map(|n| n.parse().unwrap()).collect();
         SandboxSpec {
-            id: "sb".into(),
-            template: "base".into(),
-            limits: ResourceLimits::default(),
             net_slot: 1,
             egress,
             egress_allow: nets(allow),
             egress_deny: nets(deny),
-            envs: Default::default(),
-            agent_token: "t".into(),
+            ..SandboxSpec::base("sb", "t")
         }
     }
 

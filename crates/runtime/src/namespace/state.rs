@@ -122,20 +122,9 @@ impl SandboxPaths {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ResourceLimits;
 
     fn spec() -> SandboxSpec {
-        SandboxSpec {
-            id: "sb".into(),
-            template: "base".into(),
-            limits: ResourceLimits::default(),
-            net_slot: 0,
-            egress: false,
-            egress_allow: Vec::new(),
-            egress_deny: Vec::new(),
-            envs: Default::default(),
-            agent_token: "t".into(),
-        }
+        SandboxSpec::base("sb", "t")
     }
 
     #[test]

@@ -64,15 +64,9 @@ pub async fn fixture_with(edit: impl FnOnce(&mut NamespaceConfig)) -> Fixture {
 
 pub fn spec(slot: u32, limits: ResourceLimits) -> SandboxSpec {
     SandboxSpec {
-        id: unique_id("t"),
-        template: "base".into(),
         limits,
         net_slot: slot,
-        egress: false,
-        egress_allow: Vec::new(),
-        egress_deny: Vec::new(),
-        envs: Default::default(),
-        agent_token: unique_id("token"),
+        ..SandboxSpec::base(unique_id("t"), unique_id("token"))
     }
 }
 
