@@ -232,6 +232,29 @@ def test_pause_and_resume_keep_processes():
         sbx.kill()
 
 
+def test_timeout_pauses_and_a_command_resumes():
+    # lifecycle on_timeout "pause": the timeout pauses the sandbox in place instead of killing it, and
+    # with auto_resume the next command resumes it, with the process started before still alive.
+    lifecycle = {"on_timeout": "pause", "auto_resume": True}
+    sbx = new_sandbox("autopause", timeout=2, lifecycle=lifecycle)
+    try:
+        assert sbx.get_info().lifecycle == lifecycle, sbx.get_info().lifecycle
+        pid = sbx.commands.run("nohup sleep 1000 >/dev/null 2>&1 & echo $!").stdout.strip()
+        assert pid.isdigit(), pid
+        state = lambda: Sandbox.get_info(sbx.sandbox_id).state  # noqa: E731
+        deadline = time.time() + 8
+        while time.time() < deadline and state() != SandboxState.PAUSED:
+            time.sleep(0.3)
+        assert state() == SandboxState.PAUSED, "not paused 8 s after a 2 s timeout"
+        time.sleep(1.5)  # past its deadline and another expiry sweep: kept, still paused
+        assert state() == SandboxState.PAUSED
+        r = sbx.commands.run(f"kill -0 {pid} && echo alive")
+        assert r.stdout == "alive\n", "the command resumed the sandbox and its process survived"
+        assert state() == SandboxState.RUNNING
+    finally:
+        sbx.kill()
+
+
 def test_kill():
     sbx = new_sandbox("kill")
     assert sbx.is_running()
@@ -382,6 +405,7 @@ CHECKS = [
     test_set_timeout_and_metrics,
     test_list_with_metadata_filter_and_paging,
     test_pause_and_resume_keep_processes,
+    test_timeout_pauses_and_a_command_resumes,
     test_kill,
     test_timeout_expiry,
     test_duplicate_create_is_deduplicated,

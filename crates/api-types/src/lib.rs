@@ -30,9 +30,13 @@ pub struct CreateSandbox {
     /// Free-form labels, filterable in listings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<BTreeMap<String, String>>,
-    /// Seconds until the daemon destroys the sandbox; default 300, 0 = never.
+    /// Seconds until the daemon destroys (or, with `lifecycle.onTimeout: "pause"`, pauses) the
+    /// sandbox; default 300, 0 = never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_sec: Option<u64>,
+    /// What the timeout does; default: it deletes the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
     /// Network posture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkPolicy>,
@@ -89,6 +93,34 @@ pub struct Sandbox {
     /// (`a.b.c.d/n`, sorted, without duplicates or blocks inside another).
     #[serde(default)]
     pub network: NetworkPolicy,
+    /// What its timeout does.
+    #[serde(default)]
+    pub lifecycle: Lifecycle,
+}
+
+/// What a sandbox's timeout does.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Lifecycle {
+    /// `kill` (default): the sandbox is deleted. `pause`: it is paused in place (processes and memory
+    /// kept) and stays until deleted or resumed; a paused sandbox has no deadline.
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
+    /// With `onTimeout: "pause"` only: the next request that needs the sandbox (a command, a file, a
+    /// port, traffic through the proxy) resumes it first, and it gets its timeout again.
+    #[serde(default)]
+    pub auto_resume: bool,
+}
+
+/// What a timeout does.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTimeout {
+    /// Delete the sandbox.
+    #[default]
+    Kill,
+    /// Pause it in place.
+    Pause,
 }
 
 /// A page of sandboxes.

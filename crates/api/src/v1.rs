@@ -192,6 +192,29 @@ pub async fn get(
     Ok(Json(to_api(&service.get(&id).await?)))
 }
 
+/// Pause a running sandbox in place: its processes and memory are kept, nothing runs until a resume.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", params(("id" = String, Path, description = "id or name")),
+    responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
+              (status = 409, description = "already paused, or not running", body = api::ApiError)))]
+pub async fn pause(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<Json<api::Sandbox>, Error> {
+    Ok(Json(to_api(&service.pause(&id).await?)))
+}
+
+/// Resume a paused sandbox (a running one is returned unchanged). An auto-paused sandbox gets its
+/// timeout again.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", params(("id" = String, Path, description = "id or name")),
+    responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
+              (status = 409, description = "neither paused nor running", body = api::ApiError)))]
+pub async fn resume(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<Json<api::Sandbox>, Error> {
+    Ok(Json(to_api(&service.resume(&id).await?.0)))
+}
+
 /// Destroy a sandbox.
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", params(("id" = String, Path)),
     responses((status = 204), (status = 404, body = api::ApiError)))]

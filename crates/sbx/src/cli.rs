@@ -93,6 +93,12 @@ pub struct CreateArgs {
     /// Seconds until the daemon destroys it, 0 = never [daemon default: 300].
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Pause the sandbox at its timeout instead of destroying it.
+    #[arg(long)]
+    pub pause_on_timeout: bool,
+    /// With --pause-on-timeout: the next command, file or port request resumes it.
+    #[arg(long, requires = "pause_on_timeout")]
+    pub auto_resume: bool,
     /// Environment of every command (repeatable).
     #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
     pub env: Vec<(String, String)>,

@@ -8,7 +8,7 @@
 use crate::cli::{CreateArgs, LsArgs};
 use crate::error::SbxError;
 use crate::output::Output;
-use sandboxd_client::types::{CreateSandbox, NetworkPolicy, Sandbox};
+use sandboxd_client::types::{CreateSandbox, Lifecycle, NetworkPolicy, OnTimeout, Sandbox};
 use sandboxd_client::{Client, ListQuery};
 use std::process::ExitCode;
 
@@ -28,6 +28,10 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
                 allow_out: args.allow_out,
                 deny_out: args.deny_out,
             }),
+        lifecycle: args.pause_on_timeout.then_some(Lifecycle {
+            on_timeout: OnTimeout::Pause,
+            auto_resume: args.auto_resume,
+        }),
     };
     let sandbox = client
         .create(&body, args.idempotency_key.as_deref())

@@ -33,8 +33,12 @@
 //! not. Domain names in the lists are refused here, with nothing claimed or created; the HTTP layer
 //! refuses the other `network` options that cannot be honoured (rules, an egress proxy, host
 //! masking, HTTPS ports, `allowPublicTraffic: false`) before this flow runs. `dnsServers` only
-//! matters for domain names in `allowOut`, which are refused, so it is accepted and has no effect. autoPause and autoResume are refused when set: expiry deletes a sandbox, and a
-//! paused sandbox resumes only through connect or resume.
+//! matters for domain names in `allowOut`, which are refused, so it is accepted and has no effect.
+//!
+//! **Lifecycle.** `autoPause` makes the timeout pause the sandbox instead of deleting it, and
+//! `autoResume.enabled` (only with `autoPause`, else 400) makes the next request for a paused sandbox
+//! resume it (see [`crate::pause`]). A pause always keeps memory and processes, so `autoPauseMemory:
+//! false` (a filesystem-only snapshot elsewhere) gets the stronger pause too.
 
 use crate::sandboxes::DEFAULT_TEMPLATE;
 use crate::{Service, ServiceError};
@@ -251,9 +255,9 @@ impl FailedAttempts {
 impl Service {
     /// Creates a sandbox for an E2B create, deduplicating identical requests (see the module docs).
     pub async fn e2b_create(&self, req: E2bCreate) -> Result<Sandbox, ServiceError> {
-        if req.auto_pause || req.auto_resume {
+        if req.auto_resume && !req.auto_pause {
             return Err(ServiceError::InvalidRequest(
-                "autoPause and autoResume are not supported: a sandbox is deleted when it times out"
+                "autoResume needs autoPause: only a sandbox paused at its timeout is resumed"
                     .into(),
             ));
         }
@@ -269,6 +273,14 @@ impl Service {
                 egress: req.allow_internet_access.unwrap_or(true),
                 allow_out: req.allow_out.clone(),
                 deny_out: req.deny_out.clone(),
+            }),
+            lifecycle: Some(api::Lifecycle {
+                on_timeout: if req.auto_pause {
+                    api::OnTimeout::Pause
+                } else {
+                    api::OnTimeout::Kill
+                },
+                auto_resume: req.auto_resume,
             }),
             ..Default::default()
         })?;
@@ -581,8 +593,8 @@ mod tests {
     #[tokio::test]
     async fn refused_requests_claim_nothing() {
         let f = fixture(Duration::ZERO);
-        let mut auto_pause = request();
-        auto_pause.auto_pause = true;
+        let mut auto_resume = request();
+        auto_resume.auto_resume = true;
         let mut bad_template = request();
         bad_template.template_id = "nope".into();
         let mut bad_env = request();
@@ -592,7 +604,7 @@ mod tests {
         let mut bad_deny = request();
         bad_deny.deny_out = vec!["10.0.0.0/8".into(), "::/0".into()];
         for (req, want_not_found) in [
-            (auto_pause, false),
+            (auto_resume, false),
             (bad_template, true),
             (bad_env, false),
             (domain_allowed, false),

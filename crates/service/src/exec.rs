@@ -8,7 +8,6 @@ use futures::{Stream, StreamExt};
 use sandboxd_api_types as api;
 use sandboxd_envd::process::{DataEvent, EndEvent, ProcessConfig, ProcessEvent, StartRequest};
 use sandboxd_envd::{Code, EnvdClient, ExecOptions};
-use sandboxd_store::SandboxState;
 use std::time::Duration;
 
 /// Maps an agent failure to what the caller did wrong, when it was the caller.
@@ -62,19 +61,14 @@ pub fn exit_code(end: &EndEvent) -> i32 {
 }
 
 impl Service {
-    /// A client of the agent of running sandbox `key`, acting as `user`.
+    /// A client of the agent of running sandbox `key` (an auto-resuming one is resumed), acting as
+    /// `user`.
     pub(crate) async fn agent(
         &self,
         key: &str,
         user: Option<&str>,
     ) -> Result<(String, EnvdClient), ServiceError> {
-        let sandbox = self.get(key).await?;
-        if sandbox.state != SandboxState::Running {
-            return Err(ServiceError::Conflict(format!(
-                "sandbox {} is {}, not running",
-                sandbox.id, sandbox.state
-            )));
-        }
+        let sandbox = self.awake(key).await?;
         let endpoint = self.endpoint(&sandbox.id).await?;
         let client = EnvdClient::new(&endpoint.socket, &endpoint.token);
         let client = match user {

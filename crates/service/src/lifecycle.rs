@@ -89,8 +89,9 @@ impl Service {
         Ok((examined, undone, errors))
     }
 
-    /// Deletes every sandbox past its deadline, forgets expired idempotency claims and deliveries older
-    /// than [`crate::readiness::DELIVERY_RETENTION`]; returns how many sandboxes it deleted.
+    /// Deletes every sandbox past its deadline (pauses an auto-pausing one, see [`crate::pause`]),
+    /// forgets expired idempotency claims and deliveries older than
+    /// [`crate::readiness::DELIVERY_RETENTION`]; returns how many sandboxes it deleted.
     pub async fn sweep_expired(&self) -> Result<usize, ServiceError> {
         let now = unix_millis_now();
         self.undo_abandoned_creates(now).await?;
@@ -107,6 +108,13 @@ impl Service {
             .await?;
         let mut n = 0;
         for sandbox in expired {
+            let pausable = matches!(sandbox.state, SandboxState::Running | SandboxState::Paused);
+            if sandbox.lifecycle.auto_pause && pausable {
+                if let Err(e) = self.pause_at_deadline(&sandbox.id, now).await {
+                    tracing::warn!(sandbox_id = %sandbox.id, error = %crate::error::chain(&e), "auto-pause failed");
+                }
+                continue;
+            }
             match self.delete(&sandbox.id).await {
                 Ok(()) | Err(ServiceError::NotFound(_)) => n += 1,
                 Err(e) => {

@@ -12,9 +12,17 @@
 //! - Pausing a paused sandbox is [`ServiceError::Conflict`]; resuming a running one reports that nothing
 //!   was done. Any other state is a conflict too.
 //!
+//! - **Auto-pause** (a sandbox created with `lifecycle.onTimeout: "pause"`): at its deadline the expiry
+//!   sweep pauses it instead of deleting it ([`Service::pause_at_deadline`]) and then drops its
+//!   deadline, conditionally on the deadline still being due, so a timeout set meanwhile stands. A crash
+//!   between the two leaves a paused sandbox still due, which the next sweep finishes.
+//! - **Auto-resume** (`lifecycle.autoResume`): every request that needs a running sandbox (commands,
+//!   files, ports, traffic through the proxy) goes through [`Service::awake`], which resumes such a
+//!   sandbox first. A resume of a sandbox whose deadline was dropped gives it its create's timeout again.
+//!
 //! Assumes: deleting a paused sandbox needs no thaw here (the runtime thaws what it kills). A paused
-//! sandbox keeps its deadline: it still holds its memory on the host, so expiry deletes it like any other.
-//! Commands, files and exposures need a running sandbox (they answer a conflict while it is paused).
+//! sandbox without auto-pause keeps its deadline: it still holds its memory on the host, so expiry
+//! deletes it like any other. Requests to a paused sandbox without auto-resume answer a conflict.
 
 use crate::events::{emit, sandbox_data, SANDBOX_PAUSED, SANDBOX_RESUMED};
 use crate::{Service, ServiceError};
@@ -46,6 +54,47 @@ impl Service {
     pub async fn pause(&self, key: &str) -> Result<Sandbox, ServiceError> {
         let id = self.get(key).await?.id;
         let _serial = self.inner.sandbox_locks.lock(&id).await;
+        self.pause_locked(&id).await
+    }
+
+    /// Auto-pause: pauses auto-pausing sandbox `id` if its deadline is still at or before `now`, then
+    /// drops that deadline. Returns whether the sandbox is now paused without a deadline.
+    pub(crate) async fn pause_at_deadline(&self, id: &str, now: i64) -> Result<bool, ServiceError> {
+        let _serial = self.inner.sandbox_locks.lock(id).await;
+        let sandbox = self.get(id).await?;
+        let due = sandbox.expires_at.is_some_and(|at| at <= now);
+        if !sandbox.lifecycle.auto_pause || !due {
+            return Ok(false);
+        }
+        if sandbox.state == SandboxState::Running {
+            self.pause_locked(id).await?;
+        }
+        let rid = id.to_string();
+        Ok(self
+            .writer()
+            .write(move |tx| tx.drop_paused_deadline(&rid, now))
+            .await?)
+    }
+
+    /// Sandbox `key`, running: an auto-resuming sandbox that is paused is resumed first. Anything else
+    /// not running is a conflict.
+    pub(crate) async fn awake(&self, key: &str) -> Result<Sandbox, ServiceError> {
+        let sandbox = self.get(key).await?;
+        match sandbox.state {
+            SandboxState::Running => Ok(sandbox),
+            SandboxState::Paused if sandbox.lifecycle.auto_resume => {
+                let (sandbox, _) = self.resume(&sandbox.id).await?;
+                Ok(sandbox)
+            }
+            other => Err(ServiceError::Conflict(format!(
+                "sandbox {} is {other}, not running",
+                sandbox.id
+            ))),
+        }
+    }
+
+    async fn pause_locked(&self, id: &str) -> Result<Sandbox, ServiceError> {
+        let id = id.to_string();
         let sandbox = self.get(&id).await?;
         match sandbox.state {
             SandboxState::Running => {}
@@ -66,6 +115,7 @@ impl Service {
                 SandboxState::Running,
                 SandboxState::Paused,
                 SANDBOX_PAUSED,
+                None,
             )
             .await?
             // Only a delete can have moved it meanwhile (pause and resume hold the lock).
@@ -80,6 +130,7 @@ impl Service {
                 SandboxState::Paused,
                 SandboxState::Running,
                 SANDBOX_RESUMED,
+                None,
             )
             .await?;
             return Err(e.into());
@@ -88,20 +139,26 @@ impl Service {
         Ok(paused)
     }
 
-    /// Moves sandbox `id` from `from` to `to` and, in the same transaction, emits `event`; publishes the
-    /// event once committed. `None` when the sandbox was no longer in `from`.
+    /// Moves sandbox `id` from `from` to `to` and, in the same transaction, sets its deadline to
+    /// `deadline` (when given) and emits `event`; publishes the event once committed. `None` when the
+    /// sandbox was no longer in `from`.
     async fn transition(
         &self,
         id: &str,
         from: SandboxState,
         to: SandboxState,
         event: &'static str,
+        deadline: Option<i64>,
     ) -> Result<Option<Sandbox>, ServiceError> {
         let rid = id.to_string();
         let changed = self
             .writer()
             .write(move |tx| {
-                let applied = tx.set_state(&rid, &[from], to, None, unix_millis_now())?;
+                let now = unix_millis_now();
+                let applied = tx.set_state(&rid, &[from], to, None, now)?;
+                if applied && deadline.is_some() {
+                    tx.set_expires_at(&rid, deadline, now)?;
+                }
                 match tx.get_sandbox_by_id(&rid)? {
                     Some(s) if applied => {
                         let ev = emit(tx, event, Some(&rid), sandbox_data(&s))?;
@@ -133,12 +190,18 @@ impl Service {
             }
         }
         self.runtime().resume(&id).await?;
+        // An auto-paused sandbox has no deadline: it gets its create's timeout again.
+        let lifecycle = sandbox.lifecycle;
+        let deadline =
+            (lifecycle.auto_pause && sandbox.expires_at.is_none() && lifecycle.timeout_ms > 0)
+                .then(|| unix_millis_now().saturating_add(lifecycle.timeout_ms));
         let resumed = self
             .transition(
                 &id,
                 SandboxState::Paused,
                 SandboxState::Running,
                 SANDBOX_RESUMED,
+                deadline,
             )
             .await?
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;

@@ -158,13 +158,7 @@ impl Service {
                 )))
             }
         };
-        let sandbox = self.get(key).await?;
-        if sandbox.state != SandboxState::Running {
-            return Err(ServiceError::Conflict(format!(
-                "sandbox {} is {}, not running",
-                sandbox.id, sandbox.state
-            )));
-        }
+        let sandbox = self.awake(key).await?;
         let existing = {
             let (id, port) = (sandbox.id.clone(), req.port);
             self.reader()
@@ -361,8 +355,8 @@ fn to_api(row: &ExposedPort) -> api::ExposedPort {
 }
 
 impl Service {
-    /// The envd port of the running sandbox whose agent token is `token` (see
-    /// [`Resolver::target_for_access_token`]); `None` for any other token, or a store error.
+    /// The envd port of the running (or auto-resuming paused) sandbox whose agent token is `token`
+    /// (see [`Resolver::target_for_access_token`]); `None` for any other token, or a store error.
     pub async fn target_for_access_token(&self, token: &str) -> Option<Target> {
         let token = token.to_string();
         let sandbox = self
@@ -370,7 +364,12 @@ impl Service {
             .read(move |tx| tx.get_sandbox_by_agent_token(&token))
             .await
             .ok()??;
-        (sandbox.state == SandboxState::Running).then_some(Target {
+        let routable = match sandbox.state {
+            SandboxState::Running => true,
+            SandboxState::Paused => sandbox.lifecycle.auto_resume,
+            _ => false,
+        };
+        routable.then_some(Target {
             sandbox_id: sandbox.id,
             port: AGENT_PORT,
         })
@@ -409,8 +408,12 @@ impl Resolver for Service {
             .await
             .map_err(|e| RouteError::Unavailable(e.to_string()))?
             .ok_or_else(not_found)?;
-        if sandbox.state != SandboxState::Running {
-            return Err(not_found());
+        match sandbox.state {
+            SandboxState::Running => {}
+            SandboxState::Paused if sandbox.lifecycle.auto_resume => {
+                self.awake(&sandbox.id).await.map_err(|_| not_found())?;
+            }
+            _ => return Err(not_found()),
         }
         let endpoint = self.endpoint(&sandbox.id).await.map_err(|_| not_found())?;
         Ok(upstream(&endpoint))

@@ -17,7 +17,9 @@ use crate::{validate, Service, ServiceError};
 use rand::Rng;
 use sandboxd_api_types as api;
 use sandboxd_runtime::{ResourceLimits, SandboxSpec};
-use sandboxd_store::{unix_millis_now, NewSandbox, Sandbox, SandboxFilter, SandboxState};
+use sandboxd_store::{
+    unix_millis_now, Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState,
+};
 use std::collections::BTreeMap;
 
 /// Template every create without one gets.
@@ -45,6 +47,8 @@ pub struct CreatePlan {
     pub timeout_sec: u64,
     /// Egress default and allow and deny lists, checked ([`crate::network`]).
     pub network: EgressPolicy,
+    /// What the timeout does.
+    pub lifecycle: api::Lifecycle,
 }
 
 /// Random lowercase alphanumeric id of `len` characters.
@@ -97,6 +101,12 @@ impl Service {
         let metadata = req.metadata.unwrap_or_default();
         validate::metadata(&metadata)?;
         let network = network::policy(req.network.as_ref())?;
+        let lifecycle = req.lifecycle.unwrap_or_default();
+        if lifecycle.auto_resume && lifecycle.on_timeout != api::OnTimeout::Pause {
+            return Err(ServiceError::InvalidRequest(
+                "lifecycle.autoResume needs lifecycle.onTimeout \"pause\"".into(),
+            ));
+        }
         Ok(CreatePlan {
             name,
             template,
@@ -106,6 +116,7 @@ impl Service {
             metadata,
             timeout_sec,
             network,
+            lifecycle,
         })
     }
 
@@ -132,6 +143,11 @@ impl Service {
             agent_token: token.clone(),
             created_at: now,
             expires_at,
+            lifecycle: Lifecycle {
+                auto_pause: plan.lifecycle.on_timeout == api::OnTimeout::Pause,
+                auto_resume: plan.lifecycle.auto_resume,
+                timeout_ms: (plan.timeout_sec as i64).saturating_mul(1000),
+            },
         };
         let slots = self.config().net_slots;
         let (slot, created) = self
@@ -320,6 +336,19 @@ pub fn to_api(s: &Sandbox) -> api::Sandbox {
         failure_reason: s.failure_reason.clone(),
         // The store keeps what `network::EgressPolicy::to_json` wrote, which is this shape.
         network: serde_json::from_value(s.network.clone()).unwrap_or_default(),
+        lifecycle: lifecycle_to_api(&s.lifecycle),
+    }
+}
+
+/// The API's view of a stored lifecycle.
+pub fn lifecycle_to_api(l: &Lifecycle) -> api::Lifecycle {
+    api::Lifecycle {
+        on_timeout: if l.auto_pause {
+            api::OnTimeout::Pause
+        } else {
+            api::OnTimeout::Kill
+        },
+        auto_resume: l.auto_resume,
     }
 }
 

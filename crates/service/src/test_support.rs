@@ -184,6 +184,7 @@ impl TestService {
             agent_token: "t".into(),
             created_at: at,
             expires_at: None,
+            lifecycle: Default::default(),
         };
         self.svc
             .writer()

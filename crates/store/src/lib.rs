@@ -70,7 +70,7 @@ pub use open::{Store, StoreConfig, Synchronous};
 pub use outbox::{NewWebhook, OutboxEntry, OutboxState};
 pub use ports::{ExposedPort, PortState, Protocol, ReserveOutcome};
 pub use reader::{ReadTx, StoreReader};
-pub use sandboxes::{NewSandbox, Sandbox, SandboxFilter, SandboxState};
+pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState};
 pub use slots::SlotLease;
 pub use tokens::{hash_token, ApiToken, CreatedToken, TokenId};
 pub use webhooks::{DeliveryAttempt, Webhook};
@@ -166,6 +166,7 @@ pub(crate) mod test_util {
             agent_token: format!("tok-{id}"),
             created_at,
             expires_at: None,
+            lifecycle: Default::default(),
         }
     }
 

@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "sandboxes by agent token",
         sql: SCHEMA_V4,
     },
+    Migration {
+        version: 5,
+        name: "what a sandbox's deadline does: delete, or pause (and resume on demand)",
+        sql: SCHEMA_V5,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -190,6 +195,16 @@ CREATE TABLE sandbox_endpoints (
 /// Envd calls that carry nothing but a sandbox's access token are routed by it.
 const SCHEMA_V4: &str = r#"
 CREATE INDEX idx_sandboxes_agent_token ON sandboxes(agent_token) WHERE agent_token <> '';
+"#;
+
+/// A sandbox's lifecycle: at its deadline it is deleted (`auto_pause = 0`) or paused, and a paused one
+/// may be resumed by the next request for it (`auto_resume`, only with `auto_pause`: the schema refuses
+/// the combination that would never come into play). `timeout_ms` is what a resume gives it again.
+const SCHEMA_V5: &str = r#"
+ALTER TABLE sandboxes ADD COLUMN auto_pause INTEGER NOT NULL DEFAULT 0 CHECK (auto_pause IN (0, 1));
+ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0
+    CHECK (auto_resume IN (0, 1) AND auto_resume <= auto_pause);
+ALTER TABLE sandboxes ADD COLUMN timeout_ms INTEGER NOT NULL DEFAULT 0 CHECK (timeout_ms >= 0);
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

@@ -121,6 +121,20 @@ pub struct Sandbox {
     pub failure_reason: Option<String>,
     /// Bumped on every applied state change; a fencing token for actors acting on one sandbox.
     pub generation: i64,
+    /// What its deadline does.
+    pub lifecycle: Lifecycle,
+}
+
+/// What a sandbox's deadline does (E2B's `autoPause` / `autoResume`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// Paused at its deadline, not deleted; a paused one has no deadline.
+    pub auto_pause: bool,
+    /// A paused sandbox is resumed by the next request for it. Only with `auto_pause` (the schema
+    /// refuses it alone).
+    pub auto_resume: bool,
+    /// How long a resume gives the sandbox, ms (its create's timeout; 0 for none).
+    pub timeout_ms: i64,
 }
 
 impl fmt::Debug for Sandbox {
@@ -142,6 +156,7 @@ impl fmt::Debug for Sandbox {
             .field("updated_at", &self.updated_at)
             .field("failure_reason", &self.failure_reason)
             .field("generation", &self.generation)
+            .field("lifecycle", &self.lifecycle)
             .finish()
     }
 }
@@ -163,6 +178,7 @@ pub struct NewSandbox {
     /// Also the initial `updated_at`.
     pub created_at: UnixMillis,
     pub expires_at: Option<UnixMillis>,
+    pub lifecycle: Lifecycle,
 }
 
 /// Which sandboxes [`ReadTx::list_sandboxes`] returns.
@@ -179,7 +195,8 @@ pub struct SandboxFilter {
 }
 
 const COLUMNS: &str = "id, name, state, template, cpu_millis, memory_mb, metadata, env, network, \
-     agent_token, net_slot, created_at, expires_at, updated_at, failure_reason, generation";
+     agent_token, net_slot, created_at, expires_at, updated_at, failure_reason, generation, \
+     auto_pause, auto_resume, timeout_ms";
 
 fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
     let text: String = row.get(idx)?;
@@ -206,6 +223,11 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
         updated_at: row.get(13)?,
         failure_reason: row.get(14)?,
         generation: row.get(15)?,
+        lifecycle: Lifecycle {
+            auto_pause: row.get(16)?,
+            auto_resume: row.get(17)?,
+            timeout_ms: row.get(18)?,
+        },
     })
 }
 
@@ -343,8 +365,9 @@ impl WriteTx<'_> {
         let env = serde_json::to_string(&new.env).expect("a string map serializes");
         let sql = format!(
             "INSERT INTO sandboxes (id, name, state, template, cpu_millis, memory_mb, metadata, env, network,
-                                    agent_token, created_at, expires_at, updated_at, generation)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0)
+                                    agent_token, created_at, expires_at, updated_at, generation,
+                                    auto_pause, auto_resume, timeout_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15)
              RETURNING {COLUMNS}"
         );
         let inserted = self.conn().prepare_cached(&sql)?.query_row(
@@ -361,6 +384,9 @@ impl WriteTx<'_> {
                 new.agent_token,
                 new.created_at,
                 new.expires_at,
+                new.lifecycle.auto_pause,
+                new.lifecycle.auto_resume,
+                new.lifecycle.timeout_ms,
             ],
             from_row,
         );
@@ -407,6 +433,19 @@ impl WriteTx<'_> {
             .conn()
             .prepare_cached("UPDATE sandboxes SET expires_at = ?2, updated_at = ?3 WHERE id = ?1")?
             .execute(params![id, expires_at, now])?;
+        Ok(n == 1)
+    }
+
+    /// Drops the deadline of auto-pausing sandbox `id` if it is paused and its deadline is still at or
+    /// before `now` (a deadline moved meanwhile stands). Returns whether it was dropped.
+    pub fn drop_paused_deadline(&mut self, id: &str, now: UnixMillis) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "UPDATE sandboxes SET expires_at = NULL, updated_at = ?2
+                 WHERE id = ?1 AND auto_pause = 1 AND state = 'paused' AND expires_at <= ?2",
+            )?
+            .execute(params![id, now])?;
         Ok(n == 1)
     }
 

@@ -42,7 +42,7 @@ pub struct NewSandbox {
     pub timeout: Option<u64>,
     #[serde(default)]
     pub auto_pause: Option<bool>,
-    /// Only meaningful with autoPause; accepted and ignored.
+    /// Only meaningful with autoPause; a pause here always keeps memory, so either value gets that.
     #[serde(default)]
     pub auto_pause_memory: Option<bool>,
     #[serde(default)]
@@ -232,6 +232,9 @@ pub struct SandboxBody {
     /// `full` for a paused sandbox: a freeze keeps processes and memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause_mode: Option<&'static str>,
+    /// What the timeout does (`onTimeout`, `autoResume`). Not in listings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<sandboxd_api_types::Lifecycle>,
 }
 
 /// The E2B state of a stored sandbox: E2B knows `running` and `paused`; a sandbox in any other state
@@ -264,6 +267,7 @@ impl SandboxBody {
             state,
             metadata: s.metadata.clone(),
             allow_internet_access: None,
+            lifecycle: None,
             pause_mode: (state == "paused").then_some("full"),
         }
     }
@@ -274,6 +278,7 @@ impl SandboxBody {
             envd_access_token: Some(s.agent_token.clone()),
             domain: Some(format!("{}:{}", config.domain, config.public_port)),
             allow_internet_access: Some(s.network["egress"].as_bool().unwrap_or(false)),
+            lifecycle: Some(sandboxd_service::sandboxes::lifecycle_to_api(&s.lifecycle)),
             ..Self::listed(s)
         }
     }
@@ -316,6 +321,7 @@ mod tests {
             updated_at: 1_000,
             failure_reason: None,
             generation: 0,
+            lifecycle: Default::default(),
         }
     }
 

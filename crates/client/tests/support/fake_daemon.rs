@@ -153,6 +153,7 @@ fn sandbox(id: &str, name: &str, metadata: BTreeMap<String, String>) -> Sandbox 
         metadata,
         failure_reason: None,
         network: Default::default(),
+        lifecycle: Default::default(),
     }
 }
 

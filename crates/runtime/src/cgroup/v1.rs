@@ -198,7 +198,13 @@ impl Group {
         let state = self.freezer_state()?;
         write(&state, "FROZEN")?;
         wait_until(&state, "FROZEN", timeout, || {
-            Ok(read(&state)?.trim() == "FROZEN")
+            if read(&state)?.trim() == "FROZEN" {
+                return Ok(true);
+            }
+            // A freeze the kernel could not finish (a task caught mid-fork) stays FREEZING until
+            // FROZEN is written again: the v1 freezer's documented retry.
+            write(&state, "FROZEN")?;
+            Ok(false)
         })
     }
 

@@ -362,3 +362,69 @@ async fn delete_reports_whether_it_existed() {
         .await
         .unwrap();
 }
+
+/// A sandbox's lifecycle is stored as given; auto-resume without auto-pause is unrepresentable
+/// (the column's CHECK refuses it, so no flow can write a sandbox that waits for a resume it would
+/// never get).
+#[tokio::test]
+async fn lifecycle_round_trips_and_resume_needs_pause() {
+    let (_dir, store, _t) = open_temp();
+    let w = store.writer();
+    let mut n = new_sandbox("p", "", 1);
+    n.lifecycle = Lifecycle {
+        auto_pause: true,
+        auto_resume: true,
+        timeout_ms: 60_000,
+    };
+    let inserted = w.write(move |tx| tx.insert_sandbox(n)).await.unwrap();
+    assert_eq!(inserted.lifecycle.timeout_ms, 60_000);
+    assert!(inserted.lifecycle.auto_pause && inserted.lifecycle.auto_resume);
+    let mut n = new_sandbox("r", "", 1);
+    n.lifecycle.auto_resume = true;
+    let refused = w.write(move |tx| tx.insert_sandbox(n)).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Sqlite(e)) if e.to_string().contains("CHECK")),
+        "{refused:?}"
+    );
+}
+
+/// The deadline of an auto-pausing sandbox goes only once it is paused and still due; a deadline
+/// moved meanwhile (a resume, a new timeout) stands; a running or deleting-at-deadline one keeps its.
+#[tokio::test]
+async fn a_paused_deadline_is_dropped_only_when_due() {
+    let (_dir, store, _t) = open_temp();
+    let w = store.writer();
+    let dropped = w
+        .write(|tx| {
+            for (id, auto_pause, state, expires_at) in [
+                ("due", true, SandboxState::Paused, 100),
+                ("moved", true, SandboxState::Paused, 200),
+                ("running", true, SandboxState::Running, 100),
+                ("kill", false, SandboxState::Paused, 100),
+            ] {
+                let mut n = new_sandbox(id, "", 1);
+                n.state = state;
+                n.expires_at = Some(expires_at);
+                n.lifecycle.auto_pause = auto_pause;
+                tx.insert_sandbox(n)?;
+            }
+            ["due", "moved", "running", "kill", "absent"]
+                .map(|id| tx.drop_paused_deadline(id, 150))
+                .into_iter()
+                .collect::<Result<Vec<_>>>()
+        })
+        .await
+        .unwrap();
+    assert_eq!(dropped, [true, false, false, false, false]);
+    let deadlines = store
+        .reader()
+        .read(|tx| {
+            ["due", "moved", "running", "kill"]
+                .map(|id| tx.get_sandbox_by_id(id).map(|s| s.unwrap().expires_at))
+                .into_iter()
+                .collect::<Result<Vec<_>>>()
+        })
+        .await
+        .unwrap();
+    assert_eq!(deadlines, [None, Some(200), Some(100), Some(100)]);
+}

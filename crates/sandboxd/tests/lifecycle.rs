@@ -1,0 +1,151 @@
+//! What a sandbox's timeout does, against the real binary: by default it deletes the sandbox
+//! (`e2e.rs`); with `lifecycle.onTimeout: "pause"` it pauses it in place — processes and memory
+//! kept, no deadline while paused, never deleted by the expiry sweep — and with `autoResume` the next
+//! request that needs the sandbox resumes it and gives it its timeout again. A paused sandbox without
+//! auto-resume refuses commands until `POST /v1/sandboxes/{id}/resume`.
+
+mod common;
+
+use common::{e2e, id_of, Daemon};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Polls sandbox `id` until its state is `want`; panics after `within`.
+async fn wait_for_state(d: &Daemon, id: &str, want: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let sandbox = d.get_json(&format!("/v1/sandboxes/{id}")).await;
+        if sandbox["state"] == want {
+            return sandbox;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} not {want} within {within:?}: {sandbox}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts a process that outlives its command; returns its pid.
+async fn start_sleeper(d: &Daemon, id: &str) -> String {
+    let started = d
+        .exec(
+            id,
+            &["sh", "-c", "nohup sleep 1000 >/dev/null 2>&1 & echo $!"],
+        )
+        .await;
+    let pid = started.stdout.trim().to_string();
+    assert!(pid.parse::<u32>().is_ok(), "{started:?}");
+    pid
+}
+
+#[test]
+fn a_timeout_pauses_in_place_and_a_command_resumes() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let lifecycle = json!({"onTimeout": "pause", "autoResume": true});
+        let created = d
+            .create(json!({"timeoutSec": 2, "lifecycle": lifecycle}))
+            .await;
+        assert_eq!(created["lifecycle"], lifecycle, "{created}");
+        let id = id_of(&created);
+        let pid = start_sleeper(&d, &id).await;
+
+        let paused = wait_for_state(&d, &id, "paused", Duration::from_secs(6)).await;
+        assert!(
+            paused.get("expiresAt").is_none(),
+            "paused with a deadline: {paused}"
+        );
+        assert_eq!(d.cgroup_frozen(&id), Some(true), "paused but not frozen");
+        // Past its deadline and more expiry sweeps (every 1 s): kept, still paused.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let still = d.get_json(&format!("/v1/sandboxes/{id}")).await;
+        assert_eq!(still["state"], "paused", "{still}");
+
+        // A command resumes it; the process started before the pause is alive.
+        let alive = d
+            .exec(&id, &["sh", "-c", &format!("kill -0 {pid} && echo alive")])
+            .await;
+        assert_eq!(alive.stdout, "alive\n", "{alive:?}");
+        let resumed = d.get_json(&format!("/v1/sandboxes/{id}")).await;
+        assert_eq!(resumed["state"], "running", "{resumed}");
+        assert!(
+            resumed["expiresAt"].is_string(),
+            "resumed without its timeout: {resumed}"
+        );
+        assert_eq!(d.cgroup_frozen(&id), Some(false));
+        // And its timeout pauses it again.
+        wait_for_state(&d, &id, "paused", Duration::from_secs(6)).await;
+
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
+    });
+}
+
+#[test]
+fn without_auto_resume_a_paused_sandbox_waits_for_resume() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let created = d
+            .create(json!({"timeoutSec": 1, "lifecycle": {"onTimeout": "pause"}}))
+            .await;
+        assert_eq!(
+            created["lifecycle"],
+            json!({"onTimeout": "pause", "autoResume": false})
+        );
+        let id = id_of(&created);
+        let pid = start_sleeper(&d, &id).await;
+        wait_for_state(&d, &id, "paused", Duration::from_secs(5)).await;
+
+        let (status, body) = d.exec_raw(&id, &json!({"cmd": ["true"]})).await;
+        assert_eq!(status, 409, "{body}");
+        let resp = d
+            .post_json(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+            .await;
+        assert_eq!(resp.status(), 409, "pausing a paused sandbox");
+
+        let resp = d
+            .post_json(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+            .await;
+        assert_eq!(resp.status(), 200);
+        let resumed: Value = resp.json().await.unwrap();
+        assert_eq!(resumed["state"], "running", "{resumed}");
+        assert!(resumed["expiresAt"].is_string(), "{resumed}");
+        let alive = d
+            .exec(&id, &["sh", "-c", &format!("kill -0 {pid} && echo alive")])
+            .await;
+        assert_eq!(alive.stdout, "alive\n", "{alive:?}");
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
+    });
+}
+
+/// Lifecycles that cannot be honoured are 400s that create nothing.
+#[test]
+fn an_impossible_lifecycle_is_refused() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        for (lifecycle, says) in [
+            (json!({"autoResume": true}), "autoResume needs"),
+            (
+                json!({"onTimeout": "kill", "autoResume": true}),
+                "autoResume needs",
+            ),
+            (json!({"onTimeout": "sleep"}), "unknown variant `sleep`"),
+            (
+                json!({"onTimeout": "pause", "keepMemory": true}),
+                "keepMemory",
+            ),
+        ] {
+            let resp = d
+                .post_json("/v1/sandboxes", &json!({"lifecycle": lifecycle}))
+                .await;
+            assert_eq!(resp.status(), 400, "{lifecycle}");
+            let body: Value = resp.json().await.unwrap();
+            let message = body["message"].as_str().unwrap_or_default();
+            assert!(message.contains(says), "{lifecycle}: {body}");
+        }
+        assert!(
+            d.list_all().await.is_empty(),
+            "a refused create made a sandbox"
+        );
+    });
+}
