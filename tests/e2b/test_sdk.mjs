@@ -340,6 +340,27 @@ const checks = {
     }
   },
 
+  async timeoutPausesAndACommandResumes() {
+    // lifecycle onTimeout 'pause': the timeout pauses the sandbox in place instead of killing it, and
+    // with autoResume the next command resumes it, with the process started before still alive.
+    const lifecycle = { onTimeout: 'pause', autoResume: true }
+    const sbx = await newSandbox('autopause', { timeoutMs: 2_000, lifecycle })
+    try {
+      assert.deepEqual((await sbx.getInfo()).lifecycle, lifecycle)
+      const pid = (await sbx.commands.run('nohup sleep 1000 >/dev/null 2>&1 & echo $!')).stdout.trim()
+      assert.match(pid, /^\d+$/)
+      const state = async () => (await Sandbox.getInfo(sbx.sandboxId)).state
+      assert.ok(await until(async () => (await state()) === 'paused', 8_000), 'not paused 8 s after a 2 s timeout')
+      await sleep(1_500) // past its deadline and another expiry sweep: kept, still paused
+      assert.equal(await state(), 'paused')
+      const r = await sbx.commands.run(`kill -0 ${pid} && echo alive`)
+      assert.equal(r.stdout, 'alive\n', 'the command resumed the sandbox and its process survived')
+      assert.equal(await state(), 'running')
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async kill() {
     const sbx = await newSandbox('kill')
     assert.equal(await sbx.isRunning(), true)

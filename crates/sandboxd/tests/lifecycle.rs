@@ -149,3 +149,50 @@ fn an_impossible_lifecycle_is_refused() {
         );
     });
 }
+
+/// Traffic through the proxy resumes an auto-resuming sandbox too: the request that wakes it is
+/// answered by the server that was frozen.
+#[test]
+fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let created = d
+            .create(
+                json!({"timeoutSec": 2, "lifecycle": {"onTimeout": "pause", "autoResume": true}}),
+            )
+            .await;
+        let id = id_of(&created);
+        d.exec(
+            &id,
+            &[
+                "sh",
+                "-c",
+                "nohup python3 -m http.server 8000 >/dev/null 2>&1 &",
+            ],
+        )
+        .await;
+        let get = || async {
+            reqwest::Client::new()
+                .get(d.url())
+                .header("E2b-Sandbox-Id", &id)
+                .header("E2b-Sandbox-Port", "8000")
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !get().await.is_ok_and(|r| r.status() == 200) {
+            assert!(Instant::now() < deadline, "the server never answered");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        wait_for_state(&d, &id, "paused", Duration::from_secs(6)).await;
+
+        let resp = get().await.expect("the proxied request is answered");
+        assert_eq!(resp.status(), 200);
+        let body = resp.text().await.unwrap();
+        assert!(body.contains("Directory listing"), "{body}");
+        let sandbox = d.get_json(&format!("/v1/sandboxes/{id}")).await;
+        assert_eq!(sandbox["state"], "running", "{sandbox}");
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
+    });
+}
