@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{e2e, id_of, Daemon};
+use common::{e2e, id_of, restart_and_reconcile, runtime_ids, slot_holders, wait_for_row, Daemon};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -194,5 +194,53 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
         let sandbox = d.get_json(&format!("/v1/sandboxes/{id}")).await;
         assert_eq!(sandbox["state"], "running", "{sandbox}");
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
+    });
+}
+
+/// Crash: the daemon is killed (`kill -9`) after an auto-pause froze the sandbox and recorded it
+/// `paused` but before its deadline was dropped (`expiry.after-pause`). After a restart the sandbox
+/// is still there, paused and frozen, in store and runtime alike; the next sweep finishes the step
+/// (no deadline) and never deletes it; a command then finds its process.
+#[test]
+fn kill9_between_auto_pause_and_dropping_the_deadline_keeps_the_sandbox() {
+    e2e(|| async {
+        let mut d =
+            Daemon::start_with(&[], &[("FAILPOINTS", "expiry.after-pause=return(60000)")]).await;
+        let created = d
+            .create(
+                json!({"timeoutSec": 1, "lifecycle": {"onTimeout": "pause", "autoResume": true}}),
+            )
+            .await;
+        let id = id_of(&created);
+        let pid = start_sleeper(&d, &id).await;
+        wait_for_row(
+            &d,
+            &format!(
+                "SELECT id FROM sandboxes WHERE id = '{id}' AND state = 'paused' \
+                 AND expires_at IS NOT NULL"
+            ),
+        )
+        .await;
+        assert_eq!(d.cgroup_frozen(&id), Some(true));
+        d.kill9();
+        restart_and_reconcile(&mut d).await;
+
+        let held = std::collections::BTreeSet::from([id.clone()]);
+        assert_eq!(runtime_ids(&d), held, "runtime vs store");
+        assert_eq!(slot_holders(&d), held, "the paused sandbox keeps its slot");
+        wait_for_row(
+            &d,
+            &format!("SELECT id FROM sandboxes WHERE id = '{id}' AND expires_at IS NULL"),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let listed = d.list_all().await;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0]["state"], "paused", "{listed:?}");
+        assert_eq!(d.cgroup_frozen(&id), Some(true));
+        let alive = d
+            .exec(&id, &["sh", "-c", &format!("kill -0 {pid} && echo alive")])
+            .await;
+        assert_eq!(alive.stdout, "alive\n", "{alive:?}");
     });
 }

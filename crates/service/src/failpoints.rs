@@ -10,6 +10,7 @@
 //! | `idempotency.before-complete` | the work done; its claim not yet completed |
 //! | `callback.before-apply` | an agent's event received; nothing written |
 //! | `callback.after-apply` | the event's change committed; not yet answered |
+//! | `expiry.after-pause` | an auto-pausing sandbox paused at its deadline; the deadline not yet dropped |
 //! | `agent.exit-before-ready` (runtime) | `return`: the booting agent exits before its first call home |
 //!
 //! The flow steps are `hold` points: `return(MS)` parks the flow for MS milliseconds *without*

@@ -69,6 +69,7 @@ impl Service {
         if sandbox.state == SandboxState::Running {
             self.pause_locked(id).await?;
         }
+        crate::failpoints::hold("expiry.after-pause").await;
         let rid = id.to_string();
         Ok(self
             .writer()
