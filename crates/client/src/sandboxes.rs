@@ -99,6 +99,20 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/sandboxes/{idOrName}/pause`.
+    pub async fn pause(&self, id_or_name: &str) -> Result<Sandbox, ClientError> {
+        let url = self.sandbox_endpoint(id_or_name, &["pause"])?;
+        self.send_json(self.request(Method::POST, url), "sandbox")
+            .await
+    }
+
+    /// `POST /v1/sandboxes/{idOrName}/resume`.
+    pub async fn resume(&self, id_or_name: &str) -> Result<Sandbox, ClientError> {
+        let url = self.sandbox_endpoint(id_or_name, &["resume"])?;
+        self.send_json(self.request(Method::POST, url), "sandbox")
+            .await
+    }
+
     /// `DELETE /v1/sandboxes/{id}`.
     pub async fn delete(&self, id: &str) -> Result<(), ClientError> {
         let url = self.sandbox_endpoint(id, &[])?;

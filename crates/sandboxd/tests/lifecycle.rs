@@ -114,6 +114,24 @@ fn without_auto_resume_a_paused_sandbox_waits_for_resume() {
             .exec(&id, &["sh", "-c", &format!("kill -0 {pid} && echo alive")])
             .await;
         assert_eq!(alive.stdout, "alive\n", "{alive:?}");
+
+        // The same by hand, from the CLI.
+        let paused = d.sbx(&["pause", &id]);
+        assert_eq!(String::from_utf8_lossy(&paused.stdout), format!("{id}\n"));
+        assert_eq!(d.cgroup_frozen(&id), Some(true));
+        let shown = d.sbx(&["get", &id]);
+        let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+        let line = |key: &str| {
+            shown
+                .lines()
+                .find(|l| l.starts_with(key))
+                .unwrap_or_default()
+        };
+        assert!(line("state:").ends_with(" paused"), "{shown}");
+        assert!(line("onTimeout:").ends_with(" pause"), "{shown}");
+        let resumed = d.sbx(&["resume", &id, "--json"]);
+        let resumed: Value = serde_json::from_slice(&resumed.stdout).expect("sbx resume --json");
+        assert_eq!(resumed["state"], "running", "{resumed}");
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
     });
 }

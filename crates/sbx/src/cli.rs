@@ -46,6 +46,16 @@ pub enum Command {
         /// Id or name.
         id: String,
     },
+    /// Pause a running sandbox in place (processes and memory kept); prints its id.
+    Pause {
+        /// Id or name.
+        id: String,
+    },
+    /// Resume a paused sandbox; prints its id.
+    Resume {
+        /// Id or name.
+        id: String,
+    },
     /// Run a command in a sandbox, streaming its output; exits with its exit code.
     Exec(ExecArgs),
     /// Copy a file between the local machine and a sandbox (one side is ID:/abs/path; `-` is stdio).

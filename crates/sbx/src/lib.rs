@@ -54,6 +54,8 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Create(args) => sandboxes::create(&client, out, args).await,
         Command::Ls(args) => sandboxes::ls(&client, out, args).await,
         Command::Get { id } => sandboxes::get(&client, out, &id).await,
+        Command::Pause { id } => sandboxes::print(out, client.pause(&id).await?),
+        Command::Resume { id } => sandboxes::print(out, client.resume(&id).await?),
         Command::Exec(args) => exec::run(&client, out, args).await,
         Command::Cp { src, dst } => cp::run(&client, out, &src, &dst).await,
         Command::Expose { id, port, protocol } => {

@@ -1,4 +1,4 @@
-//! `sbx create`, `ls`, `get`, `rm`, `expose`: sandbox lifecycle and ports.
+//! `sbx create`, `ls`, `get`, `pause`, `resume`, `rm`, `expose`: sandbox lifecycle and ports.
 //!
 //! Contract: text output is for people (id, table, `key: value` lines, URL); `--json` prints the API's
 //! bodies unchanged (`Sandbox`, an array of `Sandbox`, `ExposedPort`; for `rm`, an array of deleted
@@ -36,6 +36,11 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
     let sandbox = client
         .create(&body, args.idempotency_key.as_deref())
         .await?;
+    print(out, sandbox)
+}
+
+/// Prints `sandbox`: its id, or with `--json` the whole body.
+pub fn print(out: Output, sandbox: Sandbox) -> Result<ExitCode, SbxError> {
     if out.json {
         out.json(&sandbox)?;
     } else {
@@ -99,12 +104,22 @@ fn describe(s: Sandbox) -> Vec<(&'static str, String)> {
         ("memoryMB", s.memory_mb.to_string()),
         ("createdAt", s.created_at),
         ("expiresAt", s.expires_at.unwrap_or_else(|| "never".into())),
+        ("onTimeout", on_timeout(&s.lifecycle)),
         ("metadata", metadata),
     ];
     if let Some(reason) = s.failure_reason {
         pairs.push(("failureReason", reason));
     }
     pairs
+}
+
+/// What the timeout does, in words.
+fn on_timeout(l: &Lifecycle) -> String {
+    match (l.on_timeout, l.auto_resume) {
+        (OnTimeout::Kill, _) => "delete".into(),
+        (OnTimeout::Pause, false) => "pause".into(),
+        (OnTimeout::Pause, true) => "pause (auto-resume)".into(),
+    }
 }
 
 /// `sbx rm`.

@@ -58,6 +58,29 @@ fn create_prints_the_id_or_the_sandbox_json() {
 }
 
 #[test]
+fn create_sends_the_lifecycle_and_refuses_auto_resume_alone() {
+    let fake = FakeDaemonForTests::start();
+    let out = sbx(&fake, &["create", "--pause-on-timeout", "--auto-resume"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    {
+        let state = fake.state();
+        let (body, _) = state.last_create.as_ref().expect("create seen");
+        let sent = serde_json::to_value(body).expect("body");
+        assert_eq!(
+            sent,
+            serde_json::json!({"lifecycle": {"onTimeout": "pause", "autoResume": true}})
+        );
+    }
+    let out = sbx(&fake, &["create", "--auto-resume"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--pause-on-timeout"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn ls_prints_a_table_or_a_json_array_and_follows_cursors_with_all() {
     let fake = FakeDaemonForTests::start();
     for i in 0..3 {
