@@ -145,3 +145,35 @@ pub fn router(
         ))
         .layer(middleware::from_fn(e2b::unroute_control_calls))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `$ref` in the OpenAPI document names a schema the document defines (a body type that
+    /// gains a nested type without deriving `ToSchema` into the components would break clients).
+    #[test]
+    fn every_schema_reference_resolves() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        let mut refs = Vec::new();
+        let mut stack = vec![&doc];
+        while let Some(v) = stack.pop() {
+            match v {
+                serde_json::Value::Object(map) => {
+                    if let Some(serde_json::Value::String(r)) = map.get("$ref") {
+                        refs.push(r.clone());
+                    }
+                    stack.extend(map.values());
+                }
+                serde_json::Value::Array(items) => stack.extend(items),
+                _ => {}
+            }
+        }
+        assert!(refs.iter().any(|r| r.ends_with("/Lifecycle")), "{refs:?}");
+        for r in refs {
+            let name = r.strip_prefix("#/components/schemas/").expect("local ref");
+            assert!(schemas.contains_key(name), "{r} is not defined");
+        }
+    }
+}
