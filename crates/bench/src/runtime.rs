@@ -1,4 +1,5 @@
-//! `bench runtime`: sandbox start-up and exec latency through the namespace runtime library.
+//! `bench runtime`: sandbox start-up and exec latency through the namespace runtime library, and what
+//! a pause costs and what the first command after a resume pays (an auto-resumed request's extra).
 //!
 //! Guarantees: every sandbox the bench asks for is recorded in its `Fleet` *before* `create` is
 //! called, and `Fleet::teardown` destroys each of them whatever happened (success, error, Ctrl-C,
@@ -49,6 +50,9 @@ pub struct RuntimeArgs {
     /// Timed exec round trips of /bin/true on one sandbox.
     #[arg(long, default_value_t = 200)]
     pub execs: usize,
+    /// Timed pause, then resume→exec, cycles on one sandbox.
+    #[arg(long, default_value_t = 50)]
+    pub resumes: usize,
     /// Untimed sandboxes created first (cold caches, template first use).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -72,6 +76,10 @@ pub struct RuntimeReport {
     pub agent: PathBuf,
     pub create_to_first_exec: Latency,
     pub exec_round_trip: Latency,
+    /// Freezing a sandbox (with a process running in it).
+    pub pause: Latency,
+    /// Thawing it and running the first command: what an auto-resumed request pays over an exec.
+    pub resume_to_exec: Latency,
     pub breakdown: Breakdown,
     /// `unshare --fork --pid --mount --net --uts --ipc --user --map-root-user true`, for reference.
     pub unshare_floor: Latency,
@@ -96,6 +104,8 @@ impl RuntimeReport {
                 .unwrap_or_default()
         );
         println!("{}", self.exec_round_trip.line("exec round trip"));
+        println!("{}", self.pause.line("pause"));
+        println!("{}", self.resume_to_exec.line("resume→exec"));
         println!("{}", self.unshare_floor.line("floor: unshare … true"));
     }
 }
@@ -126,8 +136,8 @@ pub fn agent_binary(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// Runs `bench runtime`.
 pub async fn run(args: &RuntimeArgs, interrupt: Interrupt) -> anyhow::Result<RuntimeReport> {
     let total = args.warmup + args.sandboxes;
-    if args.sandboxes == 0 || args.execs == 0 {
-        bail!("--sandboxes and --execs must be at least 1");
+    if args.sandboxes == 0 || args.execs == 0 || args.resumes == 0 {
+        bail!("--sandboxes, --execs and --resumes must be at least 1");
     }
     if FIRST_SLOT as usize + total > SLOTS as usize {
         bail!(
@@ -214,12 +224,15 @@ async fn measure(
             rtt.push(t.elapsed());
         }
     }
+    let (pause, resume_to_exec) = pause_cycles(&fleet, &client, args.resumes).await?;
     let floor = unshare_floor(args.sandboxes).await?;
     let p50 = |v: &[Duration]| crate::stats::Summary::of(v).map_or(0.0, |s| s.p50_ms);
     Ok(RuntimeReport {
         agent,
         create_to_first_exec: Latency::new("create→first-exec", &whole, Some(CREATE_FIRST_EXEC))?,
         exec_round_trip: Latency::new("exec round trip", &rtt, Some(EXEC_RTT))?,
+        pause: Latency::new("pause", &pause, None)?,
+        resume_to_exec: Latency::new("resume→exec", &resume_to_exec, None)?,
         breakdown: Breakdown {
             create_p50_ms: p50(&create),
             start_p50_ms: p50(&start),
@@ -228,6 +241,41 @@ async fn measure(
         },
         unshare_floor: Latency::new("unshare", &floor, None)?,
     })
+}
+
+/// `n` cycles on the sandbox of `client`, with a process looping in it: pause, then resume and run
+/// /bin/true. Returns the pause and the resume→exec latencies.
+async fn pause_cycles(
+    fleet: &Fleet,
+    client: &EnvdClient,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let id = {
+        let live = fleet.live.lock().expect("fleet lock");
+        live.last().expect("at least one sandbox").0.clone()
+    };
+    let busy = [
+        "/bin/sh",
+        "-c",
+        "nohup sh -c 'while :; do sleep 0.01; done' >/dev/null 2>&1 &",
+    ];
+    let busy: Vec<String> = busy.iter().map(|s| s.to_string()).collect();
+    client.exec(&busy, ExecOptions::default()).await?;
+    let cmd = ["/bin/true".to_string()];
+    let (mut pause, mut resume) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let t = Instant::now();
+        fleet.rt.pause(&id).await.context("pause")?;
+        pause.push(t.elapsed());
+        let t = Instant::now();
+        fleet.rt.resume(&id).await.context("resume")?;
+        let out = client.exec(&cmd, ExecOptions::default()).await?;
+        resume.push(t.elapsed());
+        if out.exit_code != 0 {
+            bail!("/bin/true exited {} after a resume", out.exit_code);
+        }
+    }
+    Ok((pause, resume))
 }
 
 /// `n` spawns of `unshare … true`: the cost of the namespaces alone, without rootfs, cgroup, network
