@@ -140,6 +140,52 @@ async fn host_services_are_unreachable() {
     fx.destroy(&sb).await;
 }
 
+/// Forks a child that asks to be traced and stops; continues it; prints `traced <its exit code>`,
+/// or `refused …` when the child could not be traced.
+const TRACE_CHILD: &str = r#"
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+pid = os.fork()
+if pid == 0:
+    if libc.ptrace(0, 0, 0, 0) != 0:
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    os._exit(7)
+_, st = os.waitpid(pid, 0)
+if os.WIFSTOPPED(st):
+    libc.ptrace(7, pid, 0, 0)
+    _, st = os.waitpid(pid, 0)
+    print("traced", os.WEXITSTATUS(st))
+else:
+    print("refused", os.WEXITSTATUS(st))
+"#;
+
+/// A process may trace its own child (debuggers, `strace`): `PTRACE_TRACEME`, a stop, a continue.
+/// With the host's `strace`, tracing a whole command works too.
+#[tokio::test]
+async fn a_process_can_trace_its_child() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    let traced = sb.sh(&format!("python3 -c '{TRACE_CHILD}'")).await;
+    assert_eq!(
+        text(&traced.stdout),
+        "traced 7\n",
+        "{}",
+        text(&traced.stderr)
+    );
+    if std::path::Path::new("/usr/bin/strace").exists() {
+        let out = sb
+            .sh("strace -o /tmp/trace -e trace=write echo hi >/dev/null && cat /tmp/trace")
+            .await;
+        let out = text(&out.stdout);
+        assert!(out.contains("write(1, \"hi\\n\", 3)"), "{out}");
+    }
+    fx.destroy(&sb).await;
+}
+
 #[tokio::test]
 async fn memory_hog_is_oom_killed_and_init_survives() {
     if !require_root() {
