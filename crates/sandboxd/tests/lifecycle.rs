@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{e2e, id_of, restart_and_reconcile, runtime_ids, slot_holders, wait_for_row, Daemon};
+use common::{
+    e2e, id_of, query, restart_and_reconcile, runtime_ids, slot_holders, wait_for_row, Daemon,
+};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -168,12 +170,21 @@ fn an_impossible_lifecycle_is_refused() {
     });
 }
 
-/// Traffic through the proxy resumes an auto-resuming sandbox too: the request that wakes it is
-/// answered by the server that was frozen.
+/// Traffic through the proxy resumes an auto-resuming sandbox too: the requests that wake it are
+/// answered by the server that was frozen. 20 of them at once resume it once (one
+/// `sandbox.resumed`).
 #[test]
 fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
     e2e(|| async {
         let d = Daemon::start().await;
+        let hook = d
+            .post_json(
+                "/v1/webhooks",
+                &json!({"url": "http://127.0.0.1:9/hook", "events": ["sandbox.resumed"],
+                        "secret": "0123456789abcdef"}),
+            )
+            .await;
+        assert_eq!(hook.status(), 201);
         let created = d
             .create(
                 json!({"timeoutSec": 2, "lifecycle": {"onTimeout": "pause", "autoResume": true}}),
@@ -194,7 +205,7 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
                 .get(d.url())
                 .header("E2b-Sandbox-Id", &id)
                 .header("E2b-Sandbox-Port", "8000")
-                .timeout(Duration::from_secs(10))
+                .timeout(Duration::from_secs(30))
                 .send()
                 .await
         };
@@ -205,12 +216,23 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
         }
         wait_for_state(&d, &id, "paused", Duration::from_secs(6)).await;
 
-        let resp = get().await.expect("the proxied request is answered");
-        assert_eq!(resp.status(), 200);
-        let body = resp.text().await.unwrap();
-        assert!(body.contains("Directory listing"), "{body}");
+        let answers = futures::future::join_all((0..20).map(|_| get())).await;
+        for resp in answers {
+            let resp = resp.expect("every proxied request is answered");
+            assert_eq!(resp.status(), 200);
+            let body = resp.text().await.unwrap();
+            assert!(body.contains("Directory listing"), "{body}");
+        }
         let sandbox = d.get_json(&format!("/v1/sandboxes/{id}")).await;
         assert_eq!(sandbox["state"], "running", "{sandbox}");
+        let resumed = query(
+            &d,
+            &format!(
+                "SELECT count(*) FROM webhook_outbox WHERE kind = 'sandbox.resumed' \
+                 AND sandbox_id = '{id}'"
+            ),
+        );
+        assert_eq!(resumed, ["1"], "one resume for 20 requests");
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
     });
 }

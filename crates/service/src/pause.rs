@@ -227,7 +227,89 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{InMemoryRuntimeForTests, TestService};
+    use crate::ServiceConfig;
+    use sandboxd_api_types as api;
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
+
+    async fn auto_pausing(t: &TestService, auto_resume: bool) -> Sandbox {
+        t.svc
+            .create(api::CreateSandbox {
+                timeout_sec: Some(60),
+                lifecycle: Some(api::Lifecycle {
+                    on_timeout: api::OnTimeout::Pause,
+                    auto_resume,
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+
+    /// At its deadline an auto-pausing sandbox is paused and loses its deadline, once however often
+    /// the sweep runs; a resume gives it its timeout again. A plain sandbox is deleted as before.
+    #[tokio::test]
+    async fn the_deadline_pauses_once_and_a_resume_restores_the_timeout() {
+        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
+        let sb = auto_pausing(&t, false).await;
+        let plain = t.svc.create(api::CreateSandbox::default()).await.unwrap();
+        // Both deadlines are due now.
+        let now = unix_millis_now();
+        for id in [&sb.id, &plain.id] {
+            let id = id.clone();
+            t.svc
+                .writer()
+                .write(move |tx| tx.set_expires_at(&id, Some(now), now))
+                .await
+                .unwrap();
+        }
+        for _ in 0..3 {
+            t.svc.sweep_expired().await.unwrap();
+        }
+        let paused = t.svc.get(&sb.id).await.unwrap();
+        assert_eq!(paused.state, SandboxState::Paused);
+        assert_eq!(paused.expires_at, None);
+        assert_eq!(t.rt.pauses.load(Ordering::SeqCst), 1);
+        assert!(matches!(
+            t.svc.get(&plain.id).await,
+            Err(ServiceError::NotFound(_))
+        ));
+        // No auto-resume: a request is a conflict; an explicit resume restores the timeout.
+        assert!(matches!(
+            t.svc.awake(&sb.id).await,
+            Err(ServiceError::Conflict(_))
+        ));
+        let before = unix_millis_now();
+        let (resumed, was_paused) = t.svc.resume(&sb.id).await.unwrap();
+        assert!(was_paused);
+        let deadline = resumed.expires_at.expect("a deadline again");
+        assert!(
+            (before + 60_000..=unix_millis_now() + 60_000).contains(&deadline),
+            "{deadline}"
+        );
+    }
+
+    /// Concurrency: 200 requests that find an auto-resuming sandbox paused resume it once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_requests_resume_once() {
+        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
+        let sb = auto_pausing(&t, true).await;
+        t.svc.pause(&sb.id).await.unwrap();
+        let generation = t.svc.get(&sb.id).await.unwrap().generation;
+        let calls: Vec<_> = (0..200)
+            .map(|_| {
+                let (svc, id) = (t.svc.clone(), sb.id.clone());
+                tokio::spawn(async move { svc.awake(&id).await })
+            })
+            .collect();
+        for call in calls {
+            assert_eq!(call.await.unwrap().unwrap().state, SandboxState::Running);
+        }
+        assert_eq!(t.rt.resumes.load(Ordering::SeqCst), 1);
+        let after = t.svc.get(&sb.id).await.unwrap();
+        assert_eq!(after.generation, generation + 1, "one state change");
+    }
 
     #[tokio::test]
     async fn one_holder_per_sandbox_and_unused_locks_are_dropped() {

@@ -14,14 +14,16 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// A runtime that keeps sandboxes in a map; tests stop or plant sandboxes behind the service's back.
-/// Knobs: `delay` before each create finishes, `fail` to make creates fail; `creates` and `inspects`
-/// count calls.
+/// Knobs: `delay` before each create finishes, `fail` to make creates fail; `creates`, `inspects`,
+/// `pauses` and `resumes` count calls.
 /// Its sandboxes' "agents" call home through [`call_home_for_tests`] once started.
 #[derive(Default)]
 pub(crate) struct InMemoryRuntimeForTests {
     pub(crate) sandboxes: Mutex<HashMap<String, SandboxInfo>>,
     pub(crate) creates: AtomicUsize,
     pub(crate) inspects: AtomicUsize,
+    pub(crate) pauses: AtomicUsize,
+    pub(crate) resumes: AtomicUsize,
     pub(crate) fail: AtomicBool,
     pub(crate) delay: Duration,
     pub(crate) started: Mutex<Option<UnboundedSender<(String, String)>>>,
@@ -129,6 +131,20 @@ impl Runtime for InMemoryRuntimeForTests {
     }
     async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
         Ok(self.sandboxes.lock().unwrap().values().cloned().collect())
+    }
+    async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
+        self.pauses.fetch_add(1, Ordering::SeqCst);
+        self.inspect(id)
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| RuntimeError::NotFound(id.into()))
+    }
+    async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
+        self.resumes.fetch_add(1, Ordering::SeqCst);
+        self.inspect(id)
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| RuntimeError::NotFound(id.into()))
     }
 }
 
