@@ -259,6 +259,14 @@ fn refused_requests_answer_in_the_e2b_shape_and_create_nothing() {
             .await
             .unwrap();
         expect_e2b_error("timeout over the maximum", too_long, 400).await;
+        let resume_alone = d
+            .http()
+            .post(&create_url)
+            .json(&json!({"templateID": "base", "autoResume": {"enabled": true}}))
+            .send()
+            .await
+            .unwrap();
+        expect_e2b_error("autoResume without autoPause", resume_alone, 400).await;
         for key in [Some("wrong-key"), None] {
             let resp = d
                 .client_as(key)
