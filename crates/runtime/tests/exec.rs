@@ -20,6 +20,35 @@ async fn python_prints_two_and_exits_zero() {
     fx.destroy(&sb).await;
 }
 
+/// A sandbox's hostname is its id and its resolver configuration the host's as it is now (when the
+/// host names a server a sandbox can reach, as here: no loopback stub).
+#[tokio::test]
+async fn hostname_and_resolver_are_the_sandboxs_own() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    let out = sb.sh("hostname; cat /etc/resolv.conf").await;
+    let out = text(&out.stdout);
+    let (hostname, resolver) = out.split_once('\n').unwrap_or_default();
+    assert_eq!(hostname, sb.info.spec.id);
+    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let reachable = host
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse::<std::net::IpAddr>().ok())
+        .any(|ip| !ip.is_loopback());
+    if reachable {
+        assert_eq!(resolver, host);
+    } else {
+        eprintln!(
+            "the host's resolver is a loopback stub: its copy is checked by rootfs's unit tests"
+        );
+    }
+    fx.destroy(&sb).await;
+}
+
 #[tokio::test]
 async fn exit_codes_and_stderr_propagate() {
     if !require_root() {

@@ -246,7 +246,30 @@ fn curate_etc(root: &Path, owner: u32) -> Result<(), RuntimeError> {
     )
 }
 
-/// Writes the per-sandbox files (hostname, hosts) into the sandbox's writable layer.
+/// Where systemd-resolved lists the upstream servers its local stub (`127.0.0.53`) forwards to.
+const RESOLVED_UPSTREAMS: &str = "/run/systemd/resolve/resolv.conf";
+
+/// The resolver configuration a sandbox gets, from the host's `/etc/resolv.conf` (`etc`) and
+/// systemd-resolved's upstream list (`resolved`), both as read now: the host's own, unless every
+/// nameserver in it is a loopback address (a local stub such as systemd-resolved's, which a sandbox,
+/// having its own loopback, cannot reach) and the upstream list names a server outside loopback.
+fn sandbox_resolv_conf(etc: Option<String>, resolved: Option<String>) -> Option<String> {
+    let reachable = |conf: &str| {
+        conf.lines()
+            .filter_map(|l| l.trim().strip_prefix("nameserver"))
+            .filter_map(|a| a.trim().parse::<std::net::IpAddr>().ok())
+            .any(|ip| !ip.is_loopback())
+    };
+    match (etc, resolved) {
+        (Some(etc), _) if reachable(&etc) => Some(etc),
+        (_, Some(upstreams)) if reachable(&upstreams) => Some(upstreams),
+        (etc, _) => etc,
+    }
+}
+
+/// Writes the per-sandbox files (hostname, hosts, and the host's resolver configuration as it is
+/// now: a laptop's changes with its network, so the template's copy may be stale) into the
+/// sandbox's writable layer.
 pub fn personalise(upper: &Path, hostname: &str, id_base: u32) -> Result<(), RuntimeError> {
     let etc = upper.join("etc");
     std::fs::create_dir_all(&etc).map_err(RuntimeError::io("create", &etc))?;
@@ -262,7 +285,12 @@ pub fn personalise(upper: &Path, hostname: &str, id_base: u32) -> Result<(), Run
     let hosts = format!(
         "127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     );
-    write_file(&etc.join("hosts"), hosts.as_bytes(), 0o644, id_base)
+    write_file(&etc.join("hosts"), hosts.as_bytes(), 0o644, id_base)?;
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    match sandbox_resolv_conf(read("/etc/resolv.conf"), read(RESOLVED_UPSTREAMS)) {
+        Some(conf) => write_file(&etc.join("resolv.conf"), conf.as_bytes(), 0o644, id_base),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -286,5 +314,65 @@ mod tests {
         // Built once: a second call reuses the same tree.
         let again = ensure_base(dir.path(), 100_000).unwrap();
         assert_eq!(again.lower, t.lower);
+    }
+
+    #[test]
+    fn a_sandbox_gets_a_resolver_it_can_reach() {
+        let conf = |servers: &[&str]| -> String {
+            servers
+                .iter()
+                .map(|s| format!("nameserver {s}\n"))
+                .collect()
+        };
+        let stub = conf(&["127.0.0.53"]);
+        let upstreams = conf(&["192.168.1.1", "1.1.1.1"]);
+        // The host's own, when it names a server outside loopback (the upstream list is ignored).
+        let plain = conf(&["10.255.255.53"]);
+        assert_eq!(
+            sandbox_resolv_conf(Some(plain.clone()), Some(upstreams.clone())),
+            Some(plain)
+        );
+        let mixed = format!("search lan\n{}", conf(&["127.0.0.1", "9.9.9.9"]));
+        assert_eq!(sandbox_resolv_conf(Some(mixed.clone()), None), Some(mixed));
+        // A loopback stub: systemd-resolved's upstreams instead.
+        assert_eq!(
+            sandbox_resolv_conf(Some(stub.clone()), Some(upstreams.clone())),
+            Some(upstreams)
+        );
+        assert_eq!(
+            sandbox_resolv_conf(Some(conf(&["::1"])), Some(conf(&["2001:db8::1"]))),
+            Some(conf(&["2001:db8::1"]))
+        );
+        // Nothing better to offer: what the host has, or nothing.
+        assert_eq!(
+            sandbox_resolv_conf(Some(stub.clone()), Some(conf(&["127.0.0.1"]))),
+            Some(stub.clone())
+        );
+        assert_eq!(sandbox_resolv_conf(Some(stub.clone()), None), Some(stub));
+        let public = conf(&["8.8.8.8"]);
+        assert_eq!(
+            sandbox_resolv_conf(None, Some(public.clone())),
+            Some(public)
+        );
+        assert_eq!(sandbox_resolv_conf(None, None), None);
+    }
+
+    /// The host's resolver configuration, as it is when the sandbox is made, lands in its writable
+    /// layer (over the template's copy from when the template was built).
+    #[test]
+    fn personalise_writes_the_current_resolver_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = nix::unistd::getuid().as_raw();
+        personalise(dir.path(), "sb", id).unwrap();
+        let etc = dir.path().join("etc");
+        assert_eq!(
+            std::fs::read_to_string(etc.join("hostname")).unwrap(),
+            "sb\n"
+        );
+        let read = |p: &str| std::fs::read_to_string(p).ok();
+        assert_eq!(
+            std::fs::read_to_string(etc.join("resolv.conf")).ok(),
+            sandbox_resolv_conf(read("/etc/resolv.conf"), read(RESOLVED_UPSTREAMS))
+        );
     }
 }
