@@ -12,8 +12,8 @@ mod common;
 
 use common::{
     agent_token, assert_agree, create_in_background, e2e, get, id_of, in_background,
-    post_agent_event, query, ready_event, restart_and_reconcile, serve_port, start_with_one_acked,
-    wait_for_row, Daemon,
+    post_agent_event, query, ready_event, register_outbox_webhook, restart_and_reconcile,
+    serve_port, start_with_one_acked, wait_for_row, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -116,14 +116,7 @@ fn kill9_after_readiness_is_applied_makes_the_retry_a_duplicate() {
             &[("FAILPOINTS", "callback.after-apply=1*off->return(60000)")],
         )
         .await;
-        let hook = d
-            .post_json(
-                "/v1/webhooks",
-                &json!({"url": "http://127.0.0.1:9/hook", "events": ["sandbox.running"],
-                          "secret": "0123456789abcdef"}),
-            )
-            .await;
-        assert_eq!(hook.status(), 201);
+        register_outbox_webhook(&d, &["sandbox.running"]).await;
         let acked = d.create_id().await;
         let hung = create_in_background(&d, "answer-lost");
         let half = wait_for_row(

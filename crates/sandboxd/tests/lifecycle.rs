@@ -7,7 +7,8 @@
 mod common;
 
 use common::{
-    e2e, id_of, query, restart_and_reconcile, runtime_ids, slot_holders, wait_for_row, Daemon,
+    e2e, id_of, query, register_outbox_webhook, restart_and_reconcile, runtime_ids, slot_holders,
+    wait_for_row, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -177,14 +178,7 @@ fn an_impossible_lifecycle_is_refused() {
 fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
     e2e(|| async {
         let d = Daemon::start().await;
-        let hook = d
-            .post_json(
-                "/v1/webhooks",
-                &json!({"url": "http://127.0.0.1:9/hook", "events": ["sandbox.resumed"],
-                        "secret": "0123456789abcdef"}),
-            )
-            .await;
-        assert_eq!(hook.status(), 201);
+        register_outbox_webhook(&d, &["sandbox.resumed"]).await;
         let created = d
             .create(
                 json!({"timeoutSec": 2, "lifecycle": {"onTimeout": "pause", "autoResume": true}}),

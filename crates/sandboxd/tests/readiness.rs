@@ -10,7 +10,8 @@ mod common;
 
 use common::{
     agent_token, create_in_background, e2e, failed_event, get, id_of, post_agent_event, query,
-    ready_event, reconcile, runtime_ids, slot_holders, wait_for_row, Daemon,
+    ready_event, reconcile, register_outbox_webhook, runtime_ids, slot_holders, wait_for_row,
+    Daemon,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -28,19 +29,6 @@ fn outbox_rows(d: &Daemon, kind: &str, id: &str) -> usize {
     )[0]
     .parse()
     .unwrap()
-}
-
-/// Registers a webhook for every sandbox event (its receiver is down; only the outbox matters here).
-async fn register_webhook(d: &Daemon) {
-    let resp = d
-        .post_json(
-            "/v1/webhooks",
-            &json!({"url": "http://127.0.0.1:9/hook",
-                      "events": ["sandbox.running", "sandbox.failed"],
-                      "secret": "0123456789abcdef"}),
-        )
-        .await;
-    assert_eq!(resp.status(), 201);
 }
 
 /// Starts a create whose agent never calls; returns the sandbox id (once `starting`) and the request.
@@ -68,7 +56,7 @@ fn readiness_replayed_fifty_times_changes_state_once() {
     e2e(|| async {
         let d =
             Daemon::start_with(&[], &[("FAILPOINTS", "agent.exit-before-ready=1*return")]).await;
-        register_webhook(&d).await;
+        register_outbox_webhook(&d, &["sandbox.running", "sandbox.failed"]).await;
         let (id, pending) = create_silent(&d, "twice").await;
         let token = agent_token(&d, &id);
         let event = ready_event(&id, "dlv-twice-0001");
@@ -143,7 +131,7 @@ fn readiness_replayed_fifty_times_changes_state_once() {
 fn late_readiness_is_refused_and_racing_reports_converge() {
     e2e(|| async {
         let d = Daemon::start_with(&["--ready-timeout-ms", "20000"], &[SILENT_AGENT]).await;
-        register_webhook(&d).await;
+        register_outbox_webhook(&d, &["sandbox.running", "sandbox.failed"]).await;
         let orders: [(&str, &[&str]); 3] = [
             ("ready-first", &["ready", "failed"]),
             ("failed-first", &["failed", "ready"]),

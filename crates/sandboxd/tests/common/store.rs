@@ -69,6 +69,19 @@ pub fn slot_holders(d: &Daemon) -> BTreeSet<String> {
     .collect()
 }
 
+/// Registers a webhook for `events` whose receiver is down: the outbox then holds one row per event
+/// of those kinds, which is what the tests count.
+pub async fn register_outbox_webhook(d: &Daemon, events: &[&str]) {
+    let resp = d
+        .post_json(
+            "/v1/webhooks",
+            &serde_json::json!({"url": "http://127.0.0.1:9/hook", "events": events,
+                                "secret": "0123456789abcdef"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 201);
+}
+
 /// Polls the store until `sql` returns a row; returns its first line.
 pub async fn wait_for_row(d: &Daemon, sql: &str) -> String {
     for _ in 0..400 {
