@@ -58,23 +58,23 @@ impl Service {
     }
 
     /// Auto-pause: pauses auto-pausing sandbox `id` if its deadline is still at or before `now`, then
-    /// drops that deadline. Returns whether the sandbox is now paused without a deadline.
-    pub(crate) async fn pause_at_deadline(&self, id: &str, now: i64) -> Result<bool, ServiceError> {
+    /// drops that deadline.
+    pub(crate) async fn pause_at_deadline(&self, id: &str, now: i64) -> Result<(), ServiceError> {
         let _serial = self.inner.sandbox_locks.lock(id).await;
         let sandbox = self.get(id).await?;
         let due = sandbox.expires_at.is_some_and(|at| at <= now);
         if !sandbox.lifecycle.auto_pause || !due {
-            return Ok(false);
+            return Ok(());
         }
         if sandbox.state == SandboxState::Running {
             self.pause_locked(id).await?;
         }
         crate::failpoints::hold("expiry.after-pause").await;
         let rid = id.to_string();
-        Ok(self
-            .writer()
+        self.writer()
             .write(move |tx| tx.drop_paused_deadline(&rid, now))
-            .await?)
+            .await?;
+        Ok(())
     }
 
     /// Sandbox `key`, running: an auto-resuming sandbox that is paused is resumed first. Anything else

@@ -411,7 +411,7 @@ impl Resolver for Service {
         match sandbox.state {
             SandboxState::Running => {}
             SandboxState::Paused if sandbox.lifecycle.auto_resume => {
-                self.awake(&sandbox.id).await.map_err(|_| not_found())?;
+                self.resume(&sandbox.id).await.map_err(|_| not_found())?;
             }
             _ => return Err(not_found()),
         }

@@ -246,12 +246,19 @@ fn curate_etc(root: &Path, owner: u32) -> Result<(), RuntimeError> {
     )
 }
 
-/// Where systemd-resolved lists the upstream servers its local stub (`127.0.0.53`) forwards to.
+/// Where systemd-resolved lists the upstream servers its loopback resolver (`127.0.0.53`) forwards to.
 const RESOLVED_UPSTREAMS: &str = "/run/systemd/resolve/resolv.conf";
 
+/// The resolver configuration a sandbox made now gets: [`sandbox_resolv_conf`] of the host's files
+/// as they are now.
+pub fn current_resolv_conf() -> Option<String> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    sandbox_resolv_conf(read("/etc/resolv.conf"), read(RESOLVED_UPSTREAMS))
+}
+
 /// The resolver configuration a sandbox gets, from the host's `/etc/resolv.conf` (`etc`) and
-/// systemd-resolved's upstream list (`resolved`), both as read now: the host's own, unless every
-/// nameserver in it is a loopback address (a local stub such as systemd-resolved's, which a sandbox,
+/// systemd-resolved's upstream list (`resolved`): the host's own, unless every nameserver in it is a
+/// loopback address (a resolver on the host's loopback, such as systemd-resolved's, which a sandbox,
 /// having its own loopback, cannot reach) and the upstream list names a server outside loopback.
 fn sandbox_resolv_conf(etc: Option<String>, resolved: Option<String>) -> Option<String> {
     let reachable = |conf: &str| {
@@ -286,8 +293,7 @@ pub fn personalise(upper: &Path, hostname: &str, id_base: u32) -> Result<(), Run
         "127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     );
     write_file(&etc.join("hosts"), hosts.as_bytes(), 0o644, id_base)?;
-    let read = |p: &str| std::fs::read_to_string(p).ok();
-    match sandbox_resolv_conf(read("/etc/resolv.conf"), read(RESOLVED_UPSTREAMS)) {
+    match current_resolv_conf() {
         Some(conf) => write_file(&etc.join("resolv.conf"), conf.as_bytes(), 0o644, id_base),
         None => Ok(()),
     }
@@ -324,7 +330,7 @@ mod tests {
                 .map(|s| format!("nameserver {s}\n"))
                 .collect()
         };
-        let stub = conf(&["127.0.0.53"]);
+        let on_loopback = conf(&["127.0.0.53"]);
         let upstreams = conf(&["192.168.1.1", "1.1.1.1"]);
         // The host's own, when it names a server outside loopback (the upstream list is ignored).
         let plain = conf(&["10.255.255.53"]);
@@ -334,9 +340,9 @@ mod tests {
         );
         let mixed = format!("search lan\n{}", conf(&["127.0.0.1", "9.9.9.9"]));
         assert_eq!(sandbox_resolv_conf(Some(mixed.clone()), None), Some(mixed));
-        // A loopback stub: systemd-resolved's upstreams instead.
+        // Only a resolver on the host's loopback: systemd-resolved's upstreams instead.
         assert_eq!(
-            sandbox_resolv_conf(Some(stub.clone()), Some(upstreams.clone())),
+            sandbox_resolv_conf(Some(on_loopback.clone()), Some(upstreams.clone())),
             Some(upstreams)
         );
         assert_eq!(
@@ -345,10 +351,13 @@ mod tests {
         );
         // Nothing better to offer: what the host has, or nothing.
         assert_eq!(
-            sandbox_resolv_conf(Some(stub.clone()), Some(conf(&["127.0.0.1"]))),
-            Some(stub.clone())
+            sandbox_resolv_conf(Some(on_loopback.clone()), Some(conf(&["127.0.0.1"]))),
+            Some(on_loopback.clone())
         );
-        assert_eq!(sandbox_resolv_conf(Some(stub.clone()), None), Some(stub));
+        assert_eq!(
+            sandbox_resolv_conf(Some(on_loopback.clone()), None),
+            Some(on_loopback)
+        );
         let public = conf(&["8.8.8.8"]);
         assert_eq!(
             sandbox_resolv_conf(None, Some(public.clone())),
@@ -369,10 +378,9 @@ mod tests {
             std::fs::read_to_string(etc.join("hostname")).unwrap(),
             "sb\n"
         );
-        let read = |p: &str| std::fs::read_to_string(p).ok();
         assert_eq!(
             std::fs::read_to_string(etc.join("resolv.conf")).ok(),
-            sandbox_resolv_conf(read("/etc/resolv.conf"), read(RESOLVED_UPSTREAMS))
+            current_resolv_conf()
         );
     }
 }
