@@ -1,0 +1,1 @@
+//! Unpacking one layer tar into its own directory.
