@@ -1,1 +1,0 @@
-//! Unpacking one layer tar into its own directory.

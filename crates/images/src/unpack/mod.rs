@@ -1,0 +1,841 @@
+//! Unpacking one layer tar into its own directory.
+//!
+//! [`unpack_layer`] turns one OCI/Docker layer blob into a directory that stays in OCI *layer*
+//! form, so overlayfs can stack it as a lowerdir: whiteouts become overlayfs whiteouts (a
+//! character device 0:0) and opaque markers become `trusted.overlay.opaque=y`.
+//!
+//! Guarantees:
+//! - Nothing is created, written, linked or changed outside `dest`. Every member is resolved
+//!   component by component from a directory fd with `O_NOFOLLOW | O_DIRECTORY`; a symlink (or
+//!   a non-directory) in a member's parent path refuses the member, it is never followed. Files
+//!   are created with `O_CREAT | O_EXCL | O_NOFOLLOW` relative to their parent's fd.
+//! - A hostile member is refused with [`UnpackError::Hostile`] naming it: a `..` component, a
+//!   parent that is a symlink, a hardlink to anything but an earlier file or FIFO of this layer.
+//!   Leading `/` are stripped (the name is relative to the layer root, as Docker reads it).
+//! - The only device node ever created is the 0:0 whiteout; block and character devices in the
+//!   layer are skipped and counted in [`UnpackStats::skipped_devices`].
+//! - Limits are enforced while streaming ([`UnpackLimits`]): member data bytes are counted as
+//!   read (a sparse file counts its full size), members as met, and one member's headers (PAX,
+//!   GNU long names) may not exceed [`MAX_MEMBER_HEADERS`]; past a limit, [`UnpackError::TooLarge`].
+//! - Ownership is shifted: a uid or gid `n` in the layer is `id_shift + n` on the host; ids
+//!   65536 and above (outside the sandbox's 65536-id mapping) are clamped to 65534, the
+//!   overflow id the kernel shows for unmapped ids, before the shift.
+//! - Mode bits (setuid, setgid and sticky included) and mtimes are kept; directory mtimes are
+//!   set once the whole layer is written. Of the PAX `SCHILY.xattr.*` records only `user.*` and
+//!   `security.capability` are kept, on regular files and directories (the kernel takes `user.*`
+//!   on nothing else); `trusted.*` (which overlayfs would interpret), `security.selinux` and the
+//!   rest are dropped. A v3 `security.capability` has its root uid shifted like an owner.
+//! - A member replacing an earlier one behaves like Docker: the later wins, a directory over a
+//!   directory merges, anything else removes the earlier one (a directory with its tree, found
+//!   beneath `dest` only) first.
+//!
+//! Assumptions: `dest` is an existing, empty directory (checked) that nothing else writes to
+//! while unpacking; the process runs as real root (for `mknod`, `lchown` and `trusted.*`).
+//! On any error `dest` is left partially written: the caller deletes it.
+
+mod paths;
+#[cfg(test)]
+mod tests;
+
+use std::cell::Cell;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fchmod, futimens, mknodat, utimensat, Mode, SFlag, UtimensatFlags};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{fchown, fchownat, linkat, symlinkat, Gid, Uid};
+use tar::EntryType;
+
+use paths::{Component, ImpliedDir, WalkError};
+
+/// How a layer blob is compressed (from its media type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// A plain tar.
+    None,
+    /// gzip (one or more members).
+    Gzip,
+    /// zstd (one or more frames).
+    Zstd,
+}
+
+impl Compression {
+    /// The compression of a layer media type, OCI or Docker, distributable or not; `None` for a
+    /// media type that is not a layer tar.
+    pub fn from_media_type(mt: &str) -> Option<Compression> {
+        match mt.trim() {
+            "application/vnd.oci.image.layer.v1.tar"
+            | "application/vnd.oci.image.layer.nondistributable.v1.tar"
+            | "application/vnd.docker.image.rootfs.diff.tar" => Some(Compression::None),
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+            | "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+            | "application/vnd.docker.image.rootfs.diff.tar.gzip"
+            | "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => {
+                Some(Compression::Gzip)
+            }
+            "application/vnd.oci.image.layer.v1.tar+zstd"
+            | "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd" => {
+                Some(Compression::Zstd)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Limits against hostile layers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnpackLimits {
+    /// Total uncompressed member data bytes read: written to files, or read and discarded for
+    /// members that carry data they do not need (a sparse file counts its full size).
+    pub max_bytes: u64,
+    /// Members of the tar, whiteouts and skipped ones included.
+    pub max_entries: u64,
+}
+
+impl Default for UnpackLimits {
+    /// 64 GiB and 2 000 000 members.
+    fn default() -> Self {
+        UnpackLimits {
+            max_bytes: 64 << 30,
+            max_entries: 2_000_000,
+        }
+    }
+}
+
+/// What unpacking wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnpackStats {
+    /// Members of the tar, whiteouts and skipped devices included.
+    pub entries: u64,
+    /// Bytes written to regular files.
+    pub bytes: u64,
+    /// Block and character devices in the layer, skipped.
+    pub skipped_devices: u64,
+}
+
+/// The most bytes one member's headers may take (its own, PAX extensions, GNU long name and long
+/// link together); the tar parser holds them in memory.
+pub const MAX_MEMBER_HEADERS: u64 = 16 << 20;
+
+/// Host ids stay below this many after the shift, so no id wraps or becomes `-1` ("unchanged").
+const ID_RANGE: u32 = 65536;
+/// What an id outside the sandbox's range is clamped to: the kernel's overflow id.
+const OVERFLOW_ID: u32 = 65534;
+
+/// Why a layer could not be unpacked. `dest` may be partly written; the caller deletes it.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    /// The destination is not an empty directory.
+    #[error("layer destination {path} is not an empty directory")]
+    DestNotEmpty { path: PathBuf },
+    /// The uid/gid shift leaves no room for the sandbox's 65536 ids below `u32::MAX`.
+    #[error("uid/gid shift {id_shift} leaves no room for 65536 ids")]
+    BadIdShift { id_shift: u32 },
+    /// The blob could not be read or decompressed, or the tar inside is malformed.
+    #[error("layer blob is not a readable (compressed) tar")]
+    Corrupt(#[source] io::Error),
+    /// A member the unpacker refuses: it would reach outside the layer directory, or is no kind
+    /// of file a layer may carry.
+    #[error("layer member {entry:?} refused: {reason}")]
+    Hostile { entry: String, reason: &'static str },
+    /// The layer exceeds one of its unpack limits.
+    #[error("layer exceeds its unpack limit of {limit} {what}")]
+    TooLarge { what: &'static str, limit: u64 },
+    /// A filesystem operation beneath the destination failed.
+    #[error("could not {what} {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Unpacks the layer `blob` (compressed as `compression`) into the EMPTY directory `dest`,
+/// shifting every owner uid/gid by `id_shift` (sandbox uid 0 → host uid `id_shift`; an id of
+/// 65536 or more inside the layer is clamped to 65534 before the shift). See the module
+/// documentation for what is guaranteed. On any error `dest` is left partly written and the
+/// caller deletes it.
+pub fn unpack_layer(
+    blob: impl Read,
+    compression: Compression,
+    dest: &Path,
+    id_shift: u32,
+    limits: &UnpackLimits,
+) -> Result<UnpackStats, UnpackError> {
+    if id_shift > u32::MAX - ID_RANGE {
+        return Err(UnpackError::BadIdShift { id_shift });
+    }
+    let root: OwnedFd = File::open(dest)
+        .map_err(|source| UnpackError::Io {
+            what: "open the layer directory",
+            path: dest.to_path_buf(),
+            source,
+        })?
+        .into();
+    match paths::is_empty_dir(root.as_fd()) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(UnpackError::DestNotEmpty {
+                path: dest.to_path_buf(),
+            })
+        }
+        Err(source) => {
+            return Err(UnpackError::Io {
+                what: "list the layer directory",
+                path: dest.to_path_buf(),
+                source,
+            })
+        }
+    }
+    let headers = HeaderBudget::default();
+    let stream = Metered {
+        inner: decompress(blob, compression).map_err(UnpackError::Corrupt)?,
+        budget: headers.clone(),
+    };
+    let mut unpacker = Unpacker {
+        root: root.as_fd(),
+        dest,
+        id_shift,
+        limits,
+        stats: UnpackStats::default(),
+        dir_times: Vec::new(),
+    };
+    let mut archive = tar::Archive::new(stream);
+    let mut entries = archive.entries().map_err(UnpackError::Corrupt)?;
+    loop {
+        headers.start();
+        let next = entries.next();
+        headers.stop();
+        let mut entry = match next {
+            None => break,
+            Some(Ok(entry)) => entry,
+            Some(Err(_)) if headers.exceeded() => {
+                return Err(UnpackError::TooLarge {
+                    what: "header bytes for one member",
+                    limit: MAX_MEMBER_HEADERS,
+                })
+            }
+            Some(Err(error)) => return Err(UnpackError::Corrupt(error)),
+        };
+        unpacker.member(&mut entry)?;
+        // Whatever data the member carried and did not need is read here, counted, rather than
+        // skipped by the parser where no limit sees it.
+        unpacker.discard(&mut entry)?;
+    }
+    unpacker.set_dir_times()?;
+    Ok(unpacker.stats)
+}
+
+fn decompress<'a>(
+    blob: impl Read + 'a,
+    compression: Compression,
+) -> io::Result<Box<dyn Read + 'a>> {
+    Ok(match compression {
+        Compression::None => Box::new(blob),
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(blob)),
+        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(blob)?),
+    })
+}
+
+/// Counts the bytes the tar parser reads on its own (between members: headers, PAX records,
+/// long names, padding) and fails the read past [`MAX_MEMBER_HEADERS`].
+#[derive(Debug, Clone, Default)]
+struct HeaderBudget {
+    /// Bytes read since [`HeaderBudget::start`], `None` while member data is being read.
+    used: Rc<Cell<Option<u64>>>,
+    exceeded: Rc<Cell<bool>>,
+}
+
+impl HeaderBudget {
+    fn start(&self) {
+        self.used.set(Some(0));
+    }
+
+    fn stop(&self) {
+        self.used.set(None);
+    }
+
+    fn exceeded(&self) -> bool {
+        self.exceeded.get()
+    }
+
+    fn charge(&self, read: usize) -> io::Result<()> {
+        if let Some(used) = self.used.get() {
+            let used = used.saturating_add(read as u64);
+            self.used.set(Some(used));
+            if used > MAX_MEMBER_HEADERS {
+                self.exceeded.set(true);
+                return Err(io::Error::other("member headers exceed their limit"));
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Metered<R> {
+    inner: R,
+    budget: HeaderBudget,
+}
+
+impl<R: Read> Read for Metered<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        self.budget.charge(read)?;
+        Ok(read)
+    }
+}
+
+/// What a member is, once its name and type are read.
+enum Kind {
+    File,
+    Dir,
+    Symlink(Vec<u8>),
+    Hardlink(Vec<u8>),
+    Fifo,
+    Device,
+    /// Metadata for the whole archive (PAX global header): nothing to write.
+    Ignored,
+}
+
+/// Owner, mode, mtime and kept xattrs of one member, ids already shifted.
+struct Meta {
+    uid: u32,
+    gid: u32,
+    mode: u32,
+    mtime: TimeSpec,
+    xattrs: Vec<(CString, Vec<u8>)>,
+}
+
+struct Unpacker<'a> {
+    root: BorrowedFd<'a>,
+    dest: &'a Path,
+    id_shift: u32,
+    limits: &'a UnpackLimits,
+    stats: UnpackStats,
+    /// Directories whose mtime is set at the end, once nothing more is written into them.
+    dir_times: Vec<(Vec<Component>, TimeSpec)>,
+}
+
+impl Unpacker<'_> {
+    fn member<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<(), UnpackError> {
+        self.stats.entries += 1;
+        if self.stats.entries > self.limits.max_entries {
+            return Err(UnpackError::TooLarge {
+                what: "members",
+                limit: self.limits.max_entries,
+            });
+        }
+        let raw = entry.path_bytes().into_owned();
+        let shown = String::from_utf8_lossy(&raw).into_owned();
+        let hostile = |reason: &'static str| UnpackError::Hostile {
+            entry: shown.clone(),
+            reason,
+        };
+        let mut components = paths::normalise(&raw).map_err(hostile)?;
+        let kind = match entry.header().entry_type() {
+            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
+                // Old tars mark directories only by a trailing slash.
+                if raw.ends_with(b"/") {
+                    Kind::Dir
+                } else {
+                    Kind::File
+                }
+            }
+            EntryType::Directory => Kind::Dir,
+            EntryType::Symlink => Kind::Symlink(self.link_name(entry, &hostile)?),
+            EntryType::Link => Kind::Hardlink(self.link_name(entry, &hostile)?),
+            EntryType::Fifo => Kind::Fifo,
+            EntryType::Char | EntryType::Block => Kind::Device,
+            EntryType::XGlobalHeader => Kind::Ignored,
+            _ => return Err(hostile("the member type is not one a layer may carry")),
+        };
+        if matches!(kind, Kind::Ignored) {
+            return Ok(());
+        }
+
+        let meta = self.meta(entry)?;
+        let Some(name) = components.pop() else {
+            // The layer root itself, as `./`.
+            return match kind {
+                Kind::Dir => self.set_root(&meta),
+                _ => Err(hostile("the layer root can only be a directory")),
+            };
+        };
+
+        if name == b".wh..wh..opq" {
+            return self.opaque(&components, &hostile);
+        }
+        if name.starts_with(b".wh..wh.") {
+            // aufs bookkeeping (`.wh..wh.plnk`, `.wh..wh.aufs`), meaningless to overlayfs.
+            return Ok(());
+        }
+        if let Some(hidden) = name.strip_prefix(b".wh.") {
+            if hidden.is_empty() || hidden == b"." || hidden == b".." {
+                return Err(hostile("the whiteout names no file"));
+            }
+            return self.whiteout(&components, hidden, &meta, &hostile);
+        }
+
+        if let Kind::Device = kind {
+            self.stats.skipped_devices += 1;
+            return Ok(());
+        }
+        // A hardlink target is checked before anything at the member's own name is replaced.
+        let link_source = match &kind {
+            Kind::Hardlink(target) => {
+                Some(self.hardlink_source(target, &components, &name, &hostile)?)
+            }
+            _ => None,
+        };
+        let parent = self.parent(&components, &hostile)?;
+        let path = paths::display_child(self.dest, &components, &name);
+        let io = |what: &'static str| {
+            let path = path.clone();
+            move |source: io::Error| UnpackError::Io { what, path, source }
+        };
+        let existing = paths::lstat_at(parent.as_fd(), &name).map_err(io("inspect"))?;
+        let existing_is_dir = existing
+            .as_ref()
+            .is_some_and(|stat| paths::file_type(stat) == SFlag::S_IFDIR);
+        if existing.is_some() && !(existing_is_dir && matches!(kind, Kind::Dir)) {
+            paths::remove_existing(parent.as_fd(), &name)
+                .map_err(io("remove the earlier member at"))?;
+        }
+
+        match kind {
+            Kind::File => {
+                let fd = openat(
+                    parent.as_fd(),
+                    name.as_slice(),
+                    OFlag::O_WRONLY
+                        | OFlag::O_CREAT
+                        | OFlag::O_EXCL
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_CLOEXEC,
+                    Mode::from_bits_truncate(0o600),
+                )
+                .map_err(|errno| io("create")(errno.into()))?;
+                let mut file = File::from(fd);
+                self.copy_data(entry, &mut file, &path)?;
+                apply(file.as_fd(), &meta, true)
+                    .map_err(io("set the owner, mode, xattrs or mtime of"))?;
+            }
+            Kind::Dir => {
+                if !existing_is_dir {
+                    nix::sys::stat::mkdirat(
+                        parent.as_fd(),
+                        name.as_slice(),
+                        Mode::from_bits_truncate(0o700),
+                    )
+                    .map_err(|errno| io("create the directory")(errno.into()))?;
+                }
+                let fd = paths::open_child_dir(parent.as_fd(), &name)
+                    .map_err(|errno| io("open the directory")(errno.into()))?;
+                apply(fd.as_fd(), &meta, false).map_err(io("set the owner, mode or xattrs of"))?;
+                components.push(name);
+                self.dir_times.push((components, meta.mtime));
+            }
+            Kind::Symlink(target) => {
+                symlinkat(target.as_slice(), parent.as_fd(), name.as_slice())
+                    .map_err(|errno| io("create the symlink")(errno.into()))?;
+                chown_at(parent.as_fd(), &name, &meta).map_err(io("set the owner of"))?;
+                utimensat(
+                    parent.as_fd(),
+                    name.as_slice(),
+                    &meta.mtime,
+                    &meta.mtime,
+                    UtimensatFlags::NoFollowSymlink,
+                )
+                .map_err(|errno| io("set the mtime of")(errno.into()))?;
+            }
+            Kind::Hardlink(_) => {
+                if let Some((source_dir, source_name)) = link_source {
+                    linkat(
+                        source_dir.as_fd(),
+                        source_name.as_slice(),
+                        parent.as_fd(),
+                        name.as_slice(),
+                        AtFlags::empty(),
+                    )
+                    .map_err(|errno| io("create the hardlink")(errno.into()))?;
+                }
+            }
+            Kind::Fifo => {
+                mknodat(
+                    parent.as_fd(),
+                    name.as_slice(),
+                    SFlag::S_IFIFO,
+                    Mode::from_bits_truncate(0o600),
+                    0,
+                )
+                .map_err(|errno| io("create the FIFO")(errno.into()))?;
+                // Opening a FIFO for reading without blocking succeeds at once and writes nothing.
+                let fd = openat(
+                    parent.as_fd(),
+                    name.as_slice(),
+                    OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|errno| io("open the FIFO")(errno.into()))?;
+                apply(fd.as_fd(), &meta, true).map_err(io("set the owner, mode or mtime of"))?;
+            }
+            Kind::Device | Kind::Ignored => {}
+        }
+        Ok(())
+    }
+
+    fn link_name<R: Read>(
+        &self,
+        entry: &tar::Entry<'_, R>,
+        hostile: &impl Fn(&'static str) -> UnpackError,
+    ) -> Result<Vec<u8>, UnpackError> {
+        match entry.link_name_bytes() {
+            Some(target) if !target.is_empty() => Ok(target.into_owned()),
+            _ => Err(hostile("the link has no target")),
+        }
+    }
+
+    /// Shifted owner, mode, mtime and kept xattrs of a member.
+    fn meta<R: Read>(&self, entry: &mut tar::Entry<'_, R>) -> Result<Meta, UnpackError> {
+        let header = entry.header();
+        let uid = header.uid().map_err(UnpackError::Corrupt)?;
+        let gid = header.gid().map_err(UnpackError::Corrupt)?;
+        let mode = header.mode().map_err(UnpackError::Corrupt)? & 0o7777;
+        let mut mtime = TimeSpec::new(
+            i64::try_from(header.mtime().map_err(UnpackError::Corrupt)?).unwrap_or(i64::MAX),
+            0,
+        );
+        let mut xattrs = Vec::new();
+        if let Some(extensions) = entry.pax_extensions().map_err(UnpackError::Corrupt)? {
+            for extension in extensions {
+                let extension = extension.map_err(UnpackError::Corrupt)?;
+                let key = extension.key_bytes();
+                if key == b"mtime" {
+                    if let Some(precise) = pax_time(extension.value_bytes()) {
+                        mtime = precise;
+                    }
+                } else if let Some(name) = key.strip_prefix(b"SCHILY.xattr.") {
+                    if name.starts_with(b"user.") || name == b"security.capability" {
+                        if let Ok(name) = CString::new(name) {
+                            xattrs.push((name, extension.value_bytes().to_vec()));
+                        }
+                    }
+                }
+            }
+        }
+        for (name, value) in &mut xattrs {
+            if name.as_bytes() == b"security.capability" {
+                shift_capability_rootid(value, self.id_shift);
+            }
+        }
+        Ok(Meta {
+            uid: shift_id(uid, self.id_shift),
+            gid: shift_id(gid, self.id_shift),
+            mode,
+            mtime,
+            xattrs,
+        })
+    }
+
+    /// Opens the parent directory of a member, creating missing ones owned by the sandbox's root.
+    fn parent(
+        &self,
+        components: &[Component],
+        hostile: &impl Fn(&'static str) -> UnpackError,
+    ) -> Result<OwnedFd, UnpackError> {
+        let implied = ImpliedDir {
+            uid: self.id_shift,
+            gid: self.id_shift,
+        };
+        paths::open_dir(self.root, components, Some(implied)).map_err(|error| match error {
+            WalkError::Symlink => {
+                hostile("a parent directory is a symlink, which is never followed")
+            }
+            WalkError::NotDir | WalkError::Missing => hostile("a parent is not a directory"),
+            WalkError::Io(source) => UnpackError::Io {
+                what: "open or create the parent directory",
+                path: paths::display(self.dest, components),
+                source,
+            },
+        })
+    }
+
+    /// Resolves a hardlink's target beneath the root without following a symlink: it must be
+    /// a regular file or FIFO this layer already wrote. Returns its directory and name.
+    fn hardlink_source(
+        &self,
+        target: &[u8],
+        components: &[Component],
+        name: &Component,
+        hostile: &impl Fn(&'static str) -> UnpackError,
+    ) -> Result<(OwnedFd, Component), UnpackError> {
+        let mut target = paths::normalise(target).map_err(|_| {
+            hostile("the hardlink target has a `..` component, a NUL byte or is too long")
+        })?;
+        let Some(target_name) = target.pop() else {
+            return Err(hostile("the hardlink target is the layer root"));
+        };
+        if target == components && &target_name == name {
+            return Err(hostile("the hardlink targets itself"));
+        }
+        let dir = paths::open_dir(self.root, &target, None).map_err(|error| match error {
+            WalkError::Symlink => {
+                hostile("a parent of the hardlink target is a symlink, which is never followed")
+            }
+            WalkError::NotDir | WalkError::Missing => {
+                hostile("the hardlink target is not an earlier member of this layer")
+            }
+            WalkError::Io(source) => UnpackError::Io {
+                what: "open the directory of the hardlink target",
+                path: paths::display(self.dest, &target),
+                source,
+            },
+        })?;
+        let stat =
+            paths::lstat_at(dir.as_fd(), &target_name).map_err(|source| UnpackError::Io {
+                what: "inspect the hardlink target",
+                path: paths::display_child(self.dest, &target, &target_name),
+                source,
+            })?;
+        match stat.map(|stat| paths::file_type(&stat)) {
+            None => Err(hostile(
+                "the hardlink target is not an earlier member of this layer",
+            )),
+            Some(SFlag::S_IFREG | SFlag::S_IFIFO) => Ok((dir, target_name)),
+            Some(SFlag::S_IFLNK) => Err(hostile("the hardlink target is a symlink")),
+            Some(SFlag::S_IFDIR) => Err(hostile("the hardlink target is a directory")),
+            Some(_) => Err(hostile("the hardlink target is a device")),
+        }
+    }
+
+    /// The layer's `./` member: its owner, mode and xattrs go on `dest` itself.
+    fn set_root(&mut self, meta: &Meta) -> Result<(), UnpackError> {
+        apply(self.root, meta, false).map_err(|source| UnpackError::Io {
+            what: "set the owner, mode or xattrs of",
+            path: self.dest.to_path_buf(),
+            source,
+        })?;
+        self.dir_times.push((Vec::new(), meta.mtime));
+        Ok(())
+    }
+
+    /// `.wh..wh..opq` in `dir`: the directory (created if missing) hides the layers below it.
+    fn opaque(
+        &mut self,
+        dir: &[Component],
+        hostile: &impl Fn(&'static str) -> UnpackError,
+    ) -> Result<(), UnpackError> {
+        let fd = self.parent(dir, hostile)?;
+        set_xattr(fd.as_fd(), c"trusted.overlay.opaque", b"y").map_err(|source| UnpackError::Io {
+            what: "mark opaque the directory",
+            path: paths::display(self.dest, dir),
+            source,
+        })
+    }
+
+    /// `.wh.NAME` in `dir`: a 0:0 character device named NAME, which overlayfs reads as "NAME is
+    /// deleted in this layer". It replaces whatever this layer put at NAME before.
+    fn whiteout(
+        &mut self,
+        dir: &[Component],
+        hidden: &[u8],
+        meta: &Meta,
+        hostile: &impl Fn(&'static str) -> UnpackError,
+    ) -> Result<(), UnpackError> {
+        let parent = self.parent(dir, hostile)?;
+        let path = paths::display_child(self.dest, dir, hidden);
+        let io = |what: &'static str| {
+            let path = path.clone();
+            move |source: io::Error| UnpackError::Io { what, path, source }
+        };
+        paths::remove_existing(parent.as_fd(), hidden)
+            .map_err(io("remove the earlier member at"))?;
+        mknodat(
+            parent.as_fd(),
+            hidden,
+            SFlag::S_IFCHR,
+            Mode::empty(),
+            nix::sys::stat::makedev(0, 0),
+        )
+        .map_err(|errno| io("create the whiteout")(errno.into()))?;
+        chown_at(parent.as_fd(), hidden, meta).map_err(io("set the owner of the whiteout"))
+    }
+
+    /// Writes a regular file's data, counting bytes against the limit as they are read.
+    fn copy_data<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        file: &mut File,
+        path: &Path,
+    ) -> Result<(), UnpackError> {
+        let stated = entry.size();
+        if self.stats.bytes.saturating_add(stated) > self.limits.max_bytes {
+            return Err(self.too_many_bytes());
+        }
+        let mut buffer = vec![0u8; 128 * 1024];
+        loop {
+            let read = match entry.read(&mut buffer) {
+                Ok(0) => return Ok(()),
+                Ok(read) => read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(UnpackError::Corrupt(error)),
+            };
+            self.stats.bytes = self.stats.bytes.saturating_add(read as u64);
+            if self.stats.bytes > self.limits.max_bytes {
+                return Err(self.too_many_bytes());
+            }
+            file.write_all(&buffer[..read])
+                .map_err(|source| UnpackError::Io {
+                    what: "write",
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+        }
+    }
+
+    /// Reads and drops what is left of a member's data, counting it against the byte limit.
+    fn discard<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<(), UnpackError> {
+        let mut buffer = [0u8; 8192];
+        let mut discarded = 0u64;
+        loop {
+            let read = match entry.read(&mut buffer) {
+                Ok(0) => return Ok(()),
+                Ok(read) => read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(UnpackError::Corrupt(error)),
+            };
+            discarded = discarded.saturating_add(read as u64);
+            if self.stats.bytes.saturating_add(discarded) > self.limits.max_bytes {
+                return Err(self.too_many_bytes());
+            }
+        }
+    }
+
+    fn too_many_bytes(&self) -> UnpackError {
+        UnpackError::TooLarge {
+            what: "bytes",
+            limit: self.limits.max_bytes,
+        }
+    }
+
+    /// Sets the recorded directories' mtimes, skipping those a later member replaced.
+    fn set_dir_times(&mut self) -> Result<(), UnpackError> {
+        for (components, mtime) in std::mem::take(&mut self.dir_times) {
+            let path = || paths::display(self.dest, &components);
+            let dir = match paths::open_dir(self.root, &components, None) {
+                Ok(dir) => dir,
+                Err(WalkError::Io(source)) => {
+                    return Err(UnpackError::Io {
+                        what: "open the directory",
+                        path: path(),
+                        source,
+                    })
+                }
+                Err(_) => continue,
+            };
+            futimens(dir.as_fd(), &mtime, &mtime).map_err(|errno| UnpackError::Io {
+                what: "set the mtime of",
+                path: path(),
+                source: errno.into(),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// An id of the layer as a host id: clamped into the sandbox's range, then shifted. The caller
+/// checked that `shift + ID_RANGE` does not overflow.
+fn shift_id(id: u64, shift: u32) -> u32 {
+    let id = u32::try_from(id)
+        .ok()
+        .filter(|id| *id < ID_RANGE)
+        .unwrap_or(OVERFLOW_ID);
+    shift.saturating_add(id)
+}
+
+/// A v3 `security.capability` names the uid that is root for it; shift it like an owner.
+/// v2 values carry none and are kept as they are.
+fn shift_capability_rootid(value: &mut [u8], shift: u32) {
+    const VFS_CAP_REVISION_3: u32 = 0x0300_0000;
+    const VFS_CAP_REVISION_MASK: u32 = 0xff00_0000;
+    if value.len() != 24 {
+        return;
+    }
+    let magic = u32::from_le_bytes([value[0], value[1], value[2], value[3]]);
+    if magic & VFS_CAP_REVISION_MASK != VFS_CAP_REVISION_3 {
+        return;
+    }
+    let rootid = u32::from_le_bytes([value[20], value[21], value[22], value[23]]);
+    value[20..24].copy_from_slice(&shift_id(u64::from(rootid), shift).to_le_bytes());
+}
+
+/// A PAX time, `seconds[.fraction]`.
+fn pax_time(value: &[u8]) -> Option<TimeSpec> {
+    let value = std::str::from_utf8(value).ok()?;
+    let (seconds, fraction) = value.split_once('.').unwrap_or((value, ""));
+    let seconds: i64 = seconds.parse().ok()?;
+    if seconds < 0 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits: String = fraction
+        .chars()
+        .chain(std::iter::repeat('0'))
+        .take(9)
+        .collect();
+    let nanoseconds: i64 = digits.parse().ok()?;
+    Some(TimeSpec::new(seconds, nanoseconds))
+}
+
+/// Owner, then mode (a chown clears setuid/setgid), then xattrs (a chown clears
+/// `security.capability`), then, with `times`, the mtime of an open file.
+fn apply(fd: BorrowedFd<'_>, meta: &Meta, times: bool) -> io::Result<()> {
+    fchown(
+        fd,
+        Some(Uid::from_raw(meta.uid)),
+        Some(Gid::from_raw(meta.gid)),
+    )?;
+    fchmod(fd, Mode::from_bits_truncate(meta.mode))?;
+    for (name, value) in &meta.xattrs {
+        set_xattr(fd, name, value)?;
+    }
+    if times {
+        futimens(fd, &meta.mtime, &meta.mtime)?;
+    }
+    Ok(())
+}
+
+fn chown_at(dir: BorrowedFd<'_>, name: &[u8], meta: &Meta) -> io::Result<()> {
+    Ok(fchownat(
+        dir,
+        name,
+        Some(Uid::from_raw(meta.uid)),
+        Some(Gid::from_raw(meta.gid)),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )?)
+}
+
+fn set_xattr(fd: BorrowedFd<'_>, name: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated, `value` is valid for `value.len()` bytes, and `fd` is
+    // an open descriptor borrowed for the call.
+    let result = unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last().into())
+    }
+}
