@@ -21,10 +21,11 @@
 //!   65536 and above (outside the sandbox's 65536-id mapping) are clamped to 65534, the
 //!   overflow id the kernel shows for unmapped ids, before the shift.
 //! - Mode bits (setuid, setgid and sticky included) and mtimes are kept; directory mtimes are
-//!   set once the whole layer is written. Of the PAX `SCHILY.xattr.*` records only `user.*` and
-//!   `security.capability` are kept, on regular files and directories (the kernel takes `user.*`
-//!   on nothing else); `trusted.*` (which overlayfs would interpret), `security.selinux` and the
-//!   rest are dropped. A v3 `security.capability` has its root uid shifted like an owner.
+//!   set once the whole layer is written. Of the PAX `SCHILY.xattr.*` records only `user.*`
+//!   (but `user.overlay.*`) and `security.capability` are kept, on regular files and directories
+//!   (the kernel takes `user.*` on nothing else); `trusted.*` and `user.overlay.*` (which
+//!   overlayfs would read as its own markers), `security.selinux` and the rest are dropped. A v3
+//!   `security.capability` has its root uid shifted like an owner.
 //! - A member replacing an earlier one behaves like Docker: the later wins, a directory over a
 //!   directory merges, anything else removes the earlier one (a directory with its tree, found
 //!   beneath `dest` only) first.
@@ -33,25 +34,25 @@
 //! while unpacking; the process runs as real root (for `mknod`, `lchown` and `trusted.*`).
 //! On any error `dest` is left partially written: the caller deletes it.
 
+mod budget;
+mod meta;
 mod paths;
 #[cfg(test)]
 mod tests;
 
-use std::cell::Cell;
-use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
-use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
-use nix::sys::stat::{fchmod, futimens, mknodat, utimensat, Mode, SFlag, UtimensatFlags};
+use nix::sys::stat::{futimens, mknodat, utimensat, Mode, SFlag, UtimensatFlags};
 use nix::sys::time::TimeSpec;
-use nix::unistd::{fchown, fchownat, linkat, symlinkat, Gid, Uid};
+use nix::unistd::{linkat, symlinkat};
 use tar::EntryType;
 
+use budget::{HeaderBudget, Metered};
+use meta::{apply, chown_at, set_xattr, Meta, Target, ID_RANGE};
 use paths::{Component, ImpliedDir, WalkError};
 
 /// How a layer blob is compressed (from its media type).
@@ -122,11 +123,6 @@ pub struct UnpackStats {
 /// The most bytes one member's headers may take (its own, PAX extensions, GNU long name and long
 /// link together); the tar parser holds them in memory.
 pub const MAX_MEMBER_HEADERS: u64 = 16 << 20;
-
-/// Host ids stay below this many after the shift, so no id wraps or becomes `-1` ("unchanged").
-const ID_RANGE: u32 = 65536;
-/// What an id outside the sandbox's range is clamped to: the kernel's overflow id.
-const OVERFLOW_ID: u32 = 65534;
 
 /// Why a layer could not be unpacked. `dest` may be partly written; the caller deletes it.
 #[derive(Debug, thiserror::Error)]
@@ -244,54 +240,6 @@ fn decompress<'a>(
     })
 }
 
-/// Counts the bytes the tar parser reads on its own (between members: headers, PAX records,
-/// long names, padding) and fails the read past [`MAX_MEMBER_HEADERS`].
-#[derive(Debug, Clone, Default)]
-struct HeaderBudget {
-    /// Bytes read since [`HeaderBudget::start`], `None` while member data is being read.
-    used: Rc<Cell<Option<u64>>>,
-    exceeded: Rc<Cell<bool>>,
-}
-
-impl HeaderBudget {
-    fn start(&self) {
-        self.used.set(Some(0));
-    }
-
-    fn stop(&self) {
-        self.used.set(None);
-    }
-
-    fn exceeded(&self) -> bool {
-        self.exceeded.get()
-    }
-
-    fn charge(&self, read: usize) -> io::Result<()> {
-        if let Some(used) = self.used.get() {
-            let used = used.saturating_add(read as u64);
-            self.used.set(Some(used));
-            if used > MAX_MEMBER_HEADERS {
-                self.exceeded.set(true);
-                return Err(io::Error::other("member headers exceed their limit"));
-            }
-        }
-        Ok(())
-    }
-}
-
-struct Metered<R> {
-    inner: R,
-    budget: HeaderBudget,
-}
-
-impl<R: Read> Read for Metered<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let read = self.inner.read(buf)?;
-        self.budget.charge(read)?;
-        Ok(read)
-    }
-}
-
 /// What a member is, once its name and type are read.
 enum Kind {
     File,
@@ -302,15 +250,6 @@ enum Kind {
     Device,
     /// Metadata for the whole archive (PAX global header): nothing to write.
     Ignored,
-}
-
-/// Owner, mode, mtime and kept xattrs of one member, ids already shifted.
-struct Meta {
-    uid: u32,
-    gid: u32,
-    mode: u32,
-    mtime: TimeSpec,
-    xattrs: Vec<(CString, Vec<u8>)>,
 }
 
 struct Unpacker<'a> {
@@ -338,7 +277,7 @@ impl Unpacker<'_> {
             entry: shown.clone(),
             reason,
         };
-        let mut components = paths::normalise(&raw).map_err(hostile)?;
+        let mut components = paths::normalise(&raw).map_err(|bad| hostile(bad.as_name()))?;
         let kind = match entry.header().entry_type() {
             EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
                 // Old tars mark directories only by a trailing slash.
@@ -360,7 +299,7 @@ impl Unpacker<'_> {
             return Ok(());
         }
 
-        let meta = self.meta(entry)?;
+        let meta = Meta::read(entry, self.id_shift).map_err(UnpackError::Corrupt)?;
         let Some(name) = components.pop() else {
             // The layer root itself, as `./`.
             return match kind {
@@ -424,7 +363,7 @@ impl Unpacker<'_> {
                 .map_err(|errno| io("create")(errno.into()))?;
                 let mut file = File::from(fd);
                 self.copy_data(entry, &mut file, &path)?;
-                apply(file.as_fd(), &meta, true)
+                apply(file.as_fd(), &meta, Target::File)
                     .map_err(io("set the owner, mode, xattrs or mtime of"))?;
             }
             Kind::Dir => {
@@ -438,7 +377,8 @@ impl Unpacker<'_> {
                 }
                 let fd = paths::open_child_dir(parent.as_fd(), &name)
                     .map_err(|errno| io("open the directory")(errno.into()))?;
-                apply(fd.as_fd(), &meta, false).map_err(io("set the owner, mode or xattrs of"))?;
+                apply(fd.as_fd(), &meta, Target::Dir)
+                    .map_err(io("set the owner, mode or xattrs of"))?;
                 components.push(name);
                 self.dir_times.push((components, meta.mtime));
             }
@@ -484,7 +424,8 @@ impl Unpacker<'_> {
                     Mode::empty(),
                 )
                 .map_err(|errno| io("open the FIFO")(errno.into()))?;
-                apply(fd.as_fd(), &meta, true).map_err(io("set the owner, mode or mtime of"))?;
+                apply(fd.as_fd(), &meta, Target::Fifo)
+                    .map_err(io("set the owner, mode or mtime of"))?;
             }
             Kind::Device | Kind::Ignored => {}
         }
@@ -500,48 +441,6 @@ impl Unpacker<'_> {
             Some(target) if !target.is_empty() => Ok(target.into_owned()),
             _ => Err(hostile("the link has no target")),
         }
-    }
-
-    /// Shifted owner, mode, mtime and kept xattrs of a member.
-    fn meta<R: Read>(&self, entry: &mut tar::Entry<'_, R>) -> Result<Meta, UnpackError> {
-        let header = entry.header();
-        let uid = header.uid().map_err(UnpackError::Corrupt)?;
-        let gid = header.gid().map_err(UnpackError::Corrupt)?;
-        let mode = header.mode().map_err(UnpackError::Corrupt)? & 0o7777;
-        let mut mtime = TimeSpec::new(
-            i64::try_from(header.mtime().map_err(UnpackError::Corrupt)?).unwrap_or(i64::MAX),
-            0,
-        );
-        let mut xattrs = Vec::new();
-        if let Some(extensions) = entry.pax_extensions().map_err(UnpackError::Corrupt)? {
-            for extension in extensions {
-                let extension = extension.map_err(UnpackError::Corrupt)?;
-                let key = extension.key_bytes();
-                if key == b"mtime" {
-                    if let Some(precise) = pax_time(extension.value_bytes()) {
-                        mtime = precise;
-                    }
-                } else if let Some(name) = key.strip_prefix(b"SCHILY.xattr.") {
-                    if name.starts_with(b"user.") || name == b"security.capability" {
-                        if let Ok(name) = CString::new(name) {
-                            xattrs.push((name, extension.value_bytes().to_vec()));
-                        }
-                    }
-                }
-            }
-        }
-        for (name, value) in &mut xattrs {
-            if name.as_bytes() == b"security.capability" {
-                shift_capability_rootid(value, self.id_shift);
-            }
-        }
-        Ok(Meta {
-            uid: shift_id(uid, self.id_shift),
-            gid: shift_id(gid, self.id_shift),
-            mode,
-            mtime,
-            xattrs,
-        })
     }
 
     /// Opens the parent directory of a member, creating missing ones owned by the sandbox's root.
@@ -576,9 +475,7 @@ impl Unpacker<'_> {
         name: &Component,
         hostile: &impl Fn(&'static str) -> UnpackError,
     ) -> Result<(OwnedFd, Component), UnpackError> {
-        let mut target = paths::normalise(target).map_err(|_| {
-            hostile("the hardlink target has a `..` component, a NUL byte or is too long")
-        })?;
+        let mut target = paths::normalise(target).map_err(|bad| hostile(bad.as_target()))?;
         let Some(target_name) = target.pop() else {
             return Err(hostile("the hardlink target is the layer root"));
         };
@@ -617,7 +514,7 @@ impl Unpacker<'_> {
 
     /// The layer's `./` member: its owner, mode and xattrs go on `dest` itself.
     fn set_root(&mut self, meta: &Meta) -> Result<(), UnpackError> {
-        apply(self.root, meta, false).map_err(|source| UnpackError::Io {
+        apply(self.root, meta, Target::Dir).map_err(|source| UnpackError::Io {
             what: "set the owner, mode or xattrs of",
             path: self.dest.to_path_buf(),
             source,
@@ -747,95 +644,5 @@ impl Unpacker<'_> {
             })?;
         }
         Ok(())
-    }
-}
-
-/// An id of the layer as a host id: clamped into the sandbox's range, then shifted. The caller
-/// checked that `shift + ID_RANGE` does not overflow.
-fn shift_id(id: u64, shift: u32) -> u32 {
-    let id = u32::try_from(id)
-        .ok()
-        .filter(|id| *id < ID_RANGE)
-        .unwrap_or(OVERFLOW_ID);
-    shift.saturating_add(id)
-}
-
-/// A v3 `security.capability` names the uid that is root for it; shift it like an owner.
-/// v2 values carry none and are kept as they are.
-fn shift_capability_rootid(value: &mut [u8], shift: u32) {
-    const VFS_CAP_REVISION_3: u32 = 0x0300_0000;
-    const VFS_CAP_REVISION_MASK: u32 = 0xff00_0000;
-    if value.len() != 24 {
-        return;
-    }
-    let magic = u32::from_le_bytes([value[0], value[1], value[2], value[3]]);
-    if magic & VFS_CAP_REVISION_MASK != VFS_CAP_REVISION_3 {
-        return;
-    }
-    let rootid = u32::from_le_bytes([value[20], value[21], value[22], value[23]]);
-    value[20..24].copy_from_slice(&shift_id(u64::from(rootid), shift).to_le_bytes());
-}
-
-/// A PAX time, `seconds[.fraction]`.
-fn pax_time(value: &[u8]) -> Option<TimeSpec> {
-    let value = std::str::from_utf8(value).ok()?;
-    let (seconds, fraction) = value.split_once('.').unwrap_or((value, ""));
-    let seconds: i64 = seconds.parse().ok()?;
-    if seconds < 0 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let digits: String = fraction
-        .chars()
-        .chain(std::iter::repeat('0'))
-        .take(9)
-        .collect();
-    let nanoseconds: i64 = digits.parse().ok()?;
-    Some(TimeSpec::new(seconds, nanoseconds))
-}
-
-/// Owner, then mode (a chown clears setuid/setgid), then xattrs (a chown clears
-/// `security.capability`), then, with `times`, the mtime of an open file.
-fn apply(fd: BorrowedFd<'_>, meta: &Meta, times: bool) -> io::Result<()> {
-    fchown(
-        fd,
-        Some(Uid::from_raw(meta.uid)),
-        Some(Gid::from_raw(meta.gid)),
-    )?;
-    fchmod(fd, Mode::from_bits_truncate(meta.mode))?;
-    for (name, value) in &meta.xattrs {
-        set_xattr(fd, name, value)?;
-    }
-    if times {
-        futimens(fd, &meta.mtime, &meta.mtime)?;
-    }
-    Ok(())
-}
-
-fn chown_at(dir: BorrowedFd<'_>, name: &[u8], meta: &Meta) -> io::Result<()> {
-    Ok(fchownat(
-        dir,
-        name,
-        Some(Uid::from_raw(meta.uid)),
-        Some(Gid::from_raw(meta.gid)),
-        AtFlags::AT_SYMLINK_NOFOLLOW,
-    )?)
-}
-
-fn set_xattr(fd: BorrowedFd<'_>, name: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
-    // SAFETY: `name` is NUL-terminated, `value` is valid for `value.len()` bytes, and `fd` is
-    // an open descriptor borrowed for the call.
-    let result = unsafe {
-        libc::fsetxattr(
-            fd.as_raw_fd(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(Errno::last().into())
     }
 }

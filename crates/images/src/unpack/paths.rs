@@ -25,22 +25,50 @@ const MAX_NAME: usize = 4096;
 /// One path component: never empty, never `.` or `..`, no `/` and no NUL.
 pub(super) type Component = Vec<u8>;
 
+/// Why a member name or hardlink target is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BadName {
+    TooLong,
+    Nul,
+    DotDot,
+}
+
+impl BadName {
+    /// The reason, for a member's own name.
+    pub(super) fn as_name(self) -> &'static str {
+        match self {
+            BadName::TooLong => "the name is longer than PATH_MAX",
+            BadName::Nul => "the name contains a NUL byte",
+            BadName::DotDot => "the name has a `..` component",
+        }
+    }
+
+    /// The reason, for a hardlink's target.
+    pub(super) fn as_target(self) -> &'static str {
+        match self {
+            BadName::TooLong => "the hardlink target is longer than PATH_MAX",
+            BadName::Nul => "the hardlink target contains a NUL byte",
+            BadName::DotDot => "the hardlink target has a `..` component",
+        }
+    }
+}
+
 /// Normalises a member name (or a hardlink target) into its components. A leading `/` is
 /// stripped (the name is taken relative to the layer root, as Docker does), `.` and empty
 /// components are dropped; a `..` component, a NUL byte or a name longer than `PATH_MAX` is
-/// refused with the reason. No components means the layer root itself.
-pub(super) fn normalise(raw: &[u8]) -> Result<Vec<Component>, &'static str> {
+/// refused. No components means the layer root itself.
+pub(super) fn normalise(raw: &[u8]) -> Result<Vec<Component>, BadName> {
     if raw.len() > MAX_NAME {
-        return Err("the name is longer than PATH_MAX");
+        return Err(BadName::TooLong);
     }
     if raw.contains(&0) {
-        return Err("the name contains a NUL byte");
+        return Err(BadName::Nul);
     }
     let mut components = Vec::new();
     for component in raw.split(|b| *b == b'/') {
         match component {
             b"" | b"." => {}
-            b".." => return Err("the name has a `..` component"),
+            b".." => return Err(BadName::DotDot),
             plain => components.push(plain.to_vec()),
         }
     }

@@ -270,6 +270,7 @@ fn normal_layer_keeps_files_dirs_links_modes_xattrs_and_shifted_owners() {
         .pax(&[
             ("SCHILY.xattr.user.x", b"hello"),
             ("SCHILY.xattr.trusted.overlay.redirect", b"/elsewhere"),
+            ("SCHILY.xattr.user.overlay.opaque", b"y"),
             (
                 "SCHILY.xattr.security.selinux",
                 b"system_u:object_r:etc_t:s0",
@@ -312,6 +313,7 @@ fn normal_layer_keeps_files_dirs_links_modes_xattrs_and_shifted_owners() {
             0o644,
             0,
         )
+        .pax(&[("SCHILY.xattr.user.x", b"not on a FIFO")])
         .owned("run/pipe", EntryType::Fifo, "", b"", 0o620, 0)
         .build();
 
@@ -337,6 +339,8 @@ fn normal_layer_keeps_files_dirs_links_modes_xattrs_and_shifted_owners() {
     );
     assert_eq!(xattr(&hosts, "user.x").as_deref(), Some(&b"hello"[..]));
     assert_eq!(xattr(&hosts, "trusted.overlay.redirect"), None);
+    assert_eq!(xattr(&hosts, "user.overlay.opaque"), None);
+    assert_eq!(xattr(&hosts, "security.selinux"), None);
 
     let su = fs::symlink_metadata(dest.join("usr/bin/su")).unwrap();
     assert_eq!(su.mode() & 0o7777, 0o4755, "setuid survives the chown");
@@ -788,4 +792,116 @@ fn garbage_is_corrupt_not_a_panic() {
         let _ = scene.unpack(&tar[..cut]);
         scene.assert_outside_untouched();
     }
+}
+
+/// A `security.capability` value of revision 3 granting CAP_NET_BIND_SERVICE, for `rootid`.
+fn capability_v3(rootid: u32) -> Vec<u8> {
+    let mut value = Vec::new();
+    value.extend_from_slice(&(0x0300_0000u32 | 1).to_le_bytes()); // revision 3, effective
+    value.extend_from_slice(&(1u32 << 10).to_le_bytes()); // permitted, low word
+    value.extend_from_slice(&0u32.to_le_bytes()); // inheritable, low word
+    value.extend_from_slice(&0u32.to_le_bytes()); // permitted, high word
+    value.extend_from_slice(&0u32.to_le_bytes()); // inheritable, high word
+    value.extend_from_slice(&rootid.to_le_bytes());
+    value
+}
+
+#[test]
+fn file_capability_is_kept_with_its_root_shifted() {
+    let scene = Scene::new();
+    let tar = layer()
+        .pax(&[("SCHILY.xattr.security.capability", &capability_v3(0))])
+        .owned("ping", EntryType::Regular, "", b"elf", 0o755, 0)
+        .build();
+    scene.unpack(&tar).unwrap();
+    assert_eq!(
+        xattr(&scene.dest.join("ping"), "security.capability"),
+        Some(capability_v3(SHIFT)),
+        "set after the chown, which would clear it, and rooted at the sandbox's root"
+    );
+}
+
+#[test]
+fn sparse_file_counts_its_full_size() {
+    let scene = Scene::new();
+    let source = scene.root.join("sparse-source");
+    let file = fs::File::create(&source).unwrap();
+    file.set_len(8 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_at(&file, b"end", (8 << 20) - 3).unwrap();
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.sparse(true);
+    builder.append_path_with_name(&source, "sparse").unwrap();
+    let tar = builder.into_inner().unwrap();
+    fs::remove_file(&source).unwrap();
+    assert!(tar.len() < 1 << 20, "stored sparse: {} bytes", tar.len());
+
+    let limits = UnpackLimits {
+        max_bytes: 1 << 20,
+        ..UnpackLimits::default()
+    };
+    let result = unpack_layer(
+        tar.as_slice(),
+        Compression::None,
+        &scene.dest,
+        SHIFT,
+        &limits,
+    );
+    assert!(
+        matches!(result, Err(UnpackError::TooLarge { what: "bytes", .. })),
+        "{result:?}"
+    );
+
+    let scene = Scene::new();
+    let stats = scene.unpack(&tar).unwrap();
+    assert_eq!(stats.bytes, 8 << 20);
+    let written = fs::read(scene.dest.join("sparse")).unwrap();
+    assert_eq!(written.len(), 8 << 20);
+    assert_eq!(&written[(8 << 20) - 3..], b"end");
+}
+
+#[test]
+fn unknown_member_type_is_refused() {
+    let scene = Scene::new();
+    let tar = layer().raw("odd", EntryType::new(b'Z'), "", b"").build();
+    assert_hostile(scene.unpack(&tar), "odd");
+}
+
+#[test]
+fn pax_global_header_is_ignored() {
+    let scene = Scene::new();
+    let tar = layer()
+        .raw(
+            "pax_global_header",
+            EntryType::XGlobalHeader,
+            "",
+            b"52 comment=abc\n",
+        )
+        .file("f", b"x")
+        .build();
+    let stats = scene.unpack(&tar).unwrap();
+    assert_eq!(stats.entries, 2);
+    assert!(!scene.dest.join("pax_global_header").exists());
+}
+
+#[test]
+fn pax_times_keep_their_fraction() {
+    use super::meta::pax_time;
+    assert_eq!(pax_time(b"12"), Some(TimeSpec::new(12, 0)));
+    assert_eq!(pax_time(b"12.5"), Some(TimeSpec::new(12, 500_000_000)));
+    assert_eq!(
+        pax_time(b"12.1234567891"),
+        Some(TimeSpec::new(12, 123_456_789))
+    );
+    assert_eq!(pax_time(b"-1.5"), None);
+    assert_eq!(pax_time(b"x"), None);
+    assert_eq!(pax_time(b"1.x"), None);
+}
+
+#[test]
+fn ids_outside_the_sandbox_range_are_clamped_to_the_overflow_id() {
+    use super::meta::shift_id;
+    assert_eq!(shift_id(0, SHIFT), SHIFT);
+    assert_eq!(shift_id(65535, SHIFT), SHIFT + 65535);
+    assert_eq!(shift_id(65536, SHIFT), SHIFT + 65534);
+    assert_eq!(shift_id(u64::MAX, SHIFT), SHIFT + 65534);
 }
