@@ -93,7 +93,8 @@ impl Compression {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnpackLimits {
     /// Total uncompressed member data bytes read: written to files, or read and discarded for
-    /// members that carry data they do not need (a sparse file counts its full size).
+    /// members that carry data they do not need, and whatever follows the end of the archive
+    /// (a sparse file counts its full size).
     pub max_bytes: u64,
     /// Members of the tar, whiteouts and skipped ones included.
     pub max_entries: u64,
@@ -156,8 +157,9 @@ pub enum UnpackError {
 /// Unpacks the layer `blob` (compressed as `compression`) into the EMPTY directory `dest`,
 /// shifting every owner uid/gid by `id_shift` (sandbox uid 0 → host uid `id_shift`; an id of
 /// 65536 or more inside the layer is clamped to 65534 before the shift). See the module
-/// documentation for what is guaranteed. On any error `dest` is left partly written and the
-/// caller deletes it.
+/// documentation for what is guaranteed. `blob` is read to its end, so a digest computed while
+/// reading it covers every byte. On any error `dest` is left partly written and the caller
+/// deletes it.
 pub fn unpack_layer(
     blob: impl Read,
     compression: Compression,
@@ -202,6 +204,7 @@ pub fn unpack_layer(
         limits,
         stats: UnpackStats::default(),
         dir_times: Vec::new(),
+        data_read: 0,
     };
     let mut archive = tar::Archive::new(stream);
     let mut entries = archive.entries().map_err(UnpackError::Corrupt)?;
@@ -225,6 +228,10 @@ pub fn unpack_layer(
         // skipped by the parser where no limit sees it.
         unpacker.discard(&mut entry)?;
     }
+    // Read the stream to its end (the tar's end-of-archive blocks, its record padding, the
+    // compression's trailer and checksum), so a digest computed over `blob` while it is read
+    // covers all of it, and a damaged trailer is noticed.
+    unpacker.discard(&mut archive.into_inner())?;
     unpacker.set_dir_times()?;
     Ok(unpacker.stats)
 }
@@ -260,6 +267,8 @@ struct Unpacker<'a> {
     stats: UnpackStats,
     /// Directories whose mtime is set at the end, once nothing more is written into them.
     dir_times: Vec<(Vec<Component>, TimeSpec)>,
+    /// Member data bytes read so far, written or discarded: what `max_bytes` limits.
+    data_read: u64,
 }
 
 impl Unpacker<'_> {
@@ -573,7 +582,7 @@ impl Unpacker<'_> {
         path: &Path,
     ) -> Result<(), UnpackError> {
         let stated = entry.size();
-        if self.stats.bytes.saturating_add(stated) > self.limits.max_bytes {
+        if self.data_read.saturating_add(stated) > self.limits.max_bytes {
             return Err(self.too_many_bytes());
         }
         let mut buffer = vec![0u8; 128 * 1024];
@@ -584,10 +593,8 @@ impl Unpacker<'_> {
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                 Err(error) => return Err(UnpackError::Corrupt(error)),
             };
-            self.stats.bytes = self.stats.bytes.saturating_add(read as u64);
-            if self.stats.bytes > self.limits.max_bytes {
-                return Err(self.too_many_bytes());
-            }
+            self.charge(read)?;
+            self.stats.bytes += read as u64;
             file.write_all(&buffer[..read])
                 .map_err(|source| UnpackError::Io {
                     what: "write",
@@ -597,22 +604,28 @@ impl Unpacker<'_> {
         }
     }
 
-    /// Reads and drops what is left of a member's data, counting it against the byte limit.
-    fn discard<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<(), UnpackError> {
+    /// Reads and drops what is left of a member's data, or of the stream after the archive,
+    /// counting it against the byte limit.
+    fn discard(&mut self, reader: &mut impl Read) -> Result<(), UnpackError> {
         let mut buffer = [0u8; 8192];
-        let mut discarded = 0u64;
         loop {
-            let read = match entry.read(&mut buffer) {
+            let read = match reader.read(&mut buffer) {
                 Ok(0) => return Ok(()),
                 Ok(read) => read,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                 Err(error) => return Err(UnpackError::Corrupt(error)),
             };
-            discarded = discarded.saturating_add(read as u64);
-            if self.stats.bytes.saturating_add(discarded) > self.limits.max_bytes {
-                return Err(self.too_many_bytes());
-            }
+            self.charge(read)?;
         }
+    }
+
+    /// Counts `read` member data bytes against `max_bytes`.
+    fn charge(&mut self, read: usize) -> Result<(), UnpackError> {
+        self.data_read = self.data_read.saturating_add(read as u64);
+        if self.data_read > self.limits.max_bytes {
+            return Err(self.too_many_bytes());
+        }
+        Ok(())
     }
 
     fn too_many_bytes(&self) -> UnpackError {

@@ -905,3 +905,77 @@ fn ids_outside_the_sandbox_range_are_clamped_to_the_overflow_id() {
     assert_eq!(shift_id(65536, SHIFT), SHIFT + 65534);
     assert_eq!(shift_id(u64::MAX, SHIFT), SHIFT + 65534);
 }
+
+#[test]
+fn the_whole_blob_is_read_past_the_end_of_the_archive() {
+    let tar = compressed_layer();
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(&tar).unwrap();
+    let gzip = encoder.finish().unwrap();
+    let zstd = zstd::encode_all(tar.as_slice(), 3).unwrap();
+    for (blob, compression) in [
+        (tar.clone(), Compression::None),
+        (gzip, Compression::Gzip),
+        (zstd, Compression::Zstd),
+    ] {
+        let scene = Scene::new();
+        let mut rest = blob.as_slice();
+        unpack_layer(
+            &mut rest,
+            compression,
+            &scene.dest,
+            SHIFT,
+            &UnpackLimits::default(),
+        )
+        .unwrap();
+        assert!(
+            rest.is_empty(),
+            "{compression:?}: {} bytes left unread",
+            rest.len()
+        );
+    }
+}
+
+#[test]
+fn damaged_gzip_trailer_is_corrupt() {
+    let scene = Scene::new();
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(&compressed_layer()).unwrap();
+    let mut blob = encoder.finish().unwrap();
+    // The CRC32 of the uncompressed data sits in the trailer's first four bytes.
+    let crc = blob.len() - 8;
+    blob[crc] ^= 0xff;
+    let result = unpack_layer(
+        blob.as_slice(),
+        Compression::Gzip,
+        &scene.dest,
+        SHIFT,
+        &UnpackLimits::default(),
+    );
+    assert!(matches!(result, Err(UnpackError::Corrupt(_))), "{result:?}");
+}
+
+#[test]
+fn discarded_member_data_counts_against_max_bytes_too() {
+    // Hardlinks and devices may carry data nobody writes; it is still decompressed, so counted.
+    let scene = Scene::new();
+    let mut tar = layer();
+    for i in 0..4 {
+        tar = tar.raw(&format!("dev{i}"), EntryType::Char, "", &[0u8; 400]);
+    }
+    let limits = UnpackLimits {
+        max_bytes: 1000,
+        ..UnpackLimits::default()
+    };
+    let result = unpack_layer(
+        tar.build().as_slice(),
+        Compression::None,
+        &scene.dest,
+        SHIFT,
+        &limits,
+    );
+    assert!(
+        matches!(result, Err(UnpackError::TooLarge { what: "bytes", .. })),
+        "{result:?}"
+    );
+}
