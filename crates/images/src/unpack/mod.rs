@@ -45,8 +45,9 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
-use nix::sys::stat::{futimens, mknodat, utimensat, Mode, SFlag, UtimensatFlags};
+use nix::sys::stat::{futimens, makedev, mkdirat, mknodat, utimensat, Mode, SFlag, UtimensatFlags};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{linkat, symlinkat};
 use tar::EntryType;
@@ -259,6 +260,27 @@ enum Kind {
     Ignored,
 }
 
+/// Where a member goes: its name in its parent's fd, and the path for error messages.
+struct At<'a> {
+    dir: BorrowedFd<'a>,
+    name: &'a [u8],
+    path: PathBuf,
+}
+
+impl At<'_> {
+    fn io(&self, what: &'static str) -> impl FnOnce(io::Error) -> UnpackError + '_ {
+        move |source| UnpackError::Io {
+            what,
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn errno(&self, what: &'static str) -> impl FnOnce(Errno) -> UnpackError + '_ {
+        move |errno| self.io(what)(errno.into())
+    }
+}
+
 struct Unpacker<'a> {
     root: BorrowedFd<'a>,
     dest: &'a Path,
@@ -343,102 +365,101 @@ impl Unpacker<'_> {
             _ => None,
         };
         let parent = self.parent(&components, &hostile)?;
-        let path = paths::display_child(self.dest, &components, &name);
-        let io = |what: &'static str| {
-            let path = path.clone();
-            move |source: io::Error| UnpackError::Io { what, path, source }
+        let at = At {
+            dir: parent.as_fd(),
+            name: &name,
+            path: paths::display_child(self.dest, &components, &name),
         };
-        let existing = paths::lstat_at(parent.as_fd(), &name).map_err(io("inspect"))?;
+        let existing = paths::lstat_at(at.dir, at.name).map_err(at.io("inspect"))?;
         let existing_is_dir = existing
             .as_ref()
             .is_some_and(|stat| paths::file_type(stat) == SFlag::S_IFDIR);
         if existing.is_some() && !(existing_is_dir && matches!(kind, Kind::Dir)) {
-            paths::remove_existing(parent.as_fd(), &name)
-                .map_err(io("remove the earlier member at"))?;
+            paths::remove_existing(at.dir, at.name)
+                .map_err(at.io("remove the earlier member at"))?;
         }
 
         match kind {
-            Kind::File => {
-                let fd = openat(
-                    parent.as_fd(),
-                    name.as_slice(),
-                    OFlag::O_WRONLY
-                        | OFlag::O_CREAT
-                        | OFlag::O_EXCL
-                        | OFlag::O_NOFOLLOW
-                        | OFlag::O_CLOEXEC,
-                    Mode::from_bits_truncate(0o600),
-                )
-                .map_err(|errno| io("create")(errno.into()))?;
-                let mut file = File::from(fd);
-                self.copy_data(entry, &mut file, &path)?;
-                apply(file.as_fd(), &meta, Target::File)
-                    .map_err(io("set the owner, mode, xattrs or mtime of"))?;
-            }
+            Kind::File => self.create_file(entry, &at, &meta),
             Kind::Dir => {
                 if !existing_is_dir {
-                    nix::sys::stat::mkdirat(
-                        parent.as_fd(),
-                        name.as_slice(),
-                        Mode::from_bits_truncate(0o700),
-                    )
-                    .map_err(|errno| io("create the directory")(errno.into()))?;
+                    mkdirat(at.dir, at.name, Mode::from_bits_truncate(0o700))
+                        .map_err(at.errno("create the directory"))?;
                 }
-                let fd = paths::open_child_dir(parent.as_fd(), &name)
-                    .map_err(|errno| io("open the directory")(errno.into()))?;
+                let fd = paths::open_child_dir(at.dir, at.name)
+                    .map_err(at.errno("open the directory"))?;
                 apply(fd.as_fd(), &meta, Target::Dir)
-                    .map_err(io("set the owner, mode or xattrs of"))?;
-                components.push(name);
+                    .map_err(at.io("set the owner, mode or xattrs of"))?;
+                components.push(name.clone());
                 self.dir_times.push((components, meta.mtime));
+                Ok(())
             }
             Kind::Symlink(target) => {
-                symlinkat(target.as_slice(), parent.as_fd(), name.as_slice())
-                    .map_err(|errno| io("create the symlink")(errno.into()))?;
-                chown_at(parent.as_fd(), &name, &meta).map_err(io("set the owner of"))?;
+                symlinkat(target.as_slice(), at.dir, at.name)
+                    .map_err(at.errno("create the symlink"))?;
+                chown_at(at.dir, at.name, &meta).map_err(at.io("set the owner of"))?;
                 utimensat(
-                    parent.as_fd(),
-                    name.as_slice(),
+                    at.dir,
+                    at.name,
                     &meta.mtime,
                     &meta.mtime,
                     UtimensatFlags::NoFollowSymlink,
                 )
-                .map_err(|errno| io("set the mtime of")(errno.into()))?;
+                .map_err(at.errno("set the mtime of"))
             }
-            Kind::Hardlink(_) => {
-                if let Some((source_dir, source_name)) = link_source {
-                    linkat(
-                        source_dir.as_fd(),
-                        source_name.as_slice(),
-                        parent.as_fd(),
-                        name.as_slice(),
-                        AtFlags::empty(),
-                    )
-                    .map_err(|errno| io("create the hardlink")(errno.into()))?;
-                }
-            }
+            Kind::Hardlink(_) => match link_source {
+                Some((source_dir, source_name)) => linkat(
+                    source_dir.as_fd(),
+                    source_name.as_slice(),
+                    at.dir,
+                    at.name,
+                    AtFlags::empty(),
+                )
+                .map_err(at.errno("create the hardlink")),
+                None => Ok(()),
+            },
             Kind::Fifo => {
                 mknodat(
-                    parent.as_fd(),
-                    name.as_slice(),
+                    at.dir,
+                    at.name,
                     SFlag::S_IFIFO,
                     Mode::from_bits_truncate(0o600),
                     0,
                 )
-                .map_err(|errno| io("create the FIFO")(errno.into()))?;
+                .map_err(at.errno("create the FIFO"))?;
                 // Opening a FIFO for reading without blocking succeeds at once and writes nothing.
                 let fd = openat(
-                    parent.as_fd(),
-                    name.as_slice(),
+                    at.dir,
+                    at.name,
                     OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
                     Mode::empty(),
                 )
-                .map_err(|errno| io("open the FIFO")(errno.into()))?;
+                .map_err(at.errno("open the FIFO"))?;
                 apply(fd.as_fd(), &meta, Target::Fifo)
-                    .map_err(io("set the owner, mode or mtime of"))?;
+                    .map_err(at.io("set the owner, mode or mtime of"))
             }
-            Kind::Device | Kind::Ignored => {}
+            Kind::Device | Kind::Ignored => Ok(()),
         }
-        Ok(())
+    }
+
+    /// A regular file, created `O_EXCL | O_NOFOLLOW` in its parent and filled from the member.
+    fn create_file<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        at: &At<'_>,
+        meta: &Meta,
+    ) -> Result<(), UnpackError> {
+        let fd = openat(
+            at.dir,
+            at.name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(at.errno("create"))?;
+        let mut file = File::from(fd);
+        self.copy_data(entry, &mut file, &at.path)?;
+        apply(file.as_fd(), meta, Target::File)
+            .map_err(at.io("set the owner, mode, xattrs or mtime of"))
     }
 
     fn link_name<R: Read>(
@@ -556,22 +577,21 @@ impl Unpacker<'_> {
         hostile: &impl Fn(&'static str) -> UnpackError,
     ) -> Result<(), UnpackError> {
         let parent = self.parent(dir, hostile)?;
-        let path = paths::display_child(self.dest, dir, hidden);
-        let io = |what: &'static str| {
-            let path = path.clone();
-            move |source: io::Error| UnpackError::Io { what, path, source }
+        let at = At {
+            dir: parent.as_fd(),
+            name: hidden,
+            path: paths::display_child(self.dest, dir, hidden),
         };
-        paths::remove_existing(parent.as_fd(), hidden)
-            .map_err(io("remove the earlier member at"))?;
+        paths::remove_existing(at.dir, at.name).map_err(at.io("remove the earlier member at"))?;
         mknodat(
-            parent.as_fd(),
-            hidden,
+            at.dir,
+            at.name,
             SFlag::S_IFCHR,
             Mode::empty(),
-            nix::sys::stat::makedev(0, 0),
+            makedev(0, 0),
         )
-        .map_err(|errno| io("create the whiteout")(errno.into()))?;
-        chown_at(parent.as_fd(), hidden, meta).map_err(io("set the owner of the whiteout"))
+        .map_err(at.errno("create the whiteout"))?;
+        chown_at(at.dir, at.name, meta).map_err(at.io("set the owner of the whiteout"))
     }
 
     /// Writes a regular file's data, counting bytes against the limit as they are read.

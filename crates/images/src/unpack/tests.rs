@@ -581,9 +581,14 @@ fn whiteout_through_symlinked_parent_is_refused() {
 #[test]
 fn hardlink_to_host_path_is_refused() {
     let scene = Scene::new();
+    let passwd_links = fs::symlink_metadata("/etc/passwd").map(|m| m.nlink()).ok();
     let tar = layer().hardlink("passwd", "/etc/passwd").build();
     assert_hostile(scene.unpack(&tar), "passwd");
     assert!(fs::symlink_metadata(scene.dest.join("passwd")).is_err());
+    assert_eq!(
+        fs::symlink_metadata("/etc/passwd").map(|m| m.nlink()).ok(),
+        passwd_links
+    );
 
     let scene = Scene::new();
     let target = format!("{}/outside/marker", scene.root.display());
@@ -608,6 +613,33 @@ fn hardlink_through_symlinked_parent_is_refused() {
         .hardlink("marker", "evil/marker")
         .build();
     assert_hostile(scene.unpack(&tar), "marker");
+    scene.assert_outside_untouched();
+
+    // Nor is a hardlink *named* through a symlinked parent created.
+    let scene = Scene::new();
+    let tar = layer()
+        .file("inside", b"x")
+        .symlink("evil", "../outside")
+        .hardlink("evil/planted", "inside")
+        .build();
+    assert_hostile(scene.unpack(&tar), "evil/planted");
+    scene.assert_outside_untouched();
+}
+
+#[test]
+fn file_over_a_symlink_replaces_the_link_not_its_target() {
+    let scene = Scene::new();
+    let tar = layer()
+        .symlink("evil", "../outside/marker")
+        .file("evil", b"overwritten?")
+        .symlink("evil-dir", "../outside")
+        .dir("evil-dir/")
+        .build();
+    scene.unpack(&tar).unwrap();
+    assert_eq!(fs::read(scene.dest.join("evil")).unwrap(), b"overwritten?");
+    assert!(fs::symlink_metadata(scene.dest.join("evil-dir"))
+        .unwrap()
+        .is_dir());
     scene.assert_outside_untouched();
 }
 
