@@ -10,8 +10,11 @@
 //!   a non-directory) in a member's parent path refuses the member, it is never followed. Files
 //!   are created with `O_CREAT | O_EXCL | O_NOFOLLOW` relative to their parent's fd.
 //! - A hostile member is refused with [`UnpackError::Hostile`] naming it: a `..` component, a
-//!   parent that is a symlink, a hardlink to anything but an earlier file or FIFO of this layer.
-//!   Leading `/` are stripped (the name is relative to the layer root, as Docker reads it).
+//!   parent that is a symlink or not a directory, a hardlink to anything but an earlier regular
+//!   file or FIFO of this layer (never to a symlink, a directory or through a symlink), a name
+//!   longer than `PATH_MAX` or with a NUL, a member type a layer does not carry. Leading `/` are
+//!   stripped: absolute names are relative to the layer root, as Docker reads them. PAX global
+//!   headers and aufs `.wh..wh.*` bookkeeping are ignored.
 //! - The only device node ever created is the 0:0 whiteout; block and character devices in the
 //!   layer are skipped and counted in [`UnpackStats::skipped_devices`].
 //! - Limits are enforced while streaming ([`UnpackLimits`]): member data bytes are counted as
@@ -22,17 +25,21 @@
 //!   overflow id the kernel shows for unmapped ids, before the shift.
 //! - Mode bits (setuid, setgid and sticky included) and mtimes are kept; directory mtimes are
 //!   set once the whole layer is written. Of the PAX `SCHILY.xattr.*` records only `user.*`
-//!   (but `user.overlay.*`) and `security.capability` are kept, on regular files and directories
-//!   (the kernel takes `user.*` on nothing else); `trusted.*` and `user.overlay.*` (which
-//!   overlayfs would read as its own markers), `security.selinux` and the rest are dropped. A v3
-//!   `security.capability` has its root uid shifted like an owner.
+//!   other than `user.overlay.*`, and `security.capability`, are kept, on regular files and
+//!   directories (the kernel takes `user.*` on nothing else). `trusted.*` and `user.overlay.*`
+//!   (overlayfs would read them as its own markers), `security.selinux` and the rest are
+//!   dropped. A v3 `security.capability` has its root uid shifted like an owner.
 //! - A member replacing an earlier one behaves like Docker: the later wins, a directory over a
 //!   directory merges, anything else removes the earlier one (a directory with its tree, found
 //!   beneath `dest` only) first.
 //!
+//! - `blob` is read to its end, past the end of the archive, so compression trailers are checked
+//!   and a digest computed while reading covers every byte.
+//!
 //! Assumptions: `dest` is an existing, empty directory (checked) that nothing else writes to
-//! while unpacking; the process runs as real root (for `mknod`, `lchown` and `trusted.*`).
-//! On any error `dest` is left partially written: the caller deletes it.
+//! while unpacking (the walk is race-free against the layer, not against other writers); the
+//! process runs as real root (for `mknod`, `lchown` and `trusted.*`). On any error `dest` is
+//! left partially written: the caller deletes it.
 
 mod budget;
 mod meta;
