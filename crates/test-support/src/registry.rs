@@ -18,9 +18,10 @@
 //!   (401, 404, ...). Redirects cannot occur: the filesystem storage driver serves blobs itself. Counts
 //!   are keyed by digest alone, summed over repositories. Pushing does not GET blobs (skopeo `HEAD`s
 //!   them), so right after [`TestRegistry::push`] the map is empty; `skopeo inspect` without `--raw`
-//!   GETs the config blob, and counts. The registry writes its access-log line after it has sent the
-//!   response, so every read of the log first sends a barrier request and waits (with a deadline) until
-//!   the log shows it: a request whose response the test has read is counted.
+//!   GETs the config blob, and counts ([`TestRegistry::manifest_digest`] does not: it `HEAD`s the
+//!   manifest). The counts come from the registry's access log, which each request's own goroutine
+//!   writes as the request ends; so every read of the log first sends a barrier request of its own and
+//!   waits (with a deadline) until the log shows it, and a request answered before the read is counted.
 //! - **Failures are loud.** A missing tool panics with the Debian package to install; a failing command
 //!   panics with the command line, its exit status and its stderr; a registry that does not come up
 //!   panics with its log. Waits poll against deadlines; there are no fixed sleeps.
@@ -271,6 +272,11 @@ impl TestRegistry {
     /// The address the registry listens on (always on loopback).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The registry's process id (e.g. to `SIGSTOP` it and test a client against a stalled registry).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -1041,6 +1047,12 @@ mod tests {
         assert_eq!(split_repo_tag("a/b:1"), ("a/b", "1"));
         assert_eq!(split_repo_tag("a/b"), ("a/b", "latest"));
         assert_eq!(split_repo_tag("a/b@sha256:ff"), ("a/b", "sha256:ff"));
+    }
+
+    #[test]
+    #[should_panic(expected = "`sandboxd-no-such-tool` is not installed: install it with `apt-get")]
+    fn a_missing_tool_panics_naming_its_package() {
+        tool("sandboxd-no-such-tool");
     }
 
     #[test]

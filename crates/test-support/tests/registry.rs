@@ -322,3 +322,22 @@ fn a_multi_platform_index_pushes_with_a_manifest_per_platform() {
         assert_eq!(config["rootfs"]["diff_ids"].as_array().unwrap().len(), 1);
     }
 }
+
+#[test]
+fn dropping_the_registry_kills_and_reaps_it() {
+    if !require_tools(&["docker-registry"]) {
+        return;
+    }
+    let registry = TestRegistry::start();
+    let (pid, addr) = (registry.pid(), registry.addr());
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    drop(registry);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the registry's process is gone, not a zombie"
+    );
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "nothing listens on {addr}"
+    );
+}
