@@ -6,11 +6,15 @@
 //!   rather than passing without having checked anything.
 //! - [`unique_id`]: ids that do not collide between concurrently running test processes.
 //! - [`cargo_bin`]: a binary of another workspace package (e.g. the `sbx` CLI), built on first use.
+//! - [`registry`]: a real OCI registry (`docker-registry`) and OCI images built with `umoci` from
+//!   busybox-static, for tests that pull images.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
+
+pub mod registry;
 
 /// The target triple the agent is built for (statically linked).
 pub const AGENT_TARGET: &str = "x86_64-unknown-linux-gnu";
