@@ -71,6 +71,7 @@ pub fn run() -> ! {
                 token: config.token,
                 default_user: config.default_user,
                 envs: config.envs,
+                workdir: config.workdir,
                 callback: config
                     .callback_socket
                     .map(|socket| callhome::CallbackTarget {
@@ -158,9 +159,13 @@ fn build_root(config: &BootConfig) -> Result<(), BootError> {
         .map_err(fail("make mounts private"))?;
     let plan = &config.rootfs;
     let root = &plan.target;
+    let lowers: Vec<String> = std::iter::once(&plan.lower)
+        .chain(&plan.below)
+        .map(|p| p.display().to_string())
+        .collect();
     let options = format!(
         "lowerdir={},upperdir={},workdir={}",
-        plan.lower.display(),
+        lowers.join(":"),
         plan.upper.display(),
         plan.work.display()
     );
@@ -187,9 +192,37 @@ fn inside(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
+/// Refuses a mount target under `root` that is, or passes through, a symbolic link: the root is not
+/// pivoted into yet, so a link (an image's `/proc -> /`, say) would resolve on the host and put the
+/// mount there. Missing components are fine (they are created as directories).
+fn no_links_on_the_way(root: &Path, target: &Path) -> Result<(), BootError> {
+    let rel = target.strip_prefix(root).unwrap_or(target);
+    let mut at = root.to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(BootError {
+                    stage: "mount point",
+                    message: format!(
+                        "{} is a symbolic link; mount points must be real directories",
+                        Path::new("/")
+                            .join(at.strip_prefix(root).unwrap_or(&at))
+                            .display()
+                    ),
+                })
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    Ok(())
+}
+
 fn bind_into(root: &Path, bind: &BindMount) -> Result<(), BootError> {
     let none: Option<&str> = None;
     let target = inside(root, &bind.target);
+    no_links_on_the_way(root, &target)?;
     let source_meta = std::fs::metadata(&bind.source).map_err(fail("stat bind source"))?;
     if std::fs::symlink_metadata(&target).is_err() {
         if source_meta.is_dir() {
@@ -231,6 +264,7 @@ fn mount_kernel_filesystems(root: &Path, id_base: u32) -> Result<(), BootError> 
     let hardened = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     let dir = |p: &str| -> Result<PathBuf, BootError> {
         let path = root.join(p);
+        no_links_on_the_way(root, &path)?;
         std::fs::create_dir_all(&path).map_err(fail("create mount point"))?;
         Ok(path)
     };

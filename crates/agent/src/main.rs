@@ -57,6 +57,7 @@ fn main() {
                 token,
                 default_user,
                 envs: Default::default(),
+                workdir: None,
                 callback: None,
             };
             std::process::exit(sandboxd_agent::server::run_blocking(listener, config));

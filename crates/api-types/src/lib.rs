@@ -18,6 +18,13 @@ pub struct CreateSandbox {
     /// Template; default `base`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
+    /// An OCI image to make the root of (`python:3.12-slim`, `127.0.0.1:5000/team/app@sha256:…`),
+    /// pulled first if this node lacks it; instead of `template`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Credentials for pulling `image`: used for that pull and never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_auth: Option<RegistryAuth>,
     /// CPUs (may be fractional, e.g. 0.5); default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<f64>,
@@ -40,6 +47,90 @@ pub struct CreateSandbox {
     /// Network posture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkPolicy>,
+}
+
+/// Credentials for a registry (basic auth, or a token as the password).
+#[derive(Clone, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryAuth {
+    /// User name.
+    pub username: String,
+    /// Password or access token.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAuth")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// `POST /v1/images`: pull an image onto this node.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PullImage {
+    /// The image reference, resolved as Docker does (`python:3.12-slim` is
+    /// `docker.io/library/python:3.12-slim`).
+    pub reference: String,
+    /// Credentials for this pull; never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_auth: Option<RegistryAuth>,
+}
+
+/// An image on this node.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Image {
+    /// Manifest digest (`sha256:…`), its identity.
+    pub digest: String,
+    /// `pulling` or `ready`.
+    pub state: String,
+    /// The reference it was first pulled as.
+    pub reference: String,
+    /// The references that name it now.
+    pub tags: Vec<String>,
+    /// Compressed size of its layers, bytes.
+    pub size: u64,
+    /// While pulling: bytes fetched so far.
+    pub pulled_bytes: u64,
+    /// Its layers' digests, lowest first.
+    pub layers: Vec<String>,
+    /// Environment its sandboxes start with.
+    pub env: Vec<String>,
+    /// Where commands start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// The image's own user (sandboxes run as `user` unless told otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Recorded, not run at boot.
+    pub entrypoint: Vec<String>,
+    /// Recorded, not run at boot.
+    pub cmd: Vec<String>,
+    /// When it was pulled, RFC 3339.
+    pub created_at: String,
+    /// When a sandbox last used it, RFC 3339.
+    pub last_used_at: String,
+}
+
+/// `GET /v1/images`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct ImageList {
+    /// Every image on this node, newest first.
+    pub images: Vec<Image>,
+}
+
+/// `POST /v1/images/prune`: what was freed.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PruneImages {
+    /// Layers removed.
+    pub layers: u64,
+    /// Bytes their files took.
+    pub bytes: u64,
 }
 
 /// Network posture of a sandbox: `egress` is the default for every destination, `allowOut` and
@@ -72,8 +163,11 @@ pub struct Sandbox {
     pub name: String,
     /// Lifecycle state: creating, starting, running, stopping, stopped, paused, deleting, failed, lost.
     pub state: String,
-    /// Template it was made from.
+    /// Template it was made from (for an image, the image's reference).
     pub template: String,
+    /// The manifest digest of the image its root is made of; absent for `base`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// CPUs.
     pub cpu: f64,
     /// Memory limit in MiB.

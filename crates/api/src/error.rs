@@ -57,6 +57,7 @@ impl From<ServiceError> for Error {
             ServiceError::Runtime(_) | ServiceError::Store(_) => {
                 (S::INTERNAL_SERVER_ERROR, "internal")
             }
+            ServiceError::Image(e) => image_status(e),
         };
         if status.is_server_error() {
             tracing::error!(error = %chain(&e), "request failed");
@@ -69,6 +70,32 @@ impl From<ServiceError> for Error {
             retry_after,
             ..Self::new(status, code, chain(&e))
         }
+    }
+}
+
+/// Where an image came from decides who is at fault: a reference that does not parse is the
+/// client's; what a registry said is passed on as the registry's; a layer that is refused makes the
+/// image unusable (422), never the daemon's failure.
+fn image_status(e: &sandboxd_images::ImageError) -> (StatusCode, &'static str) {
+    use sandboxd_images::{ImageError as I, RegistryError as R};
+    use StatusCode as S;
+    match e {
+        I::Reference(_) => (S::BAD_REQUEST, "invalid_request"),
+        I::Registry(R::NotFound { .. }) => (S::NOT_FOUND, "image_not_found"),
+        I::Registry(R::AuthFailed { .. }) => (S::FORBIDDEN, "registry_auth_failed"),
+        I::Registry(R::Unavailable { .. }) => (S::BAD_GATEWAY, "registry_unavailable"),
+        I::Unpack {
+            source: sandboxd_images::unpack::UnpackError::Io { .. },
+            ..
+        } => (S::INTERNAL_SERVER_ERROR, "internal"),
+        I::Registry(R::Invalid { .. } | R::Digest(_))
+        | I::Config(_)
+        | I::Unpack { .. }
+        | I::DigestMismatch { .. }
+        | I::MediaType { .. }
+        | I::UnsupportedDigest(_) => (S::UNPROCESSABLE_ENTITY, "image_invalid"),
+        I::Read { .. } => (S::BAD_GATEWAY, "registry_unavailable"),
+        I::Io { .. } | I::Task(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
     }
 }
 

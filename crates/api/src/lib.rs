@@ -16,6 +16,7 @@ pub mod callbacks;
 pub mod domains;
 pub mod e2b;
 pub mod error;
+pub mod images;
 pub mod metrics;
 pub mod v1;
 pub mod webhooks;
@@ -37,7 +38,7 @@ use utoipa::OpenApi;
     paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::exec, v1::exec_stream, v1::download, v1::upload,
           v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
-          callbacks::list),
+          callbacks::list, images::pull, images::list, images::get, images::remove, images::prune),
     components(schemas(sandboxd_api_types::ApiError)),
     modifiers(&BearerAuth)
 )]
@@ -79,6 +80,9 @@ pub fn router(
         .route("/sandboxes/{id}/pause", post(v1::pause))
         .route("/sandboxes/{id}/resume", post(v1::resume))
         .route("/admin/reconcile", post(v1::reconcile))
+        .route("/images", post(images::pull).get(images::list))
+        .route("/images/prune", post(images::prune))
+        .route("/images/{key}", get(images::get).delete(images::remove))
         .route("/webhooks", post(webhooks::create).get(webhooks::list))
         .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))

@@ -45,6 +45,10 @@ pub struct BootConfig {
     pub default_user: String,
     /// Environment every command in the sandbox starts with.
     pub envs: HashMap<String, String>,
+    /// The directory commands start in when the caller names none (an image's `WorkingDir`); `None`:
+    /// the user's home.
+    #[serde(default)]
+    pub workdir: Option<String>,
     /// The daemon's callback socket as the agent sees it (inside the sandbox), if the daemon listens
     /// for call-home events ([`crate::callback`]); `None`: the agent reports nothing.
     #[serde(default)]
@@ -66,8 +70,11 @@ pub enum BootFault {
 /// Paths (on the host) of the overlay making up the sandbox's root filesystem.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RootfsPlan {
-    /// Read-only lower layer (the template).
+    /// Read-only lower layer (the template; for an image, its prepared top layer).
     pub lower: PathBuf,
+    /// More read-only layers under `lower`, highest first (an image's layers); empty for `base`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub below: Vec<PathBuf>,
     /// The sandbox's private writable layer.
     pub upper: PathBuf,
     /// Overlayfs work directory, on the same filesystem as `upper`.
@@ -134,6 +141,7 @@ mod tests {
             hostname: "sb1".into(),
             rootfs: RootfsPlan {
                 lower: "/l".into(),
+                below: vec!["/l2".into(), "/l1".into()],
                 upper: "/u".into(),
                 work: "/w".into(),
                 target: "/t".into(),
@@ -146,6 +154,7 @@ mod tests {
             id_map_base: 100_000,
             token: "tok\nen".into(),
             default_user: "user".into(),
+            workdir: Some("/app".into()),
             envs: HashMap::from([("A".into(), "line1\nline2".into())]),
             callback_socket: Some("/.sandboxd/callback/daemon.sock".into()),
             fault: Some(BootFault::ExitBeforeReady),

@@ -33,6 +33,23 @@ pub struct SandboxSpec {
     pub envs: HashMap<String, String>,
     /// Access token the sandbox's agent demands on every call.
     pub agent_token: String,
+    /// The OCI image the root is made of; `None`: the built-in `base` template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageRoot>,
+}
+
+/// An OCI image as a sandbox's root: its unpacked layers, stacked read-only under the sandbox's
+/// writable layer, with a small top layer the runtime prepares once per image (mount points, the
+/// `user` account, see [`crate::namespace::image_root`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ImageRoot {
+    /// The image's manifest digest, `sha256:<hex>` (its prepared top layer is cached under it).
+    pub digest: String,
+    /// The image's unpacked layer directories, lowest first.
+    pub layers: Vec<PathBuf>,
+    /// Where commands start when the caller names no directory (the image's `WorkingDir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }
 
 impl SandboxSpec {
@@ -49,6 +66,7 @@ impl SandboxSpec {
             egress_deny: Vec::new(),
             envs: HashMap::new(),
             agent_token: agent_token.into(),
+            image: None,
         }
     }
 

@@ -76,6 +76,22 @@ pub struct ServeConfig {
     /// fails the handshake.
     #[arg(long, env = "SB_TLS_LISTEN")]
     pub tls_listen: Option<SocketAddr>,
+    /// A pull-through mirror tried before a registry, `REGISTRY=URL` (repeatable, e.g.
+    /// `docker.io=http://127.0.0.1:5000`); the registry itself is asked when the mirror fails.
+    #[arg(
+        long = "registry-mirror",
+        env = "SB_REGISTRY_MIRRORS",
+        value_delimiter = ','
+    )]
+    pub registry_mirrors: Vec<String>,
+    /// A registry `HOST[:PORT]` that may be reached over plain HTTP (repeatable); loopback registries
+    /// always may, every other one only over HTTPS.
+    #[arg(
+        long = "insecure-registry",
+        env = "SB_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    pub insecure_registries: Vec<String>,
     /// Allow `*.` wildcard custom domains (default: off).
     #[arg(long, env = "SB_ALLOW_WILDCARD_DOMAINS")]
     pub allow_wildcard_domains: bool,
@@ -97,6 +113,18 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
+    /// The registry settings from `--registry-mirror` and `--insecure-registry`.
+    pub fn registry(&self) -> anyhow::Result<sandboxd_images::RegistryConfig> {
+        let mut registry = sandboxd_images::RegistryConfig::default();
+        for mirror in &self.registry_mirrors {
+            registry.add_mirror(mirror)?;
+        }
+        for host in &self.insecure_registries {
+            registry.add_insecure(host)?;
+        }
+        Ok(registry)
+    }
+
     /// The `--host-ports` range.
     pub fn host_ports(&self) -> anyhow::Result<std::ops::RangeInclusive<u16>> {
         let parsed = self.host_ports.split_once('-').and_then(|(a, b)| {

@@ -16,7 +16,9 @@ use anyhow::Context;
 use axum::serve::ListenerExt;
 use config::{Cli, Command, ServeConfig};
 use sandboxd_api::{auth::Auth, metrics::Metrics};
+use sandboxd_images::{LayerStore, Registry};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
+use sandboxd_service::images::ImageSettings;
 use sandboxd_service::{Service, ServiceConfig};
 use sandboxd_store::{unix_millis_now, Store, StoreConfig};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -104,6 +106,19 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         "no sandboxd-agent binary found: build it with scripts/build-agent or pass --agent-bin",
     )?;
     let mut runtime_config = NamespaceConfig::new(data_dir.join("runtime"), agent);
+    // No pull runs yet: whatever an interrupted one left in staging goes now.
+    let layers = LayerStore::open(data_dir.join("images"), runtime_config.id_map_base)
+        .context("opening the layer store")?;
+    let cleared = layers
+        .clear_staging()
+        .context("clearing the layer store's staging")?;
+    if cleared > 0 {
+        tracing::info!(cleared, "removed what interrupted pulls left");
+    }
+    let images = ImageSettings {
+        registry: Registry::new(config.registry()?),
+        layers,
+    };
     runtime_config.cgroup_parent = config.cgroup_parent.clone();
     let callback_dir = callback::prepare_dir(&data_dir)?;
     runtime_config.callback_dir = Some(callback_dir.clone());
@@ -128,6 +143,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             allow_wildcard_domains: config.allow_wildcard_domains,
             reconcile_deadline: Duration::from_secs(config.reconcile_deadline_secs),
             ready_deadline: Duration::from_millis(config.ready_timeout_ms.max(1)),
+            images: Some(images),
             ..ServiceConfig::default()
         },
         store.writer().clone(),

@@ -92,8 +92,11 @@ pub struct CreateArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Template [daemon default: base].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "image")]
     pub template: Option<String>,
+    /// An OCI image to make the root of (e.g. python:3.12-slim), pulled first if the daemon lacks it.
+    #[arg(long)]
+    pub image: Option<String>,
     /// CPUs, may be fractional [daemon default: 1].
     #[arg(long, value_parser = parse_cpu)]
     pub cpu: Option<f64>,

@@ -17,6 +17,8 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
     let body = CreateSandbox {
         name: args.name,
         template: args.template,
+        image: args.image,
+        registry_auth: None,
         cpu: args.cpu,
         memory_mb: args.memory,
         env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),

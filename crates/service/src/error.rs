@@ -57,6 +57,15 @@ pub enum ServiceError {
     /// The sandbox's agent failed or refused.
     #[error("sandbox agent")]
     Agent(#[source] sandboxd_envd::Error),
+    /// An image could not be had.
+    #[error("image")]
+    Image(#[from] sandboxd_images::ImageError),
+}
+
+impl From<sandboxd_images::RegistryError> for ServiceError {
+    fn from(e: sandboxd_images::RegistryError) -> Self {
+        ServiceError::Image(e.into())
+    }
 }
 
 impl From<StoreError> for ServiceError {

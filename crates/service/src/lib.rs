@@ -19,6 +19,7 @@ pub mod exec;
 pub mod failpoints;
 pub mod forwarders;
 pub mod idempotency;
+pub mod images;
 pub mod lifecycle;
 pub mod network;
 pub mod pause;
@@ -74,6 +75,8 @@ pub struct ServiceConfig {
     /// How long a started sandbox's agent has to report ready before the sandbox is failed (see
     /// [`readiness`]).
     pub ready_deadline: Duration,
+    /// Where images come from and live; `None`: creates from images are refused.
+    pub images: Option<images::ImageSettings>,
 }
 
 impl Default for ServiceConfig {
@@ -94,6 +97,7 @@ impl Default for ServiceConfig {
             allow_wildcard_domains: false,
             reconcile_deadline: reconcile::DEADLINE,
             ready_deadline: readiness::READY_DEADLINE,
+            images: None,
         }
     }
 }
@@ -111,7 +115,8 @@ struct Inner {
     runtime: Arc<dyn Runtime>,
     endpoints: ports::EndpointCache,
     forwarders: forwarders::Forwarders,
-    sandbox_locks: pause::SandboxLocks,
+    sandbox_locks: pause::KeyedLocks,
+    pulls: images::PullState,
     reconcile: reconcile::ReconcileState,
     events: events::EventBus,
     readiness: readiness::Waiters,
@@ -136,6 +141,7 @@ impl Service {
                 endpoints: Default::default(),
                 forwarders: Default::default(),
                 sandbox_locks: Default::default(),
+                pulls: Default::default(),
                 reconcile: Default::default(),
                 events: Default::default(),
                 readiness: Default::default(),

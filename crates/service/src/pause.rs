@@ -3,7 +3,7 @@
 //! A pause freezes every process of the sandbox (the runtime's cgroup freezer): processes, memory, open
 //! files and sockets are kept and nothing runs until the resume. Guarantees:
 //! - **One operation per sandbox at a time.** Pause and resume of one sandbox are serialized by a
-//!   per-sandbox lock ([`SandboxLocks`]), so the runtime never sees a freeze and a thaw of one sandbox
+//!   per-sandbox lock ([`KeyedLocks`]), so the runtime never sees a freeze and a thaw of one sandbox
 //!   interleave and the store's state always names the last one that completed.
 //! - **Intent first for a pause, effect first for a resume.** A pause records `paused` (conditionally on
 //!   `running`) before freezing, and goes back to `running` if the freeze fails; a resume thaws before
@@ -32,12 +32,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::OwnedMutexGuard;
 
-/// One async lock per sandbox id, created on demand and dropped once nobody holds or waits for it.
+/// One async lock per key (a sandbox id, an image digest), created on demand and dropped once nobody
+/// holds or waits for it.
 #[derive(Default)]
-pub struct SandboxLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+pub struct KeyedLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 
-impl SandboxLocks {
-    /// Waits for and takes the lock of sandbox `id`.
+impl KeyedLocks {
+    /// Waits for and takes the lock of `id`.
     pub async fn lock(&self, id: &str) -> OwnedMutexGuard<()> {
         let lock = {
             let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -313,7 +314,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_holder_per_sandbox_and_unused_locks_are_dropped() {
-        let locks = Arc::new(SandboxLocks::default());
+        let locks = Arc::new(KeyedLocks::default());
         let a = locks.lock("a").await;
         // Another sandbox is not held up.
         let b = locks.lock("b").await;

@@ -33,8 +33,12 @@ const MIN_MEMORY_MB: u64 = 32;
 pub struct CreatePlan {
     /// Name ("" when unnamed).
     pub name: String,
-    /// Template.
+    /// Template (for an image: the image's reference, once resolved).
     pub template: String,
+    /// The image reference to make the root of, instead of the template.
+    pub image: Option<String>,
+    /// Credentials for pulling `image` (used for that pull only).
+    pub registry_auth: Option<sandboxd_images::Credentials>,
     /// CPU in thousandths.
     pub cpu_millis: u32,
     /// Memory in MiB.
@@ -69,11 +73,31 @@ impl Service {
         if !name.is_empty() {
             validate::name(&name)?;
         }
+        let image = req.image.filter(|i| !i.is_empty());
+        if image.is_some() && req.template.is_some() {
+            return Err(ServiceError::InvalidRequest(
+                "give either template or image, not both".into(),
+            ));
+        }
         let template = req.template.unwrap_or_else(|| DEFAULT_TEMPLATE.into());
         if template != DEFAULT_TEMPLATE {
             return Err(ServiceError::NotFound(format!(
                 "template {template:?} not found"
             )));
+        }
+        if let Some(image) = &image {
+            image
+                .parse::<sandboxd_images::ImageRef>()
+                .map_err(sandboxd_images::ImageError::from)?;
+        }
+        let registry_auth = req.registry_auth.map(|a| sandboxd_images::Credentials {
+            username: a.username,
+            password: a.password,
+        });
+        if registry_auth.is_some() && image.is_none() {
+            return Err(ServiceError::InvalidRequest(
+                "registryAuth is only for creates from an image".into(),
+            ));
         }
         let cpu = req.cpu.unwrap_or(DEFAULT_CPU);
         if !cpu.is_finite() || cpu < 0.01 || cpu > cfg.max_cpus {
@@ -110,6 +134,8 @@ impl Service {
         Ok(CreatePlan {
             name,
             template,
+            image,
+            registry_auth,
             cpu_millis: (cpu * 1000.0).round() as u32,
             memory_mb,
             env,
@@ -126,6 +152,31 @@ impl Service {
         id: String,
         plan: CreatePlan,
     ) -> Result<Sandbox, ServiceError> {
+        // An image is pulled (or found) before anything is recorded: a pull may take minutes, and a
+        // `creating` row would look stuck to the reconciler meanwhile.
+        let (template, image) = match &plan.image {
+            Some(reference) => {
+                let image = self
+                    .ensure_image(reference, plan.registry_auth.clone())
+                    .await?;
+                (image.reference.clone(), Some(image))
+            }
+            None => (plan.template.clone(), None),
+        };
+        let image_root = match &image {
+            Some(image) => Some(sandboxd_runtime::ImageRoot {
+                digest: image.digest.clone(),
+                layers: self.layer_dirs(image)?,
+                workdir: Service::run_config(image).working_dir,
+            }),
+            None => None,
+        };
+        // The image's environment, under the create's own.
+        let mut envs = image
+            .as_ref()
+            .map(|i| Service::run_config(i).env_pairs())
+            .unwrap_or_default();
+        envs.extend(plan.env.clone());
         let now = unix_millis_now();
         let token = random_id("", 40);
         let expires_at = (plan.timeout_sec > 0)
@@ -134,7 +185,7 @@ impl Service {
             id: id.clone(),
             name: plan.name.clone(),
             state: SandboxState::Creating,
-            template: plan.template.clone(),
+            template: template.clone(),
             cpu_millis: plan.cpu_millis,
             memory_mb: plan.memory_mb as u32,
             metadata: plan.metadata.clone(),
@@ -148,12 +199,16 @@ impl Service {
                 auto_resume: plan.lifecycle.auto_resume,
                 timeout_ms: (plan.timeout_sec as i64).saturating_mul(1000),
             },
+            image: image.as_ref().map(|i| i.digest.clone()),
         };
         let slots = self.config().net_slots;
         let (slot, created) = self
             .writer()
             .write(move |tx| {
                 let id = new.id.clone();
+                if let Some(image) = &new.image {
+                    tx.touch_image(image, now)?;
+                }
                 tx.insert_sandbox(new)?;
                 let slot = tx.lease_slot(&id, slots, now)?.slot;
                 let data = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
@@ -165,7 +220,7 @@ impl Service {
         crate::failpoints::hold("create.after-insert").await;
         let spec = SandboxSpec {
             id: id.clone(),
-            template: plan.template,
+            template,
             limits: ResourceLimits {
                 memory_mb: plan.memory_mb,
                 cpu_millis: plan.cpu_millis,
@@ -175,8 +230,9 @@ impl Service {
             egress: plan.network.egress,
             egress_allow: plan.network.allow,
             egress_deny: plan.network.deny,
-            envs: plan.env.into_iter().collect(),
+            envs: envs.into_iter().collect(),
             agent_token: token,
+            image: image_root,
         };
         let started = async {
             let made = self.runtime().create(&spec).await?;
@@ -328,6 +384,7 @@ pub fn to_api(s: &Sandbox) -> api::Sandbox {
         name: s.name.clone(),
         state: s.state.as_str().to_string(),
         template: s.template.clone(),
+        image: s.image.clone(),
         cpu: f64::from(s.cpu_millis) / 1000.0,
         memory_mb: u64::from(s.memory_mb),
         created_at: rfc3339(s.created_at),

@@ -203,6 +203,7 @@ impl TestService {
             created_at: at,
             expires_at: None,
             lifecycle: Default::default(),
+            image: None,
         };
         self.svc
             .writer()

@@ -49,6 +49,11 @@ pub enum StoreError {
         generation: i64,
     },
 
+    /// The row is still used by another (a foreign key with `ON DELETE RESTRICT`: an image a sandbox
+    /// runs on, a layer an image stacks).
+    #[error("{kind} {key:?} is in use")]
+    InUse { kind: &'static str, key: String },
+
     /// A list cursor that this store did not produce.
     #[error("invalid list cursor")]
     InvalidCursor,
@@ -127,4 +132,17 @@ pub(crate) fn is_unique_violation_on(err: &rusqlite::Error, table_column: &str) 
 /// True when `err` is an (immediate) foreign key failure.
 pub(crate) fn is_foreign_key_violation(err: &rusqlite::Error) -> bool {
     extended_code(err) == Some(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY)
+}
+
+/// True when `err` is a delete an `ON DELETE RESTRICT` foreign key refused (SQLite reports those as a
+/// trigger constraint with the foreign key's message).
+pub(crate) fn is_restricted_delete(err: &rusqlite::Error) -> bool {
+    match err {
+        rusqlite::Error::SqliteFailure(e, Some(msg)) => {
+            (e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_TRIGGER
+                || e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY)
+                && msg == "FOREIGN KEY constraint failed"
+        }
+        _ => false,
+    }
 }

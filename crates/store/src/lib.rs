@@ -50,6 +50,7 @@ pub mod domains;
 pub mod endpoints;
 mod error;
 pub mod idempotency;
+pub mod images;
 pub mod migrations;
 mod open;
 pub mod outbox;
@@ -66,6 +67,7 @@ pub use domains::{normalize_hostname, BindOutcome, DomainBinding};
 pub use endpoints::StoredEndpoint;
 pub use error::{Result, StoreError};
 pub use idempotency::{AbandonedClaim, ClaimOutcome, ClaimRecord, ClaimState, StoredResponse};
+pub use images::{ImageRecord, ImageState, LayerRecord};
 pub use open::{Store, StoreConfig, Synchronous};
 pub use outbox::{NewWebhook, OutboxEntry, OutboxState};
 pub use ports::{ExposedPort, PortState, Protocol, ReserveOutcome};
@@ -167,6 +169,7 @@ pub(crate) mod test_util {
             created_at,
             expires_at: None,
             lifecycle: Default::default(),
+            image: None,
         }
     }
 

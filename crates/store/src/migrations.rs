@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "what a sandbox's deadline does: delete, or pause (and resume on demand)",
         sql: SCHEMA_V5,
     },
+    Migration {
+        version: 6,
+        name: "images, their layers and tags; the image a sandbox's root is made of",
+        sql: SCHEMA_V6,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -205,6 +210,47 @@ ALTER TABLE sandboxes ADD COLUMN auto_pause INTEGER NOT NULL DEFAULT 0 CHECK (au
 ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0
     CHECK (auto_resume IN (0, 1) AND auto_resume <= auto_pause);
 ALTER TABLE sandboxes ADD COLUMN timeout_ms INTEGER NOT NULL DEFAULT 0 CHECK (timeout_ms >= 0);
+"#;
+
+/// Images (by manifest digest), the layers they stack (by blob digest) and the tags that name them.
+/// Who uses what is a foreign key, so nothing in use can be deleted: a sandbox names its image
+/// (`ON DELETE RESTRICT`), an image its layers (`RESTRICT`); an image's tags and layer list go with it
+/// (`CASCADE`). An image row is `pulling` while its pull runs (the claim `('image.pull', digest)` in
+/// `request_idempotency` says which attempt owns it) and `ready` once every layer is unpacked.
+const SCHEMA_V6: &str = r#"
+CREATE TABLE layers (
+    digest         TEXT PRIMARY KEY NOT NULL CHECK (length(digest) = 71 AND substr(digest, 1, 7) = 'sha256:'),
+    media_type     TEXT NOT NULL,
+    size           INTEGER NOT NULL CHECK (size >= 0),
+    unpacked_bytes INTEGER NOT NULL DEFAULT 0 CHECK (unpacked_bytes >= 0),
+    created_at     INTEGER NOT NULL
+);
+CREATE TABLE images (
+    digest       TEXT PRIMARY KEY NOT NULL CHECK (length(digest) = 71 AND substr(digest, 1, 7) = 'sha256:'),
+    state        TEXT NOT NULL CHECK (state IN ('pulling', 'ready')),
+    reference    TEXT NOT NULL,
+    config       TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(config) AND json_type(config) = 'object'),
+    size         INTEGER NOT NULL DEFAULT 0 CHECK (size >= 0),
+    pulled_bytes INTEGER NOT NULL DEFAULT 0 CHECK (pulled_bytes >= 0),
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL,
+    last_used_at INTEGER NOT NULL
+);
+CREATE TABLE image_layers (
+    image_digest TEXT NOT NULL REFERENCES images(digest) ON DELETE CASCADE,
+    position     INTEGER NOT NULL CHECK (position >= 0),
+    layer_digest TEXT NOT NULL REFERENCES layers(digest) ON DELETE RESTRICT,
+    PRIMARY KEY (image_digest, position)
+);
+CREATE INDEX idx_image_layers_layer ON image_layers(layer_digest);
+CREATE TABLE image_tags (
+    reference    TEXT PRIMARY KEY NOT NULL,
+    image_digest TEXT NOT NULL REFERENCES images(digest) ON DELETE CASCADE,
+    updated_at   INTEGER NOT NULL
+);
+CREATE INDEX idx_image_tags_image ON image_tags(image_digest);
+ALTER TABLE sandboxes ADD COLUMN image_digest TEXT REFERENCES images(digest) ON DELETE RESTRICT;
+CREATE INDEX idx_sandboxes_image ON sandboxes(image_digest) WHERE image_digest IS NOT NULL;
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

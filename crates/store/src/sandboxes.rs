@@ -123,6 +123,8 @@ pub struct Sandbox {
     pub generation: i64,
     /// What its deadline does.
     pub lifecycle: Lifecycle,
+    /// The manifest digest of the image its root is made of; `None` for the built-in `base`.
+    pub image: Option<String>,
 }
 
 /// What a sandbox's deadline does (E2B's `autoPause` / `autoResume`).
@@ -157,6 +159,7 @@ impl fmt::Debug for Sandbox {
             .field("failure_reason", &self.failure_reason)
             .field("generation", &self.generation)
             .field("lifecycle", &self.lifecycle)
+            .field("image", &self.image)
             .finish()
     }
 }
@@ -179,6 +182,8 @@ pub struct NewSandbox {
     pub created_at: UnixMillis,
     pub expires_at: Option<UnixMillis>,
     pub lifecycle: Lifecycle,
+    /// The manifest digest of its image (a `ready` row of `images`); `None` for `base`.
+    pub image: Option<String>,
 }
 
 /// Which sandboxes [`ReadTx::list_sandboxes`] returns.
@@ -196,7 +201,7 @@ pub struct SandboxFilter {
 
 const COLUMNS: &str = "id, name, state, template, cpu_millis, memory_mb, metadata, env, network, \
      agent_token, net_slot, created_at, expires_at, updated_at, failure_reason, generation, \
-     auto_pause, auto_resume, timeout_ms";
+     auto_pause, auto_resume, timeout_ms, image_digest";
 
 fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
     let text: String = row.get(idx)?;
@@ -228,6 +233,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
             auto_resume: row.get(17)?,
             timeout_ms: row.get(18)?,
         },
+        image: row.get(19)?,
     })
 }
 
@@ -366,8 +372,8 @@ impl WriteTx<'_> {
         let sql = format!(
             "INSERT INTO sandboxes (id, name, state, template, cpu_millis, memory_mb, metadata, env, network,
                                     agent_token, created_at, expires_at, updated_at, generation,
-                                    auto_pause, auto_resume, timeout_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15)
+                                    auto_pause, auto_resume, timeout_ms, image_digest)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15, ?16)
              RETURNING {COLUMNS}"
         );
         let inserted = self.conn().prepare_cached(&sql)?.query_row(
@@ -387,6 +393,7 @@ impl WriteTx<'_> {
                 new.lifecycle.auto_pause,
                 new.lifecycle.auto_resume,
                 new.lifecycle.timeout_ms,
+                new.image,
             ],
             from_row,
         );

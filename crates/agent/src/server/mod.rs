@@ -52,6 +52,9 @@ pub struct AgentConfig {
     pub default_user: String,
     /// Sandbox-wide environment variables for every process.
     pub envs: HashMap<String, String>,
+    /// Where processes start when the caller names no directory (an image's `WorkingDir`); `None`:
+    /// the user's home.
+    pub workdir: Option<String>,
     /// Where to report readiness (or failure to serve); `None`: report nothing.
     pub callback: Option<CallbackTarget>,
 }
@@ -80,6 +83,7 @@ pub(crate) struct Shared {
     pub token: String,
     pub default_user: String,
     pub envs: HashMap<String, String>,
+    pub workdir: Option<String>,
     pub opts: ServerOptions,
     pub processes: process::ProcessTable,
     pub watchers: fs::WatcherTable,
@@ -197,6 +201,7 @@ pub async fn serve_with(
         token: cfg.token,
         default_user: cfg.default_user,
         envs: cfg.envs,
+        workdir: cfg.workdir,
         opts,
         processes: process::ProcessTable::default(),
         watchers: fs::WatcherTable::default(),

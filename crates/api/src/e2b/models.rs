@@ -322,6 +322,7 @@ mod tests {
             failure_reason: None,
             generation: 0,
             lifecycle: Default::default(),
+            image: None,
         }
     }
 

@@ -146,6 +146,7 @@ fn sandbox(id: &str, name: &str, metadata: BTreeMap<String, String>) -> Sandbox 
         name: name.to_string(),
         state: "running".into(),
         template: "base".into(),
+        image: None,
         cpu: 1.0,
         memory_mb: 512,
         created_at: "2026-01-02T03:04:05Z".into(),

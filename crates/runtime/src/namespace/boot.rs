@@ -113,7 +113,7 @@ impl NamespaceRuntime {
         let sync = tokio::net::UnixStream::from_std(sync).map_err(RuntimeError::Spawn)?;
         let (read, mut write) = sync.into_split();
         let mut lines = BufReader::new(read).lines();
-        let config = BootMessage::Config(Box::new(self.boot_config(paths, spec)));
+        let config = BootMessage::Config(Box::new(self.boot_config(paths, spec)?));
         write
             .write_all(&config.to_line())
             .await
@@ -156,8 +156,28 @@ impl NamespaceRuntime {
         expect(&mut lines, "ready", |m| matches!(m, BootMessage::Ready)).await
     }
 
-    fn boot_config(&self, paths: &SandboxPaths, spec: &SandboxSpec) -> BootConfig {
-        let mut binds = self.template.binds.clone();
+    fn boot_config(
+        &self,
+        paths: &SandboxPaths,
+        spec: &SandboxSpec,
+    ) -> Result<BootConfig, RuntimeError> {
+        // `base` lends the host's system directories; an image brings its own.
+        let (lower, below, mut binds) = match &spec.image {
+            None => (
+                self.template.lower.clone(),
+                Vec::new(),
+                self.template.binds.clone(),
+            ),
+            Some(image) => (
+                super::image_root::ensure_top(
+                    &self.config.state_dir.join("image-tops"),
+                    image,
+                    self.config.id_map_base,
+                )?,
+                image.layers.iter().rev().cloned().collect(),
+                Vec::new(),
+            ),
+        };
         binds.push(BindMount {
             source: self.config.agent_binary.clone(),
             target: AGENT_PATH.into(),
@@ -165,11 +185,12 @@ impl NamespaceRuntime {
         });
         let (callback_bind, callback_socket) = callback_plan(self.config.callback_dir.as_deref());
         binds.extend(callback_bind);
-        BootConfig {
+        Ok(BootConfig {
             sandbox_id: spec.id.clone(),
             hostname: spec.id.clone(),
             rootfs: RootfsPlan {
-                lower: self.template.lower.clone(),
+                lower,
+                below,
                 upper: paths.upper(),
                 work: paths.work(),
                 target: paths.rootfs(),
@@ -179,9 +200,10 @@ impl NamespaceRuntime {
             token: spec.agent_token.clone(),
             default_user: "user".into(),
             envs: spec.envs.clone(),
+            workdir: spec.image.as_ref().and_then(|i| i.workdir.clone()),
             callback_socket,
             fault: injected_fault(),
-        }
+        })
     }
 }
 

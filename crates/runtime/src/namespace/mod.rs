@@ -23,6 +23,7 @@
 
 mod boot;
 pub mod egress;
+pub mod image_root;
 pub mod net;
 pub mod process;
 pub mod rootfs;
@@ -232,7 +233,7 @@ fn mkdir_owned(path: &Path, mode: u32, owner: Option<u32>) -> Result<(), Runtime
 impl Runtime for NamespaceRuntime {
     async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
         validate_id(&spec.id)?;
-        if spec.template != "base" {
+        if spec.image.is_none() && spec.template != "base" {
             return Err(RuntimeError::UnknownTemplate(spec.template.clone()));
         }
         self.net.addrs(spec.net_slot)?;
@@ -247,6 +248,9 @@ impl Runtime for NamespaceRuntime {
         }
         let base = self.config.id_map_base;
         let prepared = (|| {
+            if let Some(image) = &spec.image {
+                image_root::ensure_top(&self.config.state_dir.join("image-tops"), image, base)?;
+            }
             mkdir_owned(&paths.upper(), 0o755, Some(base))?;
             mkdir_owned(&paths.work(), 0o700, None)?;
             mkdir_owned(&paths.rootfs(), 0o755, None)?;

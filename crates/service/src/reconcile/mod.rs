@@ -34,11 +34,13 @@
 //! | exposed port `exposing`, stuck | [`ports`] | sandbox running: route installed and marked `active`; paused: kept; otherwise deleted |
 //! | exposure (host port) of a `failed`/`lost` sandbox | [`ports`] | deleted, its forwarder stopped |
 //! | network slot leased to a `failed`/`lost` sandbox | [`slots`] | released once the runtime has no trace of it |
+//! | image `pulling`, stuck and not pulled by this process | [`images`] | row and claim deleted (the next need pulls again) |
 //!
 //! Where they run: at start-up ([`Service::adopt`] is one pass), on the daemon's timer, and on demand
 //! (`POST /v1/admin/reconcile`).
 
 pub mod claims;
+pub mod images;
 pub mod ports;
 pub mod sandboxes;
 pub mod slots;
@@ -121,8 +123,9 @@ pub trait Reconciler: Send + Sync {
 /// Every reconciler, in the order [`Service::reconcile_all`] runs them: abandoned claims first (they
 /// delete whole sandboxes), then sandboxes (which settle rows to `failed`/`lost`), then what hangs off
 /// sandboxes (ports, then the slots of settled rows).
-pub const RECONCILERS: [&'static dyn Reconciler; 4] = [
+pub const RECONCILERS: [&'static dyn Reconciler; 5] = [
     &claims::ClaimReconciler,
+    &images::ImageReconciler,
     &sandboxes::SandboxReconciler,
     &ports::PortReconciler,
     &slots::SlotReconciler,
@@ -145,6 +148,8 @@ pub enum TransitionalState {
     /// A host port held by an exposure (`exposed_ports.host_port > 0`), pending release once its
     /// sandbox settles.
     HostPortLeased,
+    /// An image whose pull has not completed (`images.state = 'pulling'`).
+    ImagePulling,
 }
 
 impl TransitionalState {
@@ -158,6 +163,7 @@ impl TransitionalState {
                 TransitionalState::ClaimPending,
                 TransitionalState::SlotLeased,
                 TransitionalState::HostPortLeased,
+                TransitionalState::ImagePulling,
             ])
             .collect()
     }
@@ -185,6 +191,7 @@ pub fn reconciler_for(state: TransitionalState) -> &'static dyn Reconciler {
         }
         TransitionalState::ClaimPending => &claims::ClaimReconciler,
         TransitionalState::SlotLeased => &slots::SlotReconciler,
+        TransitionalState::ImagePulling => &images::ImageReconciler,
     }
 }
 
@@ -251,7 +258,7 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandboxd_store::{ClaimState, PortState};
+    use sandboxd_store::{ClaimState, ImageState, PortState};
 
     /// Invariant (coverage): every transitional state the schema allows is swept by a reconciler that
     /// `reconcile_all` runs. `reconciler_for` is an exhaustive match, so a new `TransitionalState` or
@@ -283,6 +290,13 @@ mod tests {
                 ClaimState::Ready => None,
             };
             assert!(transitional.is_none_or(|t| all.contains(&t)), "{claim:?}");
+        }
+        for image in [ImageState::Pulling, ImageState::Ready] {
+            let transitional = match image {
+                ImageState::Pulling => Some(TransitionalState::ImagePulling),
+                ImageState::Ready => None,
+            };
+            assert!(transitional.is_none_or(|t| all.contains(&t)), "{image:?}");
         }
         assert!(all.contains(&TransitionalState::SlotLeased));
         assert!(all.contains(&TransitionalState::HostPortLeased));

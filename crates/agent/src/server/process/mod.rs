@@ -142,7 +142,10 @@ fn start_process(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static, ServerError> {
-    let req: StartRequest = rpc::stream_request(headers, body)?;
+    let mut req: StartRequest = rpc::stream_request(headers, body)?;
+    if req.process.cwd.as_deref().unwrap_or("").is_empty() {
+        req.process.cwd = state.workdir.clone();
+    }
     let caller = Caller::from_headers(state, headers)?;
     let keepalive = rpc::keepalive_interval(headers, state.opts.keepalive);
     let deadline = headers

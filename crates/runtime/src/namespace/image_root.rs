@@ -1,0 +1,320 @@
+//! An OCI image as a sandbox's root: the top layer the runtime adds over the image's own.
+//!
+//! A sandbox of an image mounts `lowerdir=<top>:<layer n>:…:<layer 1>`. The image's layers are the
+//! image's alone (unpacked by `sandboxd-images`); `<top>` is built here once per image and id base and
+//! holds what every sandbox needs whatever the image says:
+//! - real directories for every mount point the agent makes before it pivots (`/proc`, `/sys`,
+//!   `/dev`, `/run`, `/.sandboxd` and the agent's file in it, the call-home directory), so that no
+//!   image can turn one into a symbolic link and have a mount land on the host (the agent also refuses
+//!   links on the way, see `sandboxd_agent::boot`);
+//! - the default user: the image's `/etc/passwd` and `/etc/group` with `user` (uid and gid 1000)
+//!   added when the image lacks it, and `/home/user` owned by it; `root` is added too if missing;
+//! - a world-writable `/tmp`.
+//!
+//! The image's files are read, never followed out of their layer: only regular files at paths whose
+//! every component is a real directory count.
+
+use super::rootfs::{AGENT_PATH, USER_ID};
+use crate::{ImageRoot, RuntimeError};
+use sandboxd_envd::callback;
+use std::os::unix::fs::{lchown, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Bumped whenever the top layer's layout changes, so old ones are rebuilt.
+const LAYOUT_VERSION: u32 = 1;
+
+/// Builds (once) and returns the top layer for `image` under `dir`, owned as the sandbox's ids
+/// starting at `id_base` say.
+pub fn ensure_top(dir: &Path, image: &ImageRoot, id_base: u32) -> Result<PathBuf, RuntimeError> {
+    let hex = image
+        .digest
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| RuntimeError::Unsupported(format!("image digest {:?}", image.digest)))?;
+    for layer in &image.layers {
+        if !layer.is_dir() {
+            return Err(RuntimeError::Host(format!(
+                "layer {} of image {} is missing",
+                layer.display(),
+                image.digest
+            )));
+        }
+    }
+    let top = dir.join(format!("{hex}-v{LAYOUT_VERSION}-{id_base}"));
+    if top.join(".complete").exists() {
+        return Ok(top);
+    }
+    std::fs::create_dir_all(dir).map_err(RuntimeError::io("create", dir))?;
+    let staging = dir.join(format!(".build-{hex}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let built = build(&staging, &image.layers, id_base).and_then(|()| {
+        std::fs::write(staging.join(".complete"), b"")
+            .map_err(RuntimeError::io("write", staging.join(".complete")))
+    });
+    if let Err(e) = built {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    if std::fs::rename(&staging, &top).is_err() {
+        // Another create of the same image finished first; its layer is the same.
+        let _ = std::fs::remove_dir_all(&staging);
+        if !top.join(".complete").exists() {
+            return Err(RuntimeError::Host(format!(
+                "cannot install the top layer at {}",
+                top.display()
+            )));
+        }
+    }
+    Ok(top)
+}
+
+fn build(root: &Path, layers: &[PathBuf], id_base: u32) -> Result<(), RuntimeError> {
+    let user_id = id_base + USER_ID;
+    let mk = |rel: &str, mode: u32, owner: u32| -> Result<(), RuntimeError> {
+        let path = root.join(rel);
+        std::fs::create_dir_all(&path).map_err(RuntimeError::io("create", &path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(RuntimeError::io("chmod", &path))?;
+        lchown(&path, Some(owner), Some(owner)).map_err(RuntimeError::io("chown", &path))
+    };
+    mk("", 0o755, id_base)?;
+    let callback_dir = callback::SANDBOX_DIR.trim_start_matches('/');
+    for (dir, mode) in [
+        ("proc", 0o555),
+        ("sys", 0o555),
+        ("dev", 0o755),
+        ("run", 0o755),
+        ("tmp", 0o1777),
+        ("etc", 0o755),
+        ("home", 0o755),
+        (".sandboxd", 0o755),
+        (callback_dir, 0o755),
+    ] {
+        mk(dir, mode, id_base)?;
+    }
+    mk("home/user", 0o750, user_id)?;
+    let agent = root.join(AGENT_PATH.trim_start_matches('/'));
+    write_file(&agent, b"", 0o755, id_base)?;
+    let passwd = read_from_layers(layers, "etc/passwd").unwrap_or_default();
+    let group = read_from_layers(layers, "etc/group").unwrap_or_default();
+    let shell = if ["bin/bash", "usr/bin/bash"]
+        .iter()
+        .any(|p| file_in_layers(layers, p))
+    {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
+    write_file(
+        &root.join("etc/passwd"),
+        with_accounts(&passwd, shell).as_bytes(),
+        0o644,
+        id_base,
+    )?;
+    write_file(
+        &root.join("etc/group"),
+        with_groups(&group).as_bytes(),
+        0o644,
+        id_base,
+    )
+}
+
+/// `passwd` with `root` and `user` added when missing.
+fn with_accounts(passwd: &str, shell: &str) -> String {
+    let has = |name: &str| passwd.lines().any(|l| l.split(':').next() == Some(name));
+    let mut out = passwd.to_string();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    if !has("root") {
+        out.insert_str(0, &format!("root:x:0:0:root:/root:{shell}\n"));
+    }
+    if !has("user") {
+        out.push_str(&format!(
+            "user:x:{USER_ID}:{USER_ID}:user:/home/user:{shell}\n"
+        ));
+    }
+    out
+}
+
+/// `group` with `root` and `user` added when missing.
+fn with_groups(group: &str) -> String {
+    let has = |name: &str| group.lines().any(|l| l.split(':').next() == Some(name));
+    let mut out = group.to_string();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    if !has("root") {
+        out.insert_str(0, "root:x:0:\n");
+    }
+    if !has("user") {
+        out.push_str(&format!("user:x:{USER_ID}:\n"));
+    }
+    out
+}
+
+/// The file at `rel` as the merged image shows it: from the highest layer that has it. A whiteout
+/// (a character device) hides it; a path that passes through a link is ignored.
+fn read_from_layers(layers: &[PathBuf], rel: &str) -> Option<String> {
+    for layer in layers.iter().rev() {
+        match entry_kind(layer, rel) {
+            Entry::File(path) => return std::fs::read_to_string(path).ok(),
+            Entry::Hidden => return None,
+            Entry::Absent => {}
+        }
+    }
+    None
+}
+
+fn file_in_layers(layers: &[PathBuf], rel: &str) -> bool {
+    layers
+        .iter()
+        .any(|l| matches!(entry_kind(l, rel), Entry::File(_)))
+}
+
+enum Entry {
+    File(PathBuf),
+    Hidden,
+    Absent,
+}
+
+fn entry_kind(layer: &Path, rel: &str) -> Entry {
+    use std::os::unix::fs::FileTypeExt;
+    let mut at = layer.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').collect();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let Ok(meta) = std::fs::symlink_metadata(&at) else {
+            return Entry::Absent;
+        };
+        let last = i + 1 == parts.len();
+        let t = meta.file_type();
+        if t.is_char_device() {
+            return Entry::Hidden;
+        }
+        if last && t.is_file() {
+            return Entry::File(at);
+        }
+        if !t.is_dir() {
+            return Entry::Absent;
+        }
+    }
+    Entry::Absent
+}
+
+fn write_file(path: &Path, data: &[u8], mode: u32, owner: u32) -> Result<(), RuntimeError> {
+    std::fs::write(path, data).map_err(RuntimeError::io("write", path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(RuntimeError::io("chmod", path))?;
+    lchown(path, Some(owner), Some(owner)).map_err(RuntimeError::io("chown", path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_user_is_added_and_the_images_accounts_kept() {
+        let image = "root:x:0:0:root:/root:/bin/ash\nnode:x:1000:1000::/home/node:/bin/sh";
+        let merged = with_accounts(image, "/bin/sh");
+        assert!(merged.starts_with("root:x:0:0:root:/root:/bin/ash\n"));
+        assert!(merged.contains("node:x:1000:1000"));
+        assert!(merged.ends_with("user:x:1000:1000:user:/home/user:/bin/sh\n"));
+        assert_eq!(with_accounts(&merged, "/bin/sh"), merged, "added once");
+        let empty = with_accounts("", "/bin/bash");
+        assert_eq!(
+            empty,
+            "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n"
+        );
+        assert_eq!(with_groups(""), "root:x:0:\nuser:x:1000:\n");
+    }
+
+    /// The top layer reads the image's files from the highest layer that has them, never through a
+    /// link and never past a whiteout, and makes every mount point a real directory.
+    #[test]
+    fn the_top_layer_reads_the_merged_image_and_never_follows_its_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let low = dir.path().join("l1");
+        let high = dir.path().join("l2");
+        std::fs::create_dir_all(low.join("etc")).unwrap();
+        std::fs::write(
+            low.join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\nold:x:5:5::/:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(low.join("etc/group"), "root:x:0:\n").unwrap();
+        // The higher layer links /proc to the host's root and /etc/group to a host file.
+        std::fs::create_dir_all(high.join("etc")).unwrap();
+        std::os::unix::fs::symlink("/", high.join("proc")).unwrap();
+        std::fs::write(
+            high.join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\nnew:x:6:6::/:/bin/sh\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", high.join("etc/group")).unwrap();
+        let uid = nix::unistd::getuid().as_raw();
+        let image = ImageRoot {
+            digest: format!("sha256:{}", "c".repeat(64)),
+            layers: vec![low.clone(), high.clone()],
+            workdir: None,
+        };
+        let top = ensure_top(&dir.path().join("tops"), &image, uid).unwrap();
+        let passwd = std::fs::read_to_string(top.join("etc/passwd")).unwrap();
+        assert!(
+            passwd.contains("new:x:6") && !passwd.contains("old:x:5"),
+            "{passwd}"
+        );
+        assert!(passwd.contains("user:x:1000:1000"));
+        // The link is no file: the group file falls back to the lower layer's.
+        let group = std::fs::read_to_string(top.join("etc/group")).unwrap();
+        assert_eq!(group, "root:x:0:\nuser:x:1000:\n");
+        for mount_point in [
+            "proc",
+            "sys",
+            "dev",
+            "run",
+            ".sandboxd",
+            ".sandboxd/callback",
+            "tmp",
+        ] {
+            let m = std::fs::symlink_metadata(top.join(mount_point)).unwrap();
+            assert!(m.is_dir(), "{mount_point}");
+        }
+        assert!(top.join(".sandboxd/agent").is_file());
+        // Built once.
+        assert_eq!(
+            ensure_top(&dir.path().join("tops"), &image, uid).unwrap(),
+            top
+        );
+    }
+
+    #[test]
+    fn a_whiteout_hides_a_lower_layers_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let low = dir.path().join("l1");
+        let high = dir.path().join("l2");
+        std::fs::create_dir_all(low.join("etc")).unwrap();
+        std::fs::write(low.join("etc/passwd"), "gone:x:7:7::/:/bin/sh\n").unwrap();
+        std::fs::create_dir_all(high.join("etc")).unwrap();
+        nix::sys::stat::mknod(
+            &high.join("etc/passwd"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(read_from_layers(&[low.clone(), high], "etc/passwd"), None);
+        assert!(read_from_layers(&[low], "etc/passwd").is_some());
+    }
+
+    #[test]
+    fn a_digest_that_is_not_sha256_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ImageRoot {
+            digest: "sha256:../../x".into(),
+            layers: vec![],
+            workdir: None,
+        };
+        assert!(ensure_top(dir.path(), &image, 0).is_err());
+    }
+}
