@@ -5,11 +5,11 @@
 //! `<state_dir>/layers/<id>/`, and with a limit the kernel refuses writes beyond it (`EDQUOT`,
 //! "Disk quota exceeded") for every process of the sandbox, whatever uid it runs as:
 //!
-//! - [`DiskBackend::ProjectQuota`] (XFS `prjquota`, ext4 `quota,project`): `layers/<id>` is a plain
+//! - [`DiskBackend::ProjectQuota`] (XFS mounted with `prjquota`): `layers/<id>` is a plain
 //!   directory carrying its own project id with `PROJINHERIT`, so everything created below it
 //!   (the overlay's `upper` and `work`, and every copy-up) is charged to that id; the limit is set
-//!   with `quotactl_fd(Q_SETQUOTA, PRJQUOTA)`, which XFS and ext4 both implement.
-//!   See [`project`] for how ids are allocated without collisions.
+//!   with `quotactl_fd(Q_SETQUOTA, PRJQUOTA)`. See [`project`] for how ids are allocated without
+//!   collisions, and why ext4's project quotas are not used (they do not bind the overlay's writes).
 //! - [`DiskBackend::Btrfs`]: `layers/<id>` is a btrfs subvolume whose level-0 qgroup carries the
 //!   limit. `layers/` is either a directory on a btrfs the state directory already lives on, or the
 //!   mount point of a sparse pool file `<state_dir>/disk.btrfs` loop-mounted there. See [`btrfs`].
@@ -104,7 +104,7 @@ impl Default for DiskConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DiskBackend {
-    /// XFS or ext4 project quotas.
+    /// XFS project quotas.
     ProjectQuota,
     /// Btrfs subvolumes with qgroup limits.
     Btrfs,

@@ -1,12 +1,19 @@
-//! The project-quota backend (XFS `prjquota`, ext4 `quota,project` mounted with `prjquota`): the
-//! way container runtimes limit a writable layer on a stock host.
+//! The project-quota backend (XFS mounted with `prjquota`): the way container runtimes limit a
+//! writable layer on a stock host.
 //!
-//! Contract: [`Projects::open`] returns only when the filesystem under `layers/` takes a project id
+//! Only XFS, not ext4, although ext4 (`-O quota,project`, mounted `prjquota`) takes the same calls:
+//! the generic quota code ext4 uses lets a writer with `CAP_SYS_RESOURCE` exceed hard limits
+//! (`ignore_hardlimit`), and overlayfs writes to its upper layer with the credentials of whoever
+//! mounted it — here the host's root, before the agent enters its user namespace — so an ext4 limit
+//! would never bind a sandbox's writes. XFS enforces project limits whatever the writer's
+//! capabilities (which is also why Docker's overlay2 `size` option exists for XFS only).
+//!
+//! Contract: [`Projects::open`] returns only when the filesystem under `layers/` is XFS, takes a project id
 //! on a directory (`FS_IOC_FSSETXATTR`), enforces project limits (`Q_XGETQSTATV` reports
 //! `FS_QUOTA_PDQ_ENFD`) and takes and reports back a limit (`Q_SETQUOTA`/`Q_GETQUOTA` with
 //! `PRJQUOTA`), all tried on a probe directory and its own probe id that are removed again. The
 //! quota calls go through `quotactl_fd(2)` on the layers directory (Linux 5.14+), so no block device
-//! has to be found in `/proc/self/mountinfo`; XFS and ext4 both implement these generic calls.
+//! has to be found in `/proc/self/mountinfo`; XFS implements these generic calls.
 //!
 //! Per layer: [`Projects::create`] makes directory `layers/<id>` with a fresh project id and
 //! `PROJINHERIT` (everything created below it inherits the id; only the initial user namespace may
@@ -105,6 +112,14 @@ pub struct Projects {
 impl Projects {
     /// Probes `layers` for project quotas (see the module docs).
     pub fn open(layers: &Path) -> Result<Self, QuotaError> {
+        let fs = nix::sys::statfs::statfs(layers)
+            .map_err(|e| QuotaError::io("statfs", layers)(e.into()))?;
+        if !binds_the_overlay(fs.filesystem_type()) {
+            return Err(QuotaError::WrongFilesystem {
+                path: layers.to_path_buf(),
+                wanted: "XFS (other filesystems' project limits do not bind root-credentialed overlay writes)",
+            });
+        }
         let dir = open_dir(layers)?;
         let this = Self {
             layers: layers.to_path_buf(),
@@ -268,6 +283,11 @@ impl Projects {
     }
 }
 
+/// Whether project limits on filesystem type `fs` bind the overlay's writes (see the module docs).
+fn binds_the_overlay(fs: nix::sys::statfs::FsType) -> bool {
+    fs == nix::sys::statfs::XFS_SUPER_MAGIC
+}
+
 /// The limit in quota blocks, rounded up so a limit is never smaller than asked.
 fn limit_blocks(bytes: u64) -> u64 {
     bytes.div_ceil(QIF_DQBLKSIZE)
@@ -389,11 +409,119 @@ mod tests {
     }
 
     #[test]
+    fn only_xfs_is_trusted_with_project_limits() {
+        use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC};
+        assert!(binds_the_overlay(XFS_SUPER_MAGIC));
+        for other in [EXT4_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC] {
+            assert!(!binds_the_overlay(other));
+        }
+    }
+
+    #[test]
     fn limits_round_up_to_whole_blocks() {
         assert_eq!(limit_blocks(64 * 1024 * 1024), 65536);
         assert_eq!(limit_blocks(1), 1);
         assert_eq!(limit_blocks(0), 0);
         assert_eq!(limit_blocks(u64::MAX), u64::MAX / 1024 + 1);
+    }
+
+    /// A loop-mounted XFS, detached again on drop.
+    struct Xfs {
+        mnt: PathBuf,
+        quotas: bool,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Xfs {
+        /// Mounted with `prjquota` where the kernel has quotas, else without.
+        fn new() -> Xfs {
+            let dir = tempfile::tempdir().unwrap();
+            let img = dir.path().join("xfs.img");
+            std::fs::File::create(&img)
+                .unwrap()
+                .set_len(320 * 1024 * 1024)
+                .unwrap();
+            super::super::run("mkfs.xfs", &["-q".as_ref(), img.as_os_str()]).expect("mkfs.xfs");
+            let mnt = dir.path().join("mnt");
+            std::fs::create_dir(&mnt).unwrap();
+            let mount = |opts: &str| {
+                super::super::run(
+                    "mount",
+                    &[
+                        "-o".as_ref(),
+                        opts.as_ref(),
+                        img.as_os_str(),
+                        mnt.as_os_str(),
+                    ],
+                )
+            };
+            let quotas = mount("loop,prjquota").is_ok();
+            if !quotas {
+                mount("loop").expect("mount xfs");
+            }
+            Xfs {
+                mnt,
+                quotas,
+                _dir: dir,
+            }
+        }
+    }
+
+    impl Drop for Xfs {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+
+    /// On XFS a layer's project id and `PROJINHERIT` reach what is created below it (the ioctl
+    /// structs are right); where the kernel has quotas, the whole backend: limit, `EDQUOT`, usage,
+    /// removal with the limit cleared.
+    #[test]
+    fn on_xfs_layers_carry_an_inherited_project_id_and_its_limit() {
+        if !sandboxd_test_support::require_root() {
+            return;
+        }
+        let xfs = Xfs::new();
+        let layers = xfs.mnt.join("layers");
+        std::fs::create_dir(&layers).unwrap();
+        let child = layers.join("sb").join("upper");
+        if !xfs.quotas {
+            assert!(
+                Projects::open(&layers).is_err(),
+                "no quotas, yet the probe passed"
+            );
+            let layer = layers.join("sb");
+            mkdir(&layer).unwrap();
+            set_project(&layer, FIRST_ID + 7).unwrap();
+            std::fs::create_dir(&child).unwrap();
+            assert_eq!(project_of(&layer).unwrap(), FIRST_ID + 7);
+            assert_eq!(project_of(&child).unwrap(), FIRST_ID + 7);
+            return;
+        }
+        let projects = Projects::open(&layers).expect("prjquota probe");
+        let layer = layers.join("sb");
+        projects.create(&layer, Some(8 * 1024 * 1024)).unwrap();
+        std::fs::create_dir(&child).unwrap();
+        let id = project_of(&child).unwrap();
+        assert!((FIRST_ID..=LAST_ID).contains(&id));
+        let chunk = vec![0u8; 1024 * 1024];
+        let mut file = File::create(child.join("fill")).unwrap();
+        let err = (0..16)
+            .try_for_each(|_| file.write_all(&chunk).and_then(|()| file.sync_data()))
+            .expect_err("16 MiB under an 8 MiB limit");
+        assert_eq!(err.raw_os_error(), Some(libc::EDQUOT), "{err}");
+        let usage = projects.usage(&layer).unwrap().unwrap();
+        assert_eq!(usage.limit_bytes, Some(8 * 1024 * 1024));
+        assert!(usage.used_bytes <= 8 * 1024 * 1024, "{usage:?}");
+        drop(file);
+        // The next layer gets the next id.
+        projects.create(&layers.join("sb2"), None).unwrap();
+        assert_eq!(project_of(&layers.join("sb2")).unwrap(), id + 1);
+        projects.remove(&layer).unwrap();
+        assert!(!layer.exists());
+        assert_eq!(projects.get(id).unwrap().bhardlimit, 0);
+        assert!(projects.usage(&layer).unwrap().is_none());
+        projects.remove(&layer).unwrap();
     }
 
     /// On a filesystem without project quotas (this host's ext4 without CONFIG_QUOTA, a tmpfs) the
