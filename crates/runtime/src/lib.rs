@@ -14,6 +14,7 @@ pub mod namespace;
 pub mod quota;
 mod types;
 
+pub use quota::DiskUsage;
 pub use types::*;
 
 /// The operations every isolation tier provides.
