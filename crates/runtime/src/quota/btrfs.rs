@@ -15,8 +15,9 @@
 //!
 //! Subvolumes and limits are made with ioctls (`BTRFS_IOC_SUBVOL_CREATE`, `BTRFS_IOC_QGROUP_LIMIT`,
 //! `BTRFS_IOC_SNAP_DESTROY`, `BTRFS_IOC_QUOTA_CTL`), usage is read from sysfs
-//! (`/sys/fs/btrfs/<fsid>/qgroups/0_<id>/`); only formatting and loop-mounting the pool, once, shell
-//! out (`mkfs.btrfs`, `mount -o loop`). Sandboxes cannot reach these ioctls: overlayfs does not pass
+//! (`/sys/fs/btrfs/<fsid>/qgroups/0_<id>/`), the pool is attached to an auto-clearing loop device
+//! (`LOOP_CTL_GET_FREE`, `LOOP_CONFIGURE`, Linux 5.8+) and mounted with mount(2); only formatting the
+//! pool, once, shells out (`mkfs.btrfs`). Sandboxes cannot reach these ioctls: overlayfs does not pass
 //! btrfs ioctls through to its upper layer, so a sandbox cannot nest a subvolume in its layer.
 
 use super::{run, DiskUsage, QuotaError};
@@ -341,17 +342,108 @@ fn mount_pool(layers: &Path, pool_file: &Path, pool_file_mb: u64) -> Result<(), 
         }
         std::fs::rename(&tmp, pool_file).map_err(QuotaError::io("rename", pool_file))?;
     }
-    run(
-        "mount",
-        &[
-            "-t".as_ref(),
-            "btrfs".as_ref(),
-            "-o".as_ref(),
-            "loop".as_ref(),
-            pool_file.as_os_str(),
-            layers.as_os_str(),
-        ],
+    let (device, _attached) = attach_loop(pool_file)?;
+    nix::mount::mount(
+        Some(&device),
+        layers,
+        Some("btrfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        None::<&str>,
     )
+    .map_err(|e| QuotaError::io("mount the btrfs pool on", layers)(e.into()))
+    // Dropping `_attached` now leaves the device to the mount: it detaches itself once unmounted.
+}
+
+/// `struct loop_config` (with its `struct loop_info64`).
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    device: u64,
+    inode: u64,
+    rdevice: u64,
+    offset: u64,
+    sizelimit: u64,
+    number: u32,
+    encrypt_type: u32,
+    encrypt_key_size: u32,
+    flags: u32,
+    file_name: [u8; 64],
+    crypt_name: [u8; 64],
+    encrypt_key: [u8; 32],
+    init: [u64; 2],
+    reserved: [u64; 8],
+}
+
+/// `LO_FLAGS_AUTOCLEAR`: the device detaches itself when its last user (the mount) lets go.
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
+/// Attempts at grabbing a free loop device another process may grab first.
+const LOOP_ATTEMPTS: usize = 16;
+
+nix::ioctl_none_bad!(ioc_loop_ctl_get_free, 0x4C82);
+nix::ioctl_write_ptr_bad!(ioc_loop_configure, 0x4C0A, LoopConfig);
+
+/// Attaches `file` to a free loop device (auto-clearing); returns its path and the open device,
+/// which holds the attachment until it is mounted.
+fn attach_loop(file: &Path) -> Result<(PathBuf, File), QuotaError> {
+    let ctl_path = Path::new("/dev/loop-control");
+    let backing = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(file)
+        .map_err(QuotaError::io("open", file))?;
+    let ctl = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(ctl_path)
+        .map_err(QuotaError::io("open", ctl_path))?;
+    let mut config = LoopConfig {
+        fd: u32::try_from(backing.as_raw_fd()).unwrap_or(u32::MAX),
+        block_size: 0,
+        device: 0,
+        inode: 0,
+        rdevice: 0,
+        offset: 0,
+        sizelimit: 0,
+        number: 0,
+        encrypt_type: 0,
+        encrypt_key_size: 0,
+        flags: LO_FLAGS_AUTOCLEAR,
+        file_name: [0; 64],
+        crypt_name: [0; 64],
+        encrypt_key: [0; 32],
+        init: [0; 2],
+        reserved: [0; 8],
+    };
+    let name = file.as_os_str().as_bytes();
+    let len = name.len().min(config.file_name.len() - 1);
+    config.file_name[..len].copy_from_slice(&name[..len]);
+    let mut last = None;
+    for _ in 0..LOOP_ATTEMPTS {
+        // SAFETY: a valid descriptor of /dev/loop-control; the ioctl takes no argument.
+        let n = unsafe { ioc_loop_ctl_get_free(ctl.as_raw_fd()) }
+            .map_err(|e| QuotaError::io("find a free loop device with", ctl_path)(e.into()))?;
+        let path = PathBuf::from(format!("/dev/loop{n}"));
+        let device = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(QuotaError::io("open", &path))?;
+        // SAFETY: a valid loop device descriptor and a struct of the layout the ioctl expects.
+        match unsafe { ioc_loop_configure(device.as_raw_fd(), &config) } {
+            Ok(_) => return Ok((path, device)),
+            // Another process attached it between our two calls: ask for the next free one.
+            Err(nix::errno::Errno::EBUSY) => last = Some(path),
+            Err(e) => return Err(QuotaError::io("attach the pool file to", path)(e.into())),
+        }
+    }
+    Err(QuotaError::io(
+        "attach the pool file to",
+        last.unwrap_or_else(|| ctl_path.to_path_buf()),
+    )(nix::errno::Errno::EBUSY.into()))
 }
 
 #[cfg(test)]
@@ -366,6 +458,11 @@ mod tests {
         assert_eq!(std::mem::size_of::<QgroupCreateArgs>(), 16);
         assert_eq!(std::mem::size_of::<QuotaCtlArgs>(), 16);
         assert_eq!(std::mem::size_of::<FsInfoArgs>(), 1024);
+    }
+
+    #[test]
+    fn loop_config_has_the_kernels_size() {
+        assert_eq!(std::mem::size_of::<LoopConfig>(), 304);
     }
 
     #[test]
