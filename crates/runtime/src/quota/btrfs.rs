@@ -10,8 +10,9 @@
 //! `max_referenced` on its qgroup (`0/<subvolume id>`); a failed limit deletes the subvolume again.
 //! [`Pool::remove`] deletes the subvolume with its contents and then asks for its qgroup to go; a
 //! qgroup still busy (the kernel cleans a deleted subvolume in the background) is left to the
-//! kernel, which since 6.x removes it once the subvolume is gone. Subvolume ids are never reused on
-//! a filesystem, so a leftover qgroup can never limit a later layer.
+//! kernel, which recent kernels remove once the subvolume is gone (seen on 6.18); older ones keep a
+//! stale, empty qgroup (`btrfs qgroup clear-stale` clears them). Either way it is harmless: subvolume
+//! ids are never reused on a filesystem, so a leftover qgroup can never limit a later layer.
 //!
 //! Subvolumes and limits are made with ioctls (`BTRFS_IOC_SUBVOL_CREATE`, `BTRFS_IOC_QGROUP_LIMIT`,
 //! `BTRFS_IOC_SNAP_DESTROY`, `BTRFS_IOC_QUOTA_CTL`), usage is read from sysfs
