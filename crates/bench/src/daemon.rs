@@ -152,6 +152,9 @@ impl Daemon {
         let swept = tokio::task::spawn_blocking(move || sweep(netns, runtime_dir, agent))
             .await
             .context("the sweep thread failed")??;
+        // The daemon's runtime may have loop-mounted its btrfs pool; it never detaches it itself.
+        sandboxd_runtime::quota::release_pool(&self.workdir.join("data/runtime"))
+            .context("detaching the daemon's disk pool")?;
         remove_state_dir(&self.workdir.join("data"))?;
         if keep_log {
             eprintln!(

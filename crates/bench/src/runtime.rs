@@ -15,6 +15,7 @@ use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
 use sandboxd_envd::{EnvdClient, ExecOptions};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
+use sandboxd_runtime::quota::{release_pool, DiskBackend, DiskMode};
 use sandboxd_runtime::{Runtime, SandboxSpec};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,13 @@ pub struct RuntimeArgs {
     /// The static sandboxd-agent (default: $SANDBOXD_AGENT_BIN, else the checkout's static build).
     #[arg(long)]
     pub agent: Option<PathBuf>,
+    /// Disk quota mode of the runtime (auto, project, btrfs, off): run once with `off` to see what
+    /// the quota'd writable layer adds to create.
+    #[arg(long, default_value_t = DiskMode::Auto)]
+    pub disk: DiskMode,
+    /// Disk limit of each sandbox's writable layer in MiB (0: none; needs a disk backend).
+    #[arg(long, default_value_t = 0)]
+    pub disk_mb: u64,
 }
 
 /// Median of each step of create→first-exec.
@@ -74,6 +82,8 @@ pub struct Breakdown {
 #[derive(Debug, Clone, Serialize)]
 pub struct RuntimeReport {
     pub agent: PathBuf,
+    /// The disk quota backend the runtime chose (`create_p50_ms` includes making the layer).
+    pub disk_backend: DiskBackend,
     pub create_to_first_exec: Latency,
     pub exec_round_trip: Latency,
     /// Freezing a sandbox (with a process running in it).
@@ -89,8 +99,9 @@ impl RuntimeReport {
     /// Lines for people.
     pub fn print(&self) {
         println!(
-            "== runtime (namespace runtime library, agent {})",
-            self.agent.display()
+            "== runtime (namespace runtime library, agent {}, disk backend {:?})",
+            self.agent.display(),
+            self.disk_backend
         );
         println!("{}", self.create_to_first_exec.line("create→first-exec"));
         let b = &self.breakdown;
@@ -149,6 +160,7 @@ pub async fn run(args: &RuntimeArgs, interrupt: Interrupt) -> anyhow::Result<Run
     let state_dir = std::env::temp_dir().join(format!("sandboxd-bench-{}", std::process::id()));
     let mut config = NamespaceConfig::new(&state_dir, &agent);
     config.cgroup_parent = CGROUP_PARENT.into();
+    config.disk.mode = args.disk;
     let rt = match NamespaceRuntime::new(config).await {
         Ok(rt) => rt,
         Err(e) => {
@@ -187,10 +199,11 @@ async fn measure(
     let (mut create, mut start, mut first, mut whole) = (vec![], vec![], vec![], vec![]);
     let mut last = None;
     for i in 0..args.warmup + args.sandboxes {
-        let spec = SandboxSpec {
+        let mut spec = SandboxSpec {
             net_slot: FIRST_SLOT + i as u32,
             ..SandboxSpec::base(format!("bench-{tag}-{i}"), format!("bench-token-{tag}-{i}"))
         };
+        spec.limits.disk_mb = args.disk_mb;
         fleet.record(&spec.id, None);
         let t0 = Instant::now();
         fleet.rt.create(&spec).await.context("create")?;
@@ -229,6 +242,7 @@ async fn measure(
     let p50 = |v: &[Duration]| crate::stats::Summary::of(v).map_or(0.0, |s| s.p50_ms);
     Ok(RuntimeReport {
         agent,
+        disk_backend: fleet.rt.disk_backend(),
         create_to_first_exec: Latency::new("create→first-exec", &whole, Some(CREATE_FIRST_EXEC))?,
         exec_round_trip: Latency::new("exec round trip", &rtt, Some(EXEC_RTT))?,
         pause: Latency::new("pause", &pause, None)?,
@@ -311,6 +325,8 @@ async fn unshare_floor(n: usize) -> anyhow::Result<Vec<Duration>> {
 /// Removes a runtime state directory the bench made, unless something is mounted inside it (a leaked
 /// mount would make `remove_dir_all` reach into the host's files): then it is left for a human.
 pub fn remove_state_dir(dir: &Path) -> anyhow::Result<()> {
+    // The runtime's btrfs pool (if it made one) is ours to detach: it never does so itself.
+    release_pool(dir).with_context(|| format!("detaching the disk pool of {}", dir.display()))?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("mountinfo")?;
     // Field 5 is the mount point; octal escapes (\040) never matter for our own /tmp paths.
     if let Some(m) = mountinfo

@@ -6,12 +6,15 @@
 //!
 //! [`namespace::NamespaceRuntime`] is the embedded default: user, pid, mount, net, uts and ipc namespaces,
 //! an overlay root filesystem, cgroup limits ([`cgroup`], v1 and v2), seccomp, and a veth pair per sandbox,
-//! with the agent (`sandboxd-agent`) as every sandbox's init.
+//! with the agent (`sandboxd-agent`) as every sandbox's init, and a disk quota on every sandbox's
+//! writable layer ([`quota`]: XFS/ext4 project quotas or btrfs qgroups).
 
 pub mod cgroup;
 pub mod namespace;
+pub mod quota;
 mod types;
 
+pub use quota::DiskUsage;
 pub use types::*;
 
 /// The operations every isolation tier provides.
@@ -44,6 +47,13 @@ pub trait Runtime: Send + Sync + 'static {
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
         Err(RuntimeError::Unsupported(format!(
             "resuming sandbox {id} is not available in this runtime"
+        )))
+    }
+    /// Disk usage and limit of the sandbox's writable layer (running or not); `Unsupported` when the
+    /// runtime does not measure it (no quota backend, or a sandbox made without one).
+    async fn disk_usage(&self, id: &str) -> Result<quota::DiskUsage, RuntimeError> {
+        Err(RuntimeError::Unsupported(format!(
+            "disk usage of sandbox {id} is not available in this runtime"
         )))
     }
     /// Current resource usage and limits of the sandbox's processes.

@@ -192,6 +192,10 @@ pub struct ResourceLimits {
     pub cpu_millis: u32,
     /// Maximum number of processes and threads.
     pub pids_max: u64,
+    /// Size limit of the writable layer (everything the sandbox writes to its root filesystem) in
+    /// MiB; 0 means none. 0 in specs persisted before the limit existed.
+    #[serde(default)]
+    pub disk_mb: u64,
 }
 
 impl Default for ResourceLimits {
@@ -200,6 +204,7 @@ impl Default for ResourceLimits {
             memory_mb: 512,
             cpu_millis: 1000,
             pids_max: 512,
+            disk_mb: 0,
         }
     }
 }
@@ -298,6 +303,9 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// The disk quota of a writable layer.
+    #[error("disk quota")]
+    Quota(#[from] crate::quota::QuotaError),
     /// Setting up cgroup limits failed.
     #[error("cgroup")]
     Cgroup(#[from] crate::cgroup::CgroupError),
@@ -427,6 +435,7 @@ mod tests {
             "net_slot":3,"egress":true,"envs":{},"agent_token":"t"}"#;
         let spec: SandboxSpec = serde_json::from_str(old).unwrap();
         assert!(spec.egress_allow.is_empty() && spec.egress_deny.is_empty());
+        assert_eq!(spec.limits.disk_mb, 0, "no disk limit unless asked");
         assert!(spec.may_send_out() && spec.needs_egress_rules());
         // And a spec without lists is written as before.
         let again = serde_json::to_value(&spec).unwrap();

@@ -40,6 +40,7 @@ async fn sandbox_survives_sigkill_of_its_creator_and_is_adopted() {
         .prefix("sandboxd-adopt-")
         .tempdir()
         .unwrap();
+    let _pool = common::PoolMount(dir.path().join("runtime"));
     let slot = test_slot();
     let mut creator = std::process::Command::new(std::env::current_exe().unwrap())
         .args([

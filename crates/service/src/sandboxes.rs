@@ -225,6 +225,7 @@ impl Service {
                 memory_mb: plan.memory_mb,
                 cpu_millis: plan.cpu_millis,
                 pids_max: ResourceLimits::default().pids_max,
+                disk_mb: 0,
             },
             net_slot: self.config().net_slot_base + slot,
             egress: plan.network.egress,

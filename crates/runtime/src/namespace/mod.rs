@@ -18,6 +18,14 @@
 //! socket file must be writable by the sandbox's mapped root (mode 0666): connecting to a unix socket
 //! needs write permission on it, and the directory must be searchable (0755).
 //!
+//! Every sandbox's writable layer (`upper` and `work`) lives in its own quota'd place under
+//! `<state_dir>/layers/<id>/` when the runtime has a disk backend ([`crate::quota`], chosen at
+//! [`NamespaceRuntime::new`] from [`NamespaceConfig::disk`]); the sandbox's directory then holds
+//! symbolic links to it, so [`state::SandboxPaths`] stays the one place naming upper and work, and a
+//! sandbox made without a quota (by an older daemon, or with the backend off) keeps plain
+//! directories there and is found, started and destroyed the same way. A spec with
+//! [`crate::ResourceLimits::disk_mb`] set is refused when there is no backend to enforce it.
+//!
 //! Sandboxes outlive the process that made them; [`state`] records enough for a fresh process to find and
 //! adopt them ([`crate::Runtime::list`], [`crate::Runtime::inspect`]).
 
@@ -30,6 +38,7 @@ pub mod rootfs;
 pub mod state;
 
 use crate::cgroup::{CgroupManager, Limits};
+use crate::quota::{DiskBackend, DiskConfig, DiskQuota, DiskUsage};
 use crate::{
     validate_id, AgentEndpoint, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
 };
@@ -37,7 +46,7 @@ use net::Network;
 use process::{reap, PidFd};
 use state::{Persisted, SandboxPaths};
 use std::net::Ipv4Addr;
-use std::os::unix::fs::{lchown, DirBuilderExt};
+use std::os::unix::fs::{lchown, symlink, DirBuilderExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -59,6 +68,9 @@ pub struct NamespaceConfig {
     /// Host directory holding the daemon's call-home socket (`daemon.sock`), bound read-only into every
     /// sandbox; `None` (the default): sandboxes are not told where to call home and report nothing.
     pub callback_dir: Option<PathBuf>,
+    /// The disk quota of sandboxes' writable layers; [`DiskConfig::default`] (auto: project quotas,
+    /// else btrfs, else none) by default.
+    pub disk: DiskConfig,
 }
 
 impl NamespaceConfig {
@@ -72,6 +84,7 @@ impl NamespaceConfig {
             slots: 16384,
             id_map_base: 100_000,
             callback_dir: None,
+            disk: DiskConfig::default(),
         }
     }
 }
@@ -82,11 +95,12 @@ pub struct NamespaceRuntime {
     cgroups: CgroupManager,
     net: Network,
     template: rootfs::Template,
+    quota: DiskQuota,
 }
 
 impl NamespaceRuntime {
-    /// Checks the host (root, cgroups, agent binary), builds the `base` template if needed, opens the
-    /// host's netlink connection and puts the host-side firewall in place (sandboxes are kept off the
+    /// Checks the host (root, cgroups, agent binary), builds the `base` template if needed, chooses
+    /// and prepares the disk quota backend ([`crate::quota`]), opens the host's netlink connection and puts the host-side firewall in place (sandboxes are kept off the
     /// host's own services from the first one on). Must be called inside a tokio runtime.
     pub async fn new(config: NamespaceConfig) -> Result<Self, RuntimeError> {
         if !nix::unistd::Uid::effective().is_root() {
@@ -114,6 +128,10 @@ impl NamespaceRuntime {
             tokio::task::spawn_blocking(move || rootfs::ensure_base(&templates, id_base))
                 .await
                 .map_err(|e| RuntimeError::Host(format!("template build panicked: {e}")))??;
+        let (state_dir, disk) = (config.state_dir.clone(), config.disk);
+        let quota = tokio::task::spawn_blocking(move || DiskQuota::open(&state_dir, &disk))
+            .await
+            .map_err(|e| RuntimeError::Host(format!("disk quota setup panicked: {e}")))??;
         let net = Network::new(config.subnet_base, config.slots)?;
         egress::guard_host().await?;
         Ok(Self {
@@ -121,12 +139,23 @@ impl NamespaceRuntime {
             cgroups,
             net,
             template,
+            quota,
         })
     }
 
     /// The cgroup manager (for stats, freezing).
     pub fn cgroups(&self) -> &CgroupManager {
         &self.cgroups
+    }
+
+    /// The disk quota backend chosen at start.
+    pub fn disk_backend(&self) -> DiskBackend {
+        self.quota.backend()
+    }
+
+    /// Where sandbox `id`'s quota'd writable layer lives (or would) when there is a disk backend.
+    pub fn layer_dir(&self, id: &str) -> PathBuf {
+        self.quota.layer(id)
     }
 
     fn paths(&self, id: &str) -> SandboxPaths {
@@ -217,6 +246,11 @@ fn limits(spec: &SandboxSpec) -> Limits {
     }
 }
 
+/// The disk limit of `spec` in bytes; `None` for none (`disk_mb` 0).
+fn disk_limit(spec: &SandboxSpec) -> Option<u64> {
+    (spec.limits.disk_mb > 0).then(|| spec.limits.disk_mb.saturating_mul(1024 * 1024))
+}
+
 fn mkdir_owned(path: &Path, mode: u32, owner: Option<u32>) -> Result<(), RuntimeError> {
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -237,6 +271,13 @@ impl Runtime for NamespaceRuntime {
             return Err(RuntimeError::UnknownTemplate(spec.template.clone()));
         }
         self.net.addrs(spec.net_slot)?;
+        let limit = disk_limit(spec);
+        if limit.is_some() && self.quota.backend() == DiskBackend::Off {
+            return Err(RuntimeError::Unsupported(format!(
+                "a disk limit of {} MiB: this host has no disk quota backend",
+                spec.limits.disk_mb
+            )));
+        }
         let paths = self.paths(&spec.id);
         // Creating the directory is the claim on the id: exactly one caller succeeds.
         match std::fs::DirBuilder::new().mode(0o700).create(&paths.dir) {
@@ -247,12 +288,27 @@ impl Runtime for NamespaceRuntime {
             Err(e) => return Err(RuntimeError::io("create", &paths.dir)(e)),
         }
         let base = self.config.id_map_base;
+        // Set once this call made the layer: only then is it ours to remove on failure.
+        let mut layer_made = false;
         let prepared = (|| {
             if let Some(image) = &spec.image {
                 image_root::ensure_top(&self.config.state_dir.join("image-tops"), image, base)?;
             }
-            mkdir_owned(&paths.upper(), 0o755, Some(base))?;
-            mkdir_owned(&paths.work(), 0o700, None)?;
+            match self.quota.create(&spec.id, limit)? {
+                Some(layer) => {
+                    layer_made = true;
+                    let (upper, work) = (layer.join("upper"), layer.join("work"));
+                    mkdir_owned(&upper, 0o755, Some(base))?;
+                    mkdir_owned(&work, 0o700, None)?;
+                    symlink(&upper, paths.upper())
+                        .map_err(RuntimeError::io("link", paths.upper()))?;
+                    symlink(&work, paths.work()).map_err(RuntimeError::io("link", paths.work()))?;
+                }
+                None => {
+                    mkdir_owned(&paths.upper(), 0o755, Some(base))?;
+                    mkdir_owned(&paths.work(), 0o700, None)?;
+                }
+            }
             mkdir_owned(&paths.rootfs(), 0o755, None)?;
             rootfs::personalise(&paths.upper(), &spec.id, base)?;
             let p = Persisted {
@@ -265,6 +321,9 @@ impl Runtime for NamespaceRuntime {
             self.info(&p)
         })();
         if prepared.is_err() {
+            if layer_made {
+                let _ = self.quota.remove(&spec.id);
+            }
             let _ = std::fs::remove_dir_all(&paths.dir);
         }
         prepared
@@ -303,6 +362,9 @@ impl Runtime for NamespaceRuntime {
             cgroup.kill_all()?;
             cgroup.remove()?;
         }
+        // The layer first: the directory (with the links to it) is what makes the sandbox known, so
+        // a destroy failing here leaves it findable for the retry.
+        self.quota.remove(id)?;
         match tokio::fs::remove_dir_all(&paths.dir).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -326,6 +388,16 @@ impl Runtime for NamespaceRuntime {
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
         let cgroup = self.running_cgroup(id)?;
         blocking(move || cgroup.thaw()).await
+    }
+
+    async fn disk_usage(&self, id: &str) -> Result<DiskUsage, RuntimeError> {
+        self.load(id)?;
+        self.quota.usage(id)?.ok_or_else(|| {
+            RuntimeError::Unsupported(format!(
+                "sandbox {id} has no quota'd writable layer (disk backend {:?})",
+                self.quota.backend()
+            ))
+        })
     }
 
     async fn stats(&self, id: &str) -> Result<crate::cgroup::CgroupStats, RuntimeError> {

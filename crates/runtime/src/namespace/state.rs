@@ -4,7 +4,9 @@
 //!
 //! Layout under the runtime directory:
 //! `sandboxes/<id>/{state.json, agent.sock, boot.log, upper/, work/, rootfs/}`. The directory is mode
-//! 0700 and never mounted into any sandbox.
+//! 0700 and never mounted into any sandbox. `upper` and `work` are directories, or, for a sandbox with
+//! a quota'd writable layer ([`crate::quota`]), symbolic links to `upper/` and `work/` in
+//! `layers/<id>/`; either way [`SandboxPaths::upper`] and [`SandboxPaths::work`] name them.
 
 use crate::namespace::process::start_time;
 use crate::{RuntimeError, RuntimeState, SandboxSpec};

@@ -16,6 +16,30 @@ pub struct Fixture {
     pub dir: tempfile::TempDir,
 }
 
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        unmount_pool(&self.dir.path().join("runtime"));
+    }
+}
+
+/// Detaches the btrfs pool a runtime on `state_dir` may have loop-mounted on its `layers/` (the
+/// runtime never unmounts it: running sandboxes outlive it), so a test's temporary directory takes
+/// no mount and no loop device with it.
+pub fn unmount_pool(state_dir: &std::path::Path) {
+    if let Err(e) = sandboxd_runtime::quota::release_pool(state_dir) {
+        eprintln!("leaving the pool of {}: {e}", state_dir.display());
+    }
+}
+
+/// Unmounts the pool of a state directory when dropped (for tests without a [`Fixture`]).
+pub struct PoolMount(pub std::path::PathBuf);
+
+impl Drop for PoolMount {
+    fn drop(&mut self) {
+        unmount_pool(&self.0);
+    }
+}
+
 pub struct Sandbox {
     pub info: SandboxInfo,
     pub client: EnvdClient,

@@ -629,6 +629,9 @@ impl Daemon {
             &self.data_dir().join("runtime/sandboxes"),
             self.setup.cgroup_parent,
         );
+        // The runtime leaves its disk pool mounted (sandboxes outlive a daemon); a test's data dir
+        // is thrown away, so its pool goes with it.
+        let _ = sandboxd_runtime::quota::release_pool(&self.data_dir().join("runtime"));
     }
 
     /// [`raw_http`] with the admin token, sent as [`Setup::auth`] says.
