@@ -31,6 +31,10 @@ pub struct CreateSandbox {
     /// Memory limit in MiB; default 512.
     #[serde(default, rename = "memoryMB", skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
+    /// Limit of the sandbox's writable layer (everything it writes to its filesystem) in MiB; the
+    /// daemon's `--default-disk-mb` by default, at most `--max-disk-mb`.
+    #[serde(default, rename = "diskMB", skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
     /// Environment of every command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
@@ -173,6 +177,9 @@ pub struct Sandbox {
     /// Memory limit in MiB.
     #[serde(rename = "memoryMB")]
     pub memory_mb: u64,
+    /// Limit of its writable layer in MiB; 0 when this host cannot limit disk.
+    #[serde(rename = "diskMB", default)]
+    pub disk_mb: u64,
     /// Creation time, RFC 3339.
     pub created_at: String,
     /// When the daemon will destroy it, RFC 3339; absent when never.

@@ -16,6 +16,7 @@
 mod error;
 pub mod exec;
 pub mod files;
+pub mod images;
 pub mod ndjson;
 pub mod ports;
 pub mod sandboxes;

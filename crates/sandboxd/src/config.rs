@@ -76,6 +76,20 @@ pub struct ServeConfig {
     /// fails the handshake.
     #[arg(long, env = "SB_TLS_LISTEN")]
     pub tls_listen: Option<SocketAddr>,
+    /// How sandboxes' disk is limited: `auto` (XFS project quotas where the data dir has them, else
+    /// btrfs — the data dir's own, or a sparse pool file `<data-dir>/runtime/disk.btrfs` loop-mounted
+    /// by the daemon — else no limit), `project`, `btrfs` (fail to start without), or `off`.
+    #[arg(long, env = "SB_DISK_BACKEND", default_value = "auto")]
+    pub disk_backend: sandboxd_runtime::quota::DiskMode,
+    /// Size of the sparse btrfs pool file when one has to be made, MiB (an existing one keeps its size).
+    #[arg(long, env = "SB_DISK_POOL_MB", default_value_t = sandboxd_runtime::quota::DEFAULT_POOL_FILE_MB)]
+    pub disk_pool_mb: u64,
+    /// Disk limit of a sandbox whose create names none (`diskMB`), MiB.
+    #[arg(long, env = "SB_DEFAULT_DISK_MB", default_value_t = sandboxd_service::sandboxes::DEFAULT_DISK_MB)]
+    pub default_disk_mb: u64,
+    /// Largest disk limit a create may ask for, MiB.
+    #[arg(long, env = "SB_MAX_DISK_MB", default_value_t = 100 * 1024)]
+    pub max_disk_mb: u64,
     /// A pull-through mirror tried before a registry, `REGISTRY=URL` (repeatable, e.g.
     /// `docker.io=http://127.0.0.1:5000`); the registry itself is asked when the mirror fails.
     #[arg(

@@ -18,6 +18,7 @@ use config::{Cli, Command, ServeConfig};
 use sandboxd_api::{auth::Auth, metrics::Metrics};
 use sandboxd_images::{LayerStore, Registry};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
+use sandboxd_runtime::quota::{DiskBackend, DiskConfig};
 use sandboxd_service::images::ImageSettings;
 use sandboxd_service::{Service, ServiceConfig};
 use sandboxd_store::{unix_millis_now, Store, StoreConfig};
@@ -120,6 +121,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         layers,
     };
     runtime_config.cgroup_parent = config.cgroup_parent.clone();
+    runtime_config.disk = DiskConfig {
+        mode: config.disk_backend,
+        pool_file_mb: config.disk_pool_mb,
+    };
     let callback_dir = callback::prepare_dir(&data_dir)?;
     runtime_config.callback_dir = Some(callback_dir.clone());
     runtime_config.slots = config
@@ -129,6 +134,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let runtime = NamespaceRuntime::new(runtime_config)
         .await
         .context("starting the namespace runtime")?;
+    let disk_backend = runtime.disk_backend();
+    tracing::info!(?disk_backend, "disk quota backend");
     let service = Service::new(
         ServiceConfig {
             domain: config.domain.clone(),
@@ -144,6 +151,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             reconcile_deadline: Duration::from_secs(config.reconcile_deadline_secs),
             ready_deadline: Duration::from_millis(config.ready_timeout_ms.max(1)),
             images: Some(images),
+            disk_quota: disk_backend != DiskBackend::Off,
+            default_disk_mb: config.default_disk_mb,
+            max_disk_mb: config.max_disk_mb,
             ..ServiceConfig::default()
         },
         store.writer().clone(),

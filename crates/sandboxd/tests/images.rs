@@ -29,9 +29,7 @@ async fn daemon_with_mirror(registry: &TestRegistry) -> Daemon {
 }
 
 async fn exec_as(d: &Daemon, id: &str, user: &str, cmd: &[&str]) -> (i64, String) {
-    let (status, text) = d
-        .exec_raw(id, &json!({ "cmd": cmd, "user": user }))
-        .await;
+    let (status, text) = d.exec_raw(id, &json!({ "cmd": cmd, "user": user })).await;
     assert_eq!(status, 200, "exec {cmd:?}: {text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     (
@@ -55,7 +53,9 @@ fn sandboxes_are_made_from_images_by_short_name_and_by_full_reference() {
         registry.push(&image, "team/app:v1");
         let d = daemon_with_mirror(&registry).await;
 
-        let s = d.create(json!({ "image": "python:3.12-slim", "memoryMB": 128 })).await;
+        let s = d
+            .create(json!({ "image": "python:3.12-slim", "memoryMB": 128 }))
+            .await;
         assert_eq!(s["template"], "docker.io/library/python:3.12-slim", "{s}");
         assert_eq!(s["image"], digest.as_str(), "{s}");
         let id = id_of(&s);
@@ -65,15 +65,35 @@ fn sandboxes_are_made_from_images_by_short_name_and_by_full_reference() {
             "the working directory is the image's and its files are there"
         );
         assert_eq!(exec_as(&d, &id, "user", &["pwd"]).await.1, "/app");
-        assert_eq!(exec_as(&d, &id, "user", &["sh", "-c", "echo $FOO"]).await.1, "bar");
+        assert_eq!(
+            exec_as(&d, &id, "user", &["sh", "-c", "echo $FOO"]).await.1,
+            "bar"
+        );
         assert_eq!(exec_as(&d, &id, "user", &["id", "-u"]).await.1, "1000");
         assert_eq!(exec_as(&d, &id, "root", &["id", "-u"]).await.1, "0");
-        assert_eq!(exec_as(&d, &id, "user", &["sh", "-c", "echo $HOME"]).await.1, "/home/user");
+        assert_eq!(
+            exec_as(&d, &id, "user", &["sh", "-c", "echo $HOME"])
+                .await
+                .1,
+            "/home/user"
+        );
         // The image is read-only underneath: what the sandbox writes stays in its own layer.
-        assert_eq!(exec_as(&d, &id, "root", &["sh", "-c", "echo x > /app/new"]).await.0, 0);
+        assert_eq!(
+            exec_as(&d, &id, "root", &["sh", "-c", "echo x > /app/new"])
+                .await
+                .0,
+            0
+        );
         // Nothing of the host's system is there: the image's busybox is /bin/sh.
         assert_eq!(
-            exec_as(&d, &id, "user", &["sh", "-c", "test -e /usr/bin/python3 && echo host"]).await.1,
+            exec_as(
+                &d,
+                &id,
+                "user",
+                &["sh", "-c", "test -e /usr/bin/python3 && echo host"]
+            )
+            .await
+            .1,
             ""
         );
 
@@ -81,7 +101,9 @@ fn sandboxes_are_made_from_images_by_short_name_and_by_full_reference() {
         let s2 = d.create(json!({ "image": full, "memoryMB": 128 })).await;
         assert_eq!(s2["image"], digest.as_str(), "one image under two names");
         assert_eq!(
-            exec_as(&d, &id_of(&s2), "user", &["cat", "/app/hello.txt"]).await.0,
+            exec_as(&d, &id_of(&s2), "user", &["cat", "/app/hello.txt"])
+                .await
+                .0,
             0
         );
         // A tag already pulled is not fetched again, under either name.
@@ -99,22 +121,36 @@ fn sandboxes_are_made_from_images_by_short_name_and_by_full_reference() {
             .iter()
             .map(|t| t.as_str().unwrap())
             .collect();
-        assert!(tags.contains(&"docker.io/library/python:3.12-slim"), "{tags:?}");
+        assert!(
+            tags.contains(&"docker.io/library/python:3.12-slim"),
+            "{tags:?}"
+        );
         assert!(tags.contains(&full.as_str()), "{tags:?}");
 
-        // In use: the image cannot be removed; once its sandboxes are gone it can, and pruning
-        // frees its layers.
+        // In use: the image cannot be removed and a prune frees none of its layers; once its
+        // sandboxes are gone it can, and pruning frees its layers.
+        let layers_dir = d.data_dir().join("images/layers");
+        let pruned: Value = d
+            .post_json("/v1/images/prune", &json!({}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(pruned["layers"], 0, "{pruned}");
+        assert_eq!(std::fs::read_dir(&layers_dir).unwrap().count(), 2);
         let key = digest.replace(':', "%3A");
         assert_eq!(d.delete(&format!("/v1/images/{key}")).await.status(), 409);
         for sid in [id, id_of(&s2)] {
-            assert_eq!(d.delete(&format!("/v1/sandboxes/{sid}")).await.status(), 204);
+            assert_eq!(
+                d.delete(&format!("/v1/sandboxes/{sid}")).await.status(),
+                204
+            );
         }
         assert_eq!(d.delete(&format!("/v1/images/{key}")).await.status(), 204);
         let pruned = d.post_json("/v1/images/prune", &json!({})).await;
         assert_eq!(pruned.status(), 200);
         let pruned: Value = pruned.json().await.unwrap();
         assert_eq!(pruned["layers"], 2, "{pruned}");
-        let layers_dir = d.data_dir().join("images/layers");
         assert_eq!(std::fs::read_dir(&layers_dir).unwrap().count(), 0);
     });
 }
@@ -138,7 +174,10 @@ fn concurrent_creates_of_one_uncached_image_fetch_each_blob_once() {
             let url = d.endpoint("/v1/sandboxes");
             async move {
                 let resp = client.post(url).json(&body).send().await.unwrap();
-                (resp.status().as_u16(), resp.text().await.unwrap_or_default())
+                (
+                    resp.status().as_u16(),
+                    resp.text().await.unwrap_or_default(),
+                )
             }
         });
         let answers = futures::future::join_all(creates).await;
@@ -150,8 +189,15 @@ fn concurrent_creates_of_one_uncached_image_fetch_each_blob_once() {
         for layer in &expected {
             assert_eq!(gets.get(layer), Some(&1), "layer {layer}: {gets:?}");
         }
-        assert!(gets.values().all(|n| *n == 1), "a blob fetched twice: {gets:?}");
-        assert_eq!(gets.len(), expected.len() + 1, "the layers and the config: {gets:?}");
+        assert!(
+            gets.values().all(|n| *n == 1),
+            "a blob fetched twice: {gets:?}"
+        );
+        assert_eq!(
+            gets.len(),
+            expected.len() + 1,
+            "the layers and the config: {gets:?}"
+        );
     });
 }
 
@@ -169,29 +215,60 @@ fn registry_failures_are_told_apart_and_create_nothing() {
         locked.push(&app_image(), "team/secret:v1");
         let d = Daemon::start().await;
         let cases = [
-            (json!({ "image": open.image_ref("team/app:nope") }), 404, "image_not_found"),
-            (json!({ "image": open.image_ref("team/none:v1") }), 404, "image_not_found"),
-            (json!({ "image": locked.image_ref("team/secret:v1") }), 403, "registry_auth_failed"),
+            (
+                json!({ "image": open.image_ref("team/app:nope") }),
+                404,
+                "image_not_found",
+            ),
+            (
+                json!({ "image": open.image_ref("team/none:v1") }),
+                404,
+                "image_not_found",
+            ),
+            (
+                json!({ "image": locked.image_ref("team/secret:v1") }),
+                403,
+                "registry_auth_failed",
+            ),
             (
                 json!({ "image": locked.image_ref("team/secret:v1"),
                         "registryAuth": { "username": "alice", "password": "wrong" } }),
                 403,
                 "registry_auth_failed",
             ),
-            (json!({ "image": "127.0.0.1:1/team/app:v1" }), 502, "registry_unavailable"),
+            (
+                json!({ "image": "127.0.0.1:1/team/app:v1" }),
+                502,
+                "registry_unavailable",
+            ),
             (json!({ "image": "Not A Ref" }), 400, "invalid_request"),
-            (json!({ "image": "busybox", "template": "base" }), 400, "invalid_request"),
+            (
+                json!({ "image": "busybox", "template": "base" }),
+                400,
+                "invalid_request",
+            ),
         ];
         for (body, status, code) in cases {
             let resp = d.post_json("/v1/sandboxes", &body).await;
             let got = resp.status().as_u16();
             let v: Value = resp.json().await.unwrap_or(Value::Null);
-            assert_eq!((got, v["code"].as_str()), (status, Some(code)), "{body}: {v}");
+            assert_eq!(
+                (got, v["code"].as_str()),
+                (status, Some(code)),
+                "{body}: {v}"
+            );
             assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
         }
-        assert!(d.list_all().await.is_empty(), "a failed create left a sandbox");
+        assert!(
+            d.list_all().await.is_empty(),
+            "a failed create left a sandbox"
+        );
         let images = d.get_json("/v1/images").await;
-        assert_eq!(images["images"], json!([]), "a failed pull left an image: {images}");
+        assert_eq!(
+            images["images"],
+            json!([]),
+            "a failed pull left an image: {images}"
+        );
         let layers = d.data_dir().join("images/layers");
         assert_eq!(std::fs::read_dir(&layers).unwrap().count(), 0);
         let staging = d.data_dir().join("images/staging");
@@ -199,8 +276,10 @@ fn registry_failures_are_told_apart_and_create_nothing() {
 
         // The right credentials pull it; they are used for the pull and stored nowhere.
         let s = d
-            .create(json!({ "image": locked.image_ref("team/secret:v1"), "memoryMB": 64,
-                            "registryAuth": { "username": "alice", "password": "s3cret" } }))
+            .create(
+                json!({ "image": locked.image_ref("team/secret:v1"), "memoryMB": 64,
+                            "registryAuth": { "username": "alice", "password": "s3cret" } }),
+            )
             .await;
         assert_eq!(s["state"], "running");
         let db = std::fs::read(d.data_dir().join("sandboxd.db")).unwrap();
@@ -208,7 +287,10 @@ fn registry_failures_are_told_apart_and_create_nothing() {
             !db.windows(6).any(|w| w == b"s3cret"),
             "the password reached the store"
         );
-        assert!(!d.log_tail(10_000).contains("s3cret"), "the password reached the log");
+        assert!(
+            !d.log_tail(10_000).contains("s3cret"),
+            "the password reached the log"
+        );
     });
 }
 
@@ -229,7 +311,11 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
         let reference = registry.image_ref("team/big:1");
         let body = json!({ "image": reference, "memoryMB": 64 });
         let pending = {
-            let req = d.http().post(d.endpoint("/v1/sandboxes")).json(&body).send();
+            let req = d
+                .http()
+                .post(d.endpoint("/v1/sandboxes"))
+                .json(&body)
+                .send();
             tokio::spawn(req)
         };
         // Freeze the registry once the big layer is under way, so the pull is caught mid-blob.
@@ -240,7 +326,10 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
             if pulled > 0 {
                 break;
             }
-            assert!(Instant::now() < deadline, "the pull never started: {images}");
+            assert!(
+                Instant::now() < deadline,
+                "the pull never started: {images}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // SAFETY: signalling the registry process this test started.
@@ -254,12 +343,21 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
 
         d.restart().await;
         let images = d.get_json("/v1/images").await;
-        assert_eq!(images["images"], json!([]), "the interrupted pull's row stayed: {images}");
+        assert_eq!(
+            images["images"],
+            json!([]),
+            "the interrupted pull's row stayed: {images}"
+        );
         let staging = d.data_dir().join("images/staging");
-        assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0, "a partial layer stayed");
+        assert_eq!(
+            std::fs::read_dir(&staging).unwrap().count(),
+            0,
+            "a partial layer stayed"
+        );
         let s = d.create(body.clone()).await;
         assert_eq!(s["state"], "running");
-        let (code, size) = exec_as(&d, &id_of(&s), "user", &["sh", "-c", "wc -c < /data/blob"]).await;
+        let (code, size) =
+            exec_as(&d, &id_of(&s), "user", &["sh", "-c", "wc -c < /data/blob"]).await;
         assert_eq!((code, size), (0, (48u64 << 20).to_string()));
     });
 }

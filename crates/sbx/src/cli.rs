@@ -83,6 +83,37 @@ pub enum Command {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Images on the daemon's node: list, pull, remove, prune.
+    #[command(subcommand)]
+    Images(ImagesCommand),
+}
+
+/// `sbx images …`.
+#[derive(Debug, Subcommand)]
+pub enum ImagesCommand {
+    /// List the images on the node.
+    #[command(alias = "list")]
+    Ls,
+    /// Pull an image onto the node (nothing is fetched for a tag it has); prints its digest.
+    Pull {
+        /// Reference, resolved as Docker does (python:3.12-slim is docker.io/library/python:3.12-slim).
+        reference: String,
+        /// Registry user name; the password comes from --password-stdin or SB_REGISTRY_PASSWORD.
+        #[arg(long)]
+        username: Option<String>,
+        /// Read the registry password from the first line of stdin.
+        #[arg(long, requires = "username")]
+        password_stdin: bool,
+    },
+    /// Remove images (by reference or digest); their layers stay until `prune`. Fails for an image
+    /// a sandbox uses.
+    Rm {
+        /// References or digests.
+        #[arg(required = true)]
+        images: Vec<String>,
+    },
+    /// Delete every layer no image uses; prints what was freed.
+    Prune,
 }
 
 /// `sbx create`.
@@ -103,6 +134,10 @@ pub struct CreateArgs {
     /// Memory limit in MiB [daemon default: 512].
     #[arg(long, value_name = "MB")]
     pub memory: Option<u64>,
+    /// Limit of everything the sandbox writes to its filesystem, MiB [daemon default:
+    /// --default-disk-mb].
+    #[arg(long, value_name = "MB")]
+    pub disk: Option<u64>,
     /// Seconds until the daemon destroys it, 0 = never [daemon default: 300].
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,

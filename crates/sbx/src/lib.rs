@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cp;
 mod error;
 pub mod exec;
+pub mod images;
 pub mod output;
 pub mod sandboxes;
 
@@ -62,5 +63,6 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
             sandboxes::expose(&client, out, &id, port, &protocol).await
         }
         Command::Rm { ids } => sandboxes::rm(&client, out, &ids).await,
+        Command::Images(cmd) => images::run(&client, out, cmd).await,
     }
 }

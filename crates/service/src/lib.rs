@@ -77,6 +77,13 @@ pub struct ServiceConfig {
     pub ready_deadline: Duration,
     /// Where images come from and live; `None`: creates from images are refused.
     pub images: Option<images::ImageSettings>,
+    /// Whether the runtime can limit a sandbox's disk; without, every sandbox's disk is unlimited and
+    /// a create asking for a limit is refused.
+    pub disk_quota: bool,
+    /// Disk limit of a sandbox whose create names none, MiB.
+    pub default_disk_mb: u64,
+    /// Disk limit a create may ask for at most, MiB.
+    pub max_disk_mb: u64,
 }
 
 impl Default for ServiceConfig {
@@ -98,6 +105,9 @@ impl Default for ServiceConfig {
             reconcile_deadline: reconcile::DEADLINE,
             ready_deadline: readiness::READY_DEADLINE,
             images: None,
+            disk_quota: false,
+            default_disk_mb: sandboxes::DEFAULT_DISK_MB,
+            max_disk_mb: 100 * 1024,
         }
     }
 }

@@ -27,6 +27,7 @@
 use crate::events::{emit, sandbox_data, SANDBOX_PAUSED, SANDBOX_RESUMED};
 use crate::{Service, ServiceError};
 use sandboxd_runtime::cgroup::CgroupStats;
+use sandboxd_runtime::{DiskUsage, RuntimeError};
 use sandboxd_store::{unix_millis_now, Sandbox, SandboxState};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -222,6 +223,16 @@ impl Service {
         }
         let stats = self.runtime().stats(&sandbox.id).await?;
         Ok((sandbox, stats))
+    }
+
+    /// What sandbox `key`'s writable layer holds and may hold; `None` where the runtime cannot tell.
+    pub async fn disk_usage(&self, key: &str) -> Result<Option<DiskUsage>, ServiceError> {
+        let sandbox = self.get(key).await?;
+        match self.runtime().disk_usage(&sandbox.id).await {
+            Ok(usage) => Ok(Some(usage)),
+            Err(RuntimeError::Unsupported(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

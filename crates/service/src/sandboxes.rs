@@ -27,6 +27,10 @@ pub const DEFAULT_TEMPLATE: &str = "base";
 const DEFAULT_MEMORY_MB: u64 = 512;
 const DEFAULT_CPU: f64 = 1.0;
 const MIN_MEMORY_MB: u64 = 32;
+/// Default of [`crate::ServiceConfig::default_disk_mb`].
+pub const DEFAULT_DISK_MB: u64 = 10 * 1024;
+/// The smallest disk limit a create may ask for, MiB.
+const MIN_DISK_MB: u64 = 16;
 
 /// A validated create request.
 #[derive(Debug, Clone)]
@@ -43,6 +47,8 @@ pub struct CreatePlan {
     pub cpu_millis: u32,
     /// Memory in MiB.
     pub memory_mb: u64,
+    /// Limit of the writable layer in MiB (0: none, on a host that cannot limit disk).
+    pub disk_mb: u64,
     /// Environment.
     pub env: BTreeMap<String, String>,
     /// Labels.
@@ -113,6 +119,23 @@ impl Service {
                 cfg.max_memory_mb
             )));
         }
+        let disk_mb = match (req.disk_mb, cfg.disk_quota) {
+            (None, false) => 0,
+            (Some(_), false) => return Err(ServiceError::InvalidRequest(
+                "diskMB cannot be enforced on this host (no disk quota backend; see the README)"
+                    .into(),
+            )),
+            (asked, true) => {
+                let disk_mb = asked.unwrap_or(cfg.default_disk_mb);
+                if !(MIN_DISK_MB..=cfg.max_disk_mb).contains(&disk_mb) {
+                    return Err(ServiceError::InvalidRequest(format!(
+                        "diskMB must be between {MIN_DISK_MB} and {}",
+                        cfg.max_disk_mb
+                    )));
+                }
+                disk_mb
+            }
+        };
         let timeout_sec = req.timeout_sec.unwrap_or(cfg.default_timeout.as_secs());
         if timeout_sec > cfg.max_timeout.as_secs() {
             return Err(ServiceError::InvalidRequest(format!(
@@ -138,6 +161,7 @@ impl Service {
             registry_auth,
             cpu_millis: (cpu * 1000.0).round() as u32,
             memory_mb,
+            disk_mb,
             env,
             metadata,
             timeout_sec,
@@ -200,6 +224,7 @@ impl Service {
                 timeout_ms: (plan.timeout_sec as i64).saturating_mul(1000),
             },
             image: image.as_ref().map(|i| i.digest.clone()),
+            disk_mb: plan.disk_mb as u32,
         };
         let slots = self.config().net_slots;
         let (slot, created) = self
@@ -225,7 +250,7 @@ impl Service {
                 memory_mb: plan.memory_mb,
                 cpu_millis: plan.cpu_millis,
                 pids_max: ResourceLimits::default().pids_max,
-                disk_mb: 0,
+                disk_mb: plan.disk_mb,
             },
             net_slot: self.config().net_slot_base + slot,
             egress: plan.network.egress,
@@ -388,6 +413,7 @@ pub fn to_api(s: &Sandbox) -> api::Sandbox {
         image: s.image.clone(),
         cpu: f64::from(s.cpu_millis) / 1000.0,
         memory_mb: u64::from(s.memory_mb),
+        disk_mb: u64::from(s.disk_mb),
         created_at: rfc3339(s.created_at),
         expires_at: s.expires_at.map(rfc3339),
         metadata: s.metadata.clone(),

@@ -204,6 +204,7 @@ impl TestService {
             expires_at: None,
             lifecycle: Default::default(),
             image: None,
+            disk_mb: 0,
         };
         self.svc
             .writer()

@@ -170,6 +170,7 @@ pub(crate) mod test_util {
             expires_at: None,
             lifecycle: Default::default(),
             image: None,
+            disk_mb: 0,
         }
     }
 

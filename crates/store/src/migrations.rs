@@ -217,6 +217,7 @@ ALTER TABLE sandboxes ADD COLUMN timeout_ms INTEGER NOT NULL DEFAULT 0 CHECK (ti
 /// (`ON DELETE RESTRICT`), an image its layers (`RESTRICT`); an image's tags and layer list go with it
 /// (`CASCADE`). An image row is `pulling` while its pull runs (the claim `('image.pull', digest)` in
 /// `request_idempotency` says which attempt owns it) and `ready` once every layer is unpacked.
+/// A sandbox's `disk_mb` is the limit of its writable layer (0: none).
 const SCHEMA_V6: &str = r#"
 CREATE TABLE layers (
     digest         TEXT PRIMARY KEY NOT NULL CHECK (length(digest) = 71 AND substr(digest, 1, 7) = 'sha256:'),
@@ -251,6 +252,7 @@ CREATE TABLE image_tags (
 CREATE INDEX idx_image_tags_image ON image_tags(image_digest);
 ALTER TABLE sandboxes ADD COLUMN image_digest TEXT REFERENCES images(digest) ON DELETE RESTRICT;
 CREATE INDEX idx_sandboxes_image ON sandboxes(image_digest) WHERE image_digest IS NOT NULL;
+ALTER TABLE sandboxes ADD COLUMN disk_mb INTEGER NOT NULL DEFAULT 0 CHECK (disk_mb >= 0);
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

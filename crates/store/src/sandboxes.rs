@@ -125,6 +125,8 @@ pub struct Sandbox {
     pub lifecycle: Lifecycle,
     /// The manifest digest of the image its root is made of; `None` for the built-in `base`.
     pub image: Option<String>,
+    /// Limit of its writable layer, MiB (0: none).
+    pub disk_mb: u32,
 }
 
 /// What a sandbox's deadline does (E2B's `autoPause` / `autoResume`).
@@ -160,6 +162,7 @@ impl fmt::Debug for Sandbox {
             .field("generation", &self.generation)
             .field("lifecycle", &self.lifecycle)
             .field("image", &self.image)
+            .field("disk_mb", &self.disk_mb)
             .finish()
     }
 }
@@ -184,6 +187,8 @@ pub struct NewSandbox {
     pub lifecycle: Lifecycle,
     /// The manifest digest of its image (a `ready` row of `images`); `None` for `base`.
     pub image: Option<String>,
+    /// Limit of its writable layer, MiB (0: none).
+    pub disk_mb: u32,
 }
 
 /// Which sandboxes [`ReadTx::list_sandboxes`] returns.
@@ -201,7 +206,7 @@ pub struct SandboxFilter {
 
 const COLUMNS: &str = "id, name, state, template, cpu_millis, memory_mb, metadata, env, network, \
      agent_token, net_slot, created_at, expires_at, updated_at, failure_reason, generation, \
-     auto_pause, auto_resume, timeout_ms, image_digest";
+     auto_pause, auto_resume, timeout_ms, image_digest, disk_mb";
 
 fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
     let text: String = row.get(idx)?;
@@ -234,6 +239,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
             timeout_ms: row.get(18)?,
         },
         image: row.get(19)?,
+        disk_mb: row.get(20)?,
     })
 }
 
@@ -372,8 +378,8 @@ impl WriteTx<'_> {
         let sql = format!(
             "INSERT INTO sandboxes (id, name, state, template, cpu_millis, memory_mb, metadata, env, network,
                                     agent_token, created_at, expires_at, updated_at, generation,
-                                    auto_pause, auto_resume, timeout_ms, image_digest)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15, ?16)
+                                    auto_pause, auto_resume, timeout_ms, image_digest, disk_mb)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15, ?16, ?17)
              RETURNING {COLUMNS}"
         );
         let inserted = self.conn().prepare_cached(&sql)?.query_row(
@@ -394,6 +400,7 @@ impl WriteTx<'_> {
                 new.lifecycle.auto_resume,
                 new.lifecycle.timeout_ms,
                 new.image,
+                new.disk_mb,
             ],
             from_row,
         );

@@ -232,6 +232,7 @@ pub async fn metrics(
     let mem_total = after
         .memory_limit_bytes
         .unwrap_or(u64::from(sandbox.memory_mb) * 1024 * 1024);
+    let disk = service.disk_usage(&sandbox.id).await?;
     Ok(Json(vec![Metric {
         timestamp: rfc3339(now),
         timestamp_unix: now / 1000,
@@ -242,8 +243,8 @@ pub async fn metrics(
             .saturating_sub(after.memory_file_bytes),
         mem_total,
         mem_cache: after.memory_file_bytes,
-        disk_used: 0,
-        disk_total: 0,
+        disk_used: disk.map_or(0, |d| d.used_bytes),
+        disk_total: disk.and_then(|d| d.limit_bytes).unwrap_or(0),
     }]))
 }
 

@@ -323,6 +323,7 @@ mod tests {
             generation: 0,
             lifecycle: Default::default(),
             image: None,
+            disk_mb: 0,
         }
     }
 

@@ -149,6 +149,7 @@ fn sandbox(id: &str, name: &str, metadata: BTreeMap<String, String>) -> Sandbox 
         image: None,
         cpu: 1.0,
         memory_mb: 512,
+        disk_mb: 0,
         created_at: "2026-01-02T03:04:05Z".into(),
         expires_at: None,
         metadata,

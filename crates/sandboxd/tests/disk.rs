@@ -1,0 +1,76 @@
+//! The disk quota through the daemon: `diskMB` on create limits everything a sandbox writes.
+
+mod common;
+
+use common::{e2e, id_of, Daemon};
+use serde_json::{json, Value};
+
+/// Free bytes of the filesystem holding `path`.
+fn free_bytes(path: &std::path::Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a zeroed statvfs is a valid out-parameter; `c` is a NUL-terminated path.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(
+        unsafe { libc::statvfs(c.as_ptr(), &mut stat) },
+        0,
+        "statvfs"
+    );
+    stat.f_bavail * stat.f_frsize
+}
+
+/// A write past `diskMB` fails inside the sandbox while the sandbox and the host go on; the host
+/// loses at most about the quota; deleting files gives the space back; the sandbox and E2B's metrics
+/// show the limit and the use.
+#[test]
+fn writes_stop_at_disk_mb_and_the_sandbox_lives_on() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let s = d.create(json!({ "diskMB": 64, "memoryMB": 128 })).await;
+        assert_eq!(s["diskMB"], 64, "{s}");
+        let id = id_of(&s);
+        let before = free_bytes(&d.data_dir());
+        let out = d
+            .exec(
+                &id,
+                &["sh", "-c", "dd if=/dev/zero of=/home/user/fill bs=1M count=200 2>&1; sync; wc -c < /home/user/fill"],
+            )
+            .await;
+        let text = out.stdout.to_lowercase();
+        assert!(
+            text.contains("quota exceeded") || text.contains("no space left"),
+            "dd was not stopped: {}",
+            out.stdout
+        );
+        let written: u64 = out.stdout.lines().last().unwrap().trim().parse().unwrap();
+        assert!(
+            written <= 64 << 20,
+            "wrote {written} bytes past a 64 MiB quota"
+        );
+        let lost = before.saturating_sub(free_bytes(&d.data_dir()));
+        assert!(
+            lost <= 80 << 20,
+            "the host lost {lost} bytes for a 64 MiB quota"
+        );
+        // The sandbox answers, and a smaller write fits once the file is gone.
+        assert_eq!(d.exec(&id, &["echo", "alive"]).await.stdout.trim(), "alive");
+        let again = d
+            .exec(&id, &["sh", "-c", "rm /home/user/fill && sync && dd if=/dev/zero of=/home/user/f2 bs=1M count=30 2>/dev/null && echo ok"])
+            .await;
+        assert_eq!(again.stdout.trim(), "ok", "{again:?}");
+        let metrics = d.get_json(&format!("/sandboxes/{id}/metrics")).await;
+        assert_eq!(metrics[0]["diskTotal"], 64u64 << 20, "{metrics}");
+        // Sizes too large or too small for the daemon's bounds are refused.
+        for disk in [1, 10_000_000] {
+            let resp = d
+                .post_json("/v1/sandboxes", &json!({ "diskMB": disk }))
+                .await;
+            assert_eq!(resp.status(), 400, "diskMB {disk}");
+            let v: Value = resp.json().await.unwrap();
+            assert_eq!(v["code"], "invalid_request");
+        }
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
+        let layer = d.data_dir().join(format!("runtime/layers/{id}"));
+        assert!(!layer.exists(), "the sandbox's layer outlived it");
+    });
+}
