@@ -199,7 +199,14 @@ impl NamespaceRuntime {
             id_map_base: self.config.id_map_base,
             token: spec.agent_token.clone(),
             default_user: "user".into(),
-            envs: spec.envs.clone(),
+            envs: match &spec.image {
+                None => super::rootfs::BASE_ENV
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .chain(spec.envs.clone())
+                    .collect(),
+                Some(_) => spec.envs.clone(),
+            },
             workdir: spec.image.as_ref().and_then(|i| i.workdir.clone()),
             callback_socket,
             fault: injected_fault(),

@@ -20,7 +20,19 @@ pub const USER_ID: u32 = 1000;
 /// Where the agent binary appears inside every sandbox.
 pub const AGENT_PATH: &str = "/.sandboxd/agent";
 /// Bumped whenever the layout below changes, so old templates are rebuilt.
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
+
+/// Environment every `base` sandbox starts with (a create's own wins). The host's Python refuses
+/// `pip install` outside a virtualenv (PEP 668, "externally managed"); with the system read-only
+/// anyway, pip then installs for the user (`~/.local`, whose `bin` leads the agent's `PATH`). npm's
+/// global prefix is the user's `~/.local` too (`/etc/npmrc`), so `npm install -g` works unprivileged.
+pub const BASE_ENV: &[(&str, &str)] = &[
+    ("PIP_BREAK_SYSTEM_PACKAGES", "1"),
+    ("NPM_CONFIG_GLOBALCONFIG", "/etc/npmrc"),
+];
+
+/// `/etc/npmrc` of `base`: npm expands `${HOME}` itself, for whichever user runs it.
+const NPMRC: &str = "prefix=${HOME}/.local\n";
 
 /// Host top-level directories offered read-only (as a bind, or as the same link when merged-usr).
 const SYSTEM_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
@@ -238,6 +250,7 @@ fn curate_etc(root: &Path, owner: u32) -> Result<(), RuntimeError> {
         0,
     )?;
     write_file(&etc.join("hostname"), b"sandbox\n", 0o644, owner)?;
+    write_file(&etc.join("npmrc"), NPMRC.as_bytes(), 0o644, owner)?;
     write_file(
         &etc.join("hosts"),
         b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",

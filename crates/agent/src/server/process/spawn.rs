@@ -73,7 +73,12 @@ impl SpawnSpec {
         };
         let pty = req.pty.as_ref().map(|p| p.size.unwrap_or_default());
         let mut env: Vec<(String, String)> = vec![
-            ("PATH".into(), DEFAULT_PATH.into()),
+            // The user's own bin directory first, where `pip install` and `npm install -g` put
+            // programs when the system's directories are read-only (the `base` template).
+            (
+                "PATH".into(),
+                format!("{}/.local/bin:{DEFAULT_PATH}", user.home.display()),
+            ),
             ("HOME".into(), user.home.to_string_lossy().into_owned()),
             ("USER".into(), user.name.clone()),
             ("LOGNAME".into(), user.name.clone()),
@@ -279,6 +284,20 @@ mod tests {
         assert!(spec.stdin);
         assert_eq!(get("TERM"), None);
         assert_eq!(spec.pty, None);
+    }
+
+    #[test]
+    fn the_users_own_bin_directory_leads_the_default_path() {
+        let req = StartRequest {
+            process: ProcessConfig {
+                cmd: "env".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let spec = SpawnSpec::new(&req, &root(), &HashMap::new()).unwrap();
+        let path = spec.env.iter().find(|(k, _)| k == "PATH").unwrap();
+        assert_eq!(path.1, format!("//.local/bin:{DEFAULT_PATH}"));
     }
 
     #[test]
