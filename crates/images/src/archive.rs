@@ -2,13 +2,15 @@
 //! (`oci-archive:`) — read into the layer store.
 //!
 //! Contract:
-//! - **Nothing is installed unless the whole image checks out.** [`import`] first indexes the tar
-//!   (one pass over its headers, no member data read), then finds the image, reads and verifies its
+//! - **No layer is installed unless every blob checked out.** [`import`] first indexes the tar (one
+//!   pass over its headers, no member data read), then finds the image, reads and verifies its
 //!   manifest and config, and hashes every layer member the store lacks; only when every one of them
-//!   matched its digest does it install the missing layers (each through [`LayerStore::install`],
-//!   which unpacks with the hardened unpacker and verifies the digest again as it goes). Archive
-//!   members are never written to disk as themselves, so a member's name (`..`, absolute) is only a
-//!   name.
+//!   matched its digest does it install the missing layers, lowest first, each through
+//!   [`LayerStore::install`] (the hardened unpacker, which verifies the digest again as it goes). A
+//!   layer tar the unpacker refuses fails the import and leaves the layers installed before it in
+//!   the store, as a failed pull does: they are complete and verified, and not removed here because a
+//!   concurrent import or pull may be using them. Archive members are never written to disk as
+//!   themselves, so a member's name (`..`, absolute) is only a name.
 //! - **What is verified.** OCI: the manifest (and any nested index) against the digest that names
 //!   it, the config and every layer against their descriptors' digests and sizes. Docker: the config
 //!   against the digest its name carries (`<hex>.json`, `blobs/sha256/<hex>`), and every layer against
@@ -31,6 +33,9 @@
 //!   name; without `name` the error lists the names. [`Imported::names`] are the archive's names
 //!   for the image as written (Docker's `RepoTags`, OCI ref-name annotations, which are often a bare
 //!   tag): canonicalizing them is the caller's.
+//! - **Which format.** An archive with `manifest.json` is a docker archive, even when it is also an
+//!   OCI layout (docker 25 and later write both, the layers as `blobs/sha256/<hex>`): its
+//!   `manifest.json` has the full names. Otherwise `oci-layout` and `index.json` make an OCI layout.
 //! - **Hostile archives.** Member names are normalised before lookup (`./blobs//sha256/x` is
 //!   `blobs/sha256/x`; `..` goes up, never above the archive's top). When a name occurs more than
 //!   once the last member wins, as `tar -x` would leave it. Only regular members supply data; a
@@ -1234,6 +1239,54 @@ mod tests {
         let two = store.path(&gz.digest).unwrap().join("two.txt");
         assert_eq!(std::fs::read(two).unwrap(), b"two\n");
         assert_eq!(imported.digest, sha256(&imported.manifest));
+    }
+
+    /// A zstd layer is known by its magic bytes (under OCI's zstd type, Docker having none), and
+    /// compressed bytes that do not decompress are refused naming the member.
+    #[test]
+    fn compressed_docker_layers_are_known_by_their_magic_bytes() {
+        let inner = layer_tar("z.txt", b"zstd\n");
+        let zstd = zstd::encode_all(inner.as_slice(), 3).unwrap();
+        let config = config(&[sha256(&inner)]);
+        let config_name = format!("{}.json", sha256(&config).trim_start_matches("sha256:"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tar");
+        let blob = format!(
+            "blobs/sha256/{}",
+            sha256(&zstd).trim_start_matches("sha256:")
+        );
+        write_tar(
+            &path,
+            &[
+                M::File("manifest.json", manifest(&config_name, &[], &[&blob])),
+                M::File(&config_name, config.clone()),
+                M::File(&blob, zstd.clone()),
+            ],
+        );
+        let (_s, zstd_store) = store();
+        let imported = import(&path, None, &zstd_store).unwrap();
+        assert_eq!(imported.layers[0].0.media_type, OCI_LAYER_ZSTD);
+        let z = zstd_store.path(&imported.layers[0].0.digest).unwrap();
+        assert_eq!(std::fs::read(z.join("z.txt")).unwrap(), b"zstd\n");
+
+        let mut broken = gzip(&inner);
+        let at = broken.len() / 2;
+        broken[at] ^= 0xff;
+        write_tar(
+            &path,
+            &[
+                M::File("manifest.json", manifest(&config_name, &[], &["g"])),
+                M::File(&config_name, config),
+                M::File("g", broken),
+            ],
+        );
+        let (_t, empty) = store();
+        let e = err_of(import(&path, None, &empty));
+        assert!(
+            matches!(&e, ArchiveError::Invalid { member, .. } | ArchiveError::DigestMismatch { member, .. } if member == "g"),
+            "{e}"
+        );
+        assert!(empty.installed().unwrap().is_empty());
     }
 
     /// The synthesized manifest's bytes are the digest's definition: pinned here.
