@@ -205,14 +205,21 @@ pub fn import(
         return Err(ArchiveError::Unrecognized.into());
     };
     let mut installed = Vec::with_capacity(plan.layers.len());
-    for (layer, member) in plan.layers {
+    for (layer, data) in plan.layers {
         let bytes = if layers.contains(&layer.digest) {
             0
         } else {
-            layers.install(&layer, archive.reader(member))?
+            layers.install(&layer, archive.reader(data))?
         };
         installed.push((layer, bytes));
     }
+    tracing::info!(
+        archive = %path.display(),
+        digest = %plan.digest,
+        layers = installed.len(),
+        unpacked_bytes = installed.iter().map(|(_, bytes)| bytes).sum::<u64>(),
+        "imported an image archive"
+    );
     Ok(Imported {
         digest: plan.digest,
         manifest: plan.manifest,
