@@ -10,6 +10,7 @@
 //! mirrors, auth), [`config`] (an image's run settings), [`layers`] (the content-addressed store on
 //! disk), [`unpack`] (one layer tar into its directory), [`pull`] (one pull, streaming).
 
+pub mod archive;
 pub mod config;
 pub mod layers;
 pub mod pull;
@@ -30,6 +31,9 @@ pub enum ImageError {
     /// The reference does not parse.
     #[error(transparent)]
     Reference(#[from] reference::ReferenceError),
+    /// An image archive is unusable (the client's mistake; reading the file is [`ImageError::Io`]).
+    #[error(transparent)]
+    Archive(#[from] archive::ArchiveError),
     /// The registry did not give the image.
     #[error(transparent)]
     Registry(#[from] RegistryError),
