@@ -81,6 +81,7 @@ fn image_status(e: &sandboxd_images::ImageError) -> (StatusCode, &'static str) {
     use StatusCode as S;
     match e {
         I::Reference(_) => (S::BAD_REQUEST, "invalid_request"),
+        I::Archive(_) => (S::BAD_REQUEST, "invalid_archive"),
         I::Registry(R::NotFound { .. }) => (S::NOT_FOUND, "image_not_found"),
         I::Registry(R::AuthFailed { .. }) => (S::FORBIDDEN, "registry_auth_failed"),
         I::Registry(R::Unavailable { .. }) => (S::BAD_GATEWAY, "registry_unavailable"),

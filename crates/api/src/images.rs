@@ -3,10 +3,11 @@
 //! or a digest.
 
 use crate::error::{parse_json, Error};
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
+use futures::StreamExt;
 use sandboxd_api_types as api;
 use sandboxd_service::images::PruneReport;
 use sandboxd_service::sandboxes::rfc3339;
@@ -47,6 +48,33 @@ pub async fn pull(State(service): State<Service>, body: Bytes) -> Result<Json<ap
         password: a.password,
     });
     let image = service.ensure_image(&req.reference, credentials).await?;
+    Ok(Json(image_to_api(&image)))
+}
+
+/// Import an image archive (`docker save` tarball or OCI layout tar) sent as the body;
+/// `?tag=REF` names it (besides the archive's own names), `?name=` picks one image of several.
+#[utoipa::path(post, path = "/v1/images/import",
+    params(("tag" = Option<String>, Query, description = "reference to tag the image as"),
+           ("name" = Option<String>, Query, description = "which image of an archive holding several")),
+    request_body(content = Vec<u8>, content_type = "application/x-tar"),
+    responses((status = 200, body = api::Image), (status = 400, body = api::ApiError),
+              (status = 401, body = api::ApiError), (status = 422, body = api::ApiError)))]
+pub async fn import(
+    State(service): State<Service>,
+    RawQuery(raw): RawQuery,
+    body: Body,
+) -> Result<Json<api::Image>, Error> {
+    let pairs: Vec<(String, String)> = raw
+        .as_deref()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let param = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let stream = body
+        .into_data_stream()
+        .map(|chunk| chunk.map_err(std::io::Error::other));
+    let image = service
+        .import_image(stream, param("name"), param("tag"))
+        .await?;
     Ok(Json(image_to_api(&image)))
 }
 

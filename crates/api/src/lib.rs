@@ -38,7 +38,7 @@ use utoipa::OpenApi;
     paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::exec, v1::exec_stream, v1::download, v1::upload,
           v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
-          callbacks::list, images::pull, images::list, images::get, images::remove, images::prune),
+          callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune),
     components(schemas(sandboxd_api_types::ApiError)),
     modifiers(&BearerAuth)
 )]
@@ -110,6 +110,10 @@ pub fn router(
             get(v1::download)
                 .put(v1::upload)
                 .layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/images/import",
+            post(images::import).layer(DefaultBodyLimit::disable()),
         )
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
         .with_state(service.clone());

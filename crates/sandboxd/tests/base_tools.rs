@@ -36,7 +36,14 @@ fn pip_and_npm_install_for_the_user_in_base() {
         assert_eq!(wheel.exit_code, 0, "{wheel:?}");
         let wheel = wheel.stdout.trim().to_string();
         let pip = d
-            .exec(&id, &["sh", "-c", &format!("python3 -m pip install --no-index {wheel} 2>&1")])
+            .exec(
+                &id,
+                &[
+                    "sh",
+                    "-c",
+                    &format!("python3 -m pip install --no-index {wheel} 2>&1"),
+                ],
+            )
             .await;
         assert_eq!(pip.exit_code, 0, "pip install failed: {}", pip.stdout);
         assert!(!pip.stdout.contains("externally-managed"), "{}", pip.stdout);
@@ -46,8 +53,20 @@ fn pip_and_npm_install_for_the_user_in_base() {
             (0, "hello from pip"),
             "the installed script is not on PATH: {run:?}"
         );
-        let imported = d.exec(&id, &["python3", "-c", "import hello_sbx; print(hello_sbx.__file__)"]).await;
-        assert!(imported.stdout.starts_with("/home/user/.local/"), "{imported:?}");
+        let imported = d
+            .exec(
+                &id,
+                &[
+                    "python3",
+                    "-c",
+                    "import hello_sbx; print(hello_sbx.__file__)",
+                ],
+            )
+            .await;
+        assert!(
+            imported.stdout.starts_with("/home/user/.local/"),
+            "{imported:?}"
+        );
 
         if std::path::Path::new("/usr/bin/npm").exists() {
             let pkg = r#"mkdir -p /home/user/hello-npm && cd /home/user/hello-npm &&
@@ -57,7 +76,11 @@ fn pip_and_npm_install_for_the_user_in_base() {
             let npm = d.exec(&id, &["sh", "-c", pkg]).await;
             assert_eq!(npm.exit_code, 0, "npm install -g failed: {}", npm.stdout);
             let run = d.exec(&id, &["sh", "-c", "hello-npm"]).await;
-            assert_eq!((run.exit_code, run.stdout.trim()), (0, "hello from npm"), "{run:?}");
+            assert_eq!(
+                (run.exit_code, run.stdout.trim()),
+                (0, "hello from npm"),
+                "{run:?}"
+            );
         }
     });
 }

@@ -361,3 +361,60 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
         assert_eq!((code, size), (0, (48u64 << 20).to_string()));
     });
 }
+
+/// `docker save` tarballs and OCI layout tars import without a registry; sandboxes are made from
+/// the imported names; a tar that is neither is a 400 that leaves nothing.
+#[test]
+fn image_archives_import_and_make_sandboxes() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let image = app_image();
+        let import = |bytes: Vec<u8>, query: &str| {
+            let url = d.endpoint(&format!("/v1/images/import{query}"));
+            let client = d.http().clone();
+            async move {
+                let resp = client.post(url).body(bytes).send().await.unwrap();
+                let status = resp.status().as_u16();
+                (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        let docker = std::fs::read(image.docker_archive("team/saved:1")).unwrap();
+        let (status, saved) = import(docker, "").await;
+        assert_eq!(status, 200, "{saved}");
+        assert_eq!(saved["tags"], json!(["docker.io/team/saved:1"]), "{saved}");
+        let s = d
+            .create(json!({ "image": "team/saved:1", "memoryMB": 64 }))
+            .await;
+        assert_eq!(
+            exec_as(&d, &id_of(&s), "user", &["cat", "hello.txt"]).await,
+            (0, "hello from the image".into())
+        );
+
+        let oci = std::fs::read(image.oci_archive()).unwrap();
+        let (status, laid_out) = import(oci, "?tag=example.com/oci/app:2").await;
+        assert_eq!(status, 200, "{laid_out}");
+        assert_eq!(laid_out["digest"], image.manifest_digest().as_str());
+        let s = d
+            .create(json!({ "image": "example.com/oci/app:2", "memoryMB": 64 }))
+            .await;
+        assert_eq!(exec_as(&d, &id_of(&s), "user", &["pwd"]).await.1, "/app");
+
+        let (status, refused) = import(b"not an archive at all".to_vec(), "").await;
+        assert_eq!(
+            (status, refused["code"].as_str()),
+            (400, Some("invalid_archive")),
+            "{refused}"
+        );
+        let listed = d.get_json("/v1/images").await;
+        assert_eq!(listed["images"].as_array().unwrap().len(), 2, "{listed}");
+        let staging = d.data_dir().join("images/staging");
+        assert_eq!(
+            std::fs::read_dir(&staging).unwrap().count(),
+            0,
+            "the upload was left behind"
+        );
+    });
+}

@@ -269,6 +269,103 @@ impl Service {
         Ok(found.unwrap_or(image))
     }
 
+    /// Imports the image archive (`docker save` tarball or OCI layout tar) `body` streams: it is
+    /// spooled to the layer store's staging directory, verified, its missing layers installed, and
+    /// the image recorded `ready` under the archive's names (those that are references) and `tag`.
+    /// `name` picks one image of an archive holding several.
+    pub async fn import_image<S>(
+        &self,
+        body: S,
+        name: Option<String>,
+        tag: Option<String>,
+    ) -> Result<ImageRecord, ServiceError>
+    where
+        S: futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + Unpin,
+    {
+        use futures::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        let settings = self.image_settings()?;
+        let tag = match tag {
+            Some(t) => Some(t.parse::<ImageRef>().map_err(ImageError::from)?.canonical()),
+            None => None,
+        };
+        let _no_prune = self.inner.pulls.gc.read().await;
+        let spool = settings.layers.root().join("staging").join(format!(
+            "import-{}.tar",
+            crate::sandboxes::random_id("", 16)
+        ));
+        let spooled = async {
+            let mut file = tokio::fs::File::create(&spool).await?;
+            let mut body = body;
+            while let Some(chunk) = body.next().await {
+                file.write_all(&chunk?).await?;
+            }
+            file.flush().await
+        }
+        .await;
+        let imported = match spooled {
+            Ok(()) => {
+                let (layers, path) = (settings.layers.clone(), spool.clone());
+                tokio::task::spawn_blocking(move || {
+                    sandboxd_images::archive::import(&path, name.as_deref(), &layers)
+                })
+                .await
+                .map_err(|e| ImageError::Task(e.to_string()))
+                .and_then(|r| r)
+            }
+            Err(e) => Err(ImageError::Read {
+                digest: "the uploaded archive".into(),
+                source: e,
+            }),
+        };
+        let _ = tokio::fs::remove_file(&spool).await;
+        let imported = imported?;
+        let _one = self.inner.pulls.locks.lock(&imported.digest).await;
+        let mut tags: Vec<String> = imported
+            .names
+            .iter()
+            .filter_map(|n| n.parse::<ImageRef>().ok())
+            .filter(|r| r.tag().is_some())
+            .map(|r| r.canonical())
+            .collect();
+        tags.extend(tag);
+        tags.sort();
+        tags.dedup();
+        let reference = tags
+            .first()
+            .cloned()
+            .unwrap_or_else(|| imported.digest.clone());
+        let layers: Vec<LayerRecord> = imported
+            .layers
+            .iter()
+            .map(|(l, unpacked)| LayerRecord {
+                digest: l.digest.clone(),
+                media_type: l.media_type.clone(),
+                size: l.size,
+                unpacked_bytes: *unpacked,
+            })
+            .collect();
+        let size = layers.iter().map(|l| l.size).sum();
+        let config = serde_json::to_value(&imported.config).unwrap_or_default();
+        let digest = imported.digest.clone();
+        let image = self
+            .writer()
+            .write(move |tx| {
+                let now = unix_millis_now();
+                let row = tx.begin_image_pull(&digest, &reference, size, now)?;
+                if row.state != ImageState::Ready {
+                    tx.complete_image(&digest, &config, &layers, None, now)?;
+                }
+                for tag in &tags {
+                    tx.tag_image(tag, &digest, now)?;
+                }
+                tx.get_image(&digest)
+            })
+            .await?;
+        tracing::info!(image = %imported.digest, "imported");
+        image.ok_or_else(|| ServiceError::NotFound(format!("image {} vanished", imported.digest)))
+    }
+
     /// Every image on this node.
     pub async fn list_images(&self) -> Result<Vec<ImageRecord>, ServiceError> {
         Ok(self.reader().read(|tx| tx.list_images()).await?)

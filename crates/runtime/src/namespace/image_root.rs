@@ -45,8 +45,10 @@ pub fn ensure_top(dir: &Path, image: &ImageRoot, id_base: u32) -> Result<PathBuf
         return Ok(top);
     }
     std::fs::create_dir_all(dir).map_err(RuntimeError::io("create", dir))?;
-    let staging = dir.join(format!(".build-{hex}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
+    // Concurrent creates of one image each build their own copy; the first rename wins.
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let staging = dir.join(format!(".build-{hex}-{}-{n}", std::process::id()));
     let built = build(&staging, &image.layers, id_base).and_then(|()| {
         std::fs::write(staging.join(".complete"), b"")
             .map_err(RuntimeError::io("write", staging.join(".complete")))
@@ -285,6 +287,34 @@ mod tests {
         assert_eq!(
             ensure_top(&dir.path().join("tops"), &image, uid).unwrap(),
             top
+        );
+    }
+
+    /// Many creates of one image at once (one per thread) all get the same complete top layer.
+    #[test]
+    fn concurrent_builds_of_one_top_layer_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer = dir.path().join("l1");
+        std::fs::create_dir_all(layer.join("etc")).unwrap();
+        let image = ImageRoot {
+            digest: format!("sha256:{}", "d".repeat(64)),
+            layers: vec![layer],
+            workdir: None,
+        };
+        let uid = nix::unistd::getuid().as_raw();
+        let tops = dir.path().join("tops");
+        let built: Vec<PathBuf> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..16)
+                .map(|_| s.spawn(|| ensure_top(&tops, &image, uid).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(built.iter().all(|t| t == &built[0]));
+        assert!(built[0].join(".complete").exists());
+        assert_eq!(
+            std::fs::read_dir(&tops).unwrap().count(),
+            1,
+            "staging dirs were left"
         );
     }
 
