@@ -11,6 +11,7 @@
 //! disk), [`unpack`] (one layer tar into its directory), [`pull`] (one pull, streaming).
 
 pub mod config;
+pub mod dockerfile;
 pub mod layers;
 pub mod pull;
 pub mod reference;
