@@ -342,7 +342,11 @@ impl Step {
     ///   included);
     /// - the working directory, user and shell in effect (a RUN, CMD or ENTRYPOINT depends on them);
     /// - for RUN only, every ENV and ARG value the step can see, since they are its environment —
-    ///   so two builds with different build args never share a RUN. Other steps see ARG values
+    ///   so two builds with different build args never share a RUN. They enter as a digest of the
+    ///   stage's starting context (the base image's env, working directory and user) chained over
+    ///   every ENV, ARG, WORKDIR, USER and SHELL step before, with its substituted values: equal
+    ///   for equal Dockerfiles, build args and base configs; a reordered but equivalent Dockerfile
+    ///   may miss the cache, never hit it wrongly. Other steps see ARG values
     ///   only through substitution, which the first item already covers (Docker's rule: an ARG
     ///   change misses the cache at its first use, not at its declaration).
     ///
@@ -451,6 +455,8 @@ pub fn parse_with_base(
         last_from,
         warnings: Vec::new(),
         meta: BTreeMap::new(),
+        meta_bytes: 0,
+        stage_names: BTreeSet::new(),
         declared: BTreeSet::new(),
         stages: Vec::new(),
         current: None,
@@ -661,8 +667,9 @@ fn heredoc_marker(text: &str, start: usize) -> Option<Marker> {
 struct Current {
     stage: Stage,
     ctx: StepContext,
-    /// The digest of `ctx` for RUN cache keys, until the context changes.
-    ctx_digest: Option<String>,
+    /// A digest that determines `ctx`: of the stage's starting context, chained over every step
+    /// that changed it since (so it costs one step's size per step, not the context's).
+    ctx_digest: String,
 }
 
 struct Parser<'a> {
@@ -673,6 +680,10 @@ struct Parser<'a> {
     warnings: Vec<String>,
     /// ARGs declared before the first FROM, with their values.
     meta: BTreeMap<String, String>,
+    /// Bytes of `meta`'s names and values.
+    meta_bytes: usize,
+    /// The names of the stages so far (`AS name`).
+    stage_names: BTreeSet<String>,
     /// Every name an ARG declares, for the unused build arg warning.
     declared: BTreeSet<String>,
     stages: Vec<Stage>,
@@ -718,7 +729,7 @@ impl Parser<'_> {
             _ => {
                 return Err(DockerfileError::UnknownInstruction {
                     line,
-                    word: logical.keyword.clone(),
+                    word: short(&logical.keyword),
                 })
             }
         }
@@ -797,7 +808,7 @@ impl Parser<'_> {
         let cache_key = cache_key(&instruction, current);
         current.ctx.apply(&instruction);
         if changes_context(&instruction) {
-            current.ctx_digest = None;
+            current.ctx_digest = chain(&current.ctx_digest, &encode(&instruction));
         }
         if current.ctx.bytes > MAX_STATE_BYTES {
             return Err(DockerfileError::TooLong {
@@ -863,13 +874,15 @@ impl Parser<'_> {
                 })
             }
         };
-        let earlier = |n: &Option<String>| n.as_deref() == Some(&image.to_ascii_lowercase());
-        if self.stages.iter().any(|s| earlier(&s.name)) {
+        if self.stage_names.contains(&image.to_ascii_lowercase()) {
             return Err(DockerfileError::Unsupported {
                 line,
                 what: format!("FROM {image} (an earlier stage)"),
                 why: "only the last stage is built; start it from an image",
             });
+        }
+        if let Some(name) = &name {
+            self.stage_names.insert(name.clone());
         }
         let base = if Some(index) == self.last_from {
             self.base.clone()
@@ -882,8 +895,8 @@ impl Parser<'_> {
                 name,
                 steps: Vec::new(),
             },
+            ctx_digest: chain("", &encode(&StepContext::new(&base))),
             ctx: StepContext::new(&base),
-            ctx_digest: None,
         });
         Ok(())
     }
@@ -892,16 +905,14 @@ impl Parser<'_> {
         let (name, default) = self.arg_decl(logical, &self.meta)?;
         self.declared.insert(name.clone());
         let value = self.build_args.get(&name).cloned().or(default);
-        match value {
-            Some(value) => {
-                self.meta.insert(name, value);
-            }
-            None => {
-                self.meta.remove(&name);
-            }
+        if let Some(old) = self.meta.remove(&name) {
+            self.meta_bytes -= name.len() + old.len();
         }
-        let bytes: usize = self.meta.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if bytes > MAX_STATE_BYTES {
+        if let Some(value) = value {
+            self.meta_bytes += name.len() + value.len();
+            self.meta.insert(name, value);
+        }
+        if self.meta_bytes > MAX_STATE_BYTES {
             return Err(DockerfileError::TooLong {
                 line: logical.line,
                 limit: MAX_STATE_BYTES,
@@ -962,8 +973,17 @@ impl Parser<'_> {
             flags += 1;
             let (flag, value) = word.split_once('=').unwrap_or((word.as_str(), ""));
             match flag {
-                "--chown" => chown = Some(self.word(line, value, ctx)?),
-                "--chmod" => chmod = Some(self.word(line, value, ctx)?),
+                "--chown" | "--chmod" => {
+                    let value = self.word(line, value, ctx)?;
+                    if value.is_empty() {
+                        return Err(bad(line, keyword, word, "FLAG=VALUE"));
+                    }
+                    if flag == "--chown" {
+                        chown = Some(value);
+                    } else {
+                        chmod = Some(value);
+                    }
+                }
                 "--link" => self
                     .warnings
                     .push(format!("line {line}: {keyword} --link is ignored")),
@@ -1015,6 +1035,13 @@ impl Parser<'_> {
         let sources = sources
             .iter()
             .map(|source| {
+                if source.is_empty() {
+                    return Err(DockerfileError::BadArgument {
+                        line,
+                        instruction: keyword.into(),
+                        message: "a source is empty after substitution".into(),
+                    });
+                }
                 if keyword == "ADD" && is_url(source) {
                     return Err(DockerfileError::AddUrl {
                         line,
@@ -1514,7 +1541,7 @@ fn changes_context(instruction: &Instruction) -> bool {
 }
 
 /// The key [`Step::cache_key`] documents, over the context the step runs in.
-fn cache_key(instruction: &Instruction, current: &mut Current) -> String {
+fn cache_key(instruction: &Instruction, current: &Current) -> String {
     let ctx = &current.ctx;
     let mut hasher = Sha256::new();
     hasher.update(b"sandboxd-dockerfile-step-v1\0");
@@ -1522,13 +1549,19 @@ fn cache_key(instruction: &Instruction, current: &mut Current) -> String {
     hasher.update(b"\0");
     hasher.update(encode(&(&ctx.workdir, &ctx.user, &ctx.shell)).as_bytes());
     if matches!(instruction, Instruction::Run { .. }) {
-        let digest = current.ctx_digest.get_or_insert_with(|| {
-            hex::encode(Sha256::digest(encode(&(&ctx.env, &ctx.args)).as_bytes()))
-        });
         hasher.update(b"\0");
-        hasher.update(digest.as_bytes());
+        hasher.update(current.ctx_digest.as_bytes());
     }
     format!("sha256:{}", hex::encode(hasher.finalize()))
+}
+
+/// The hex digest of `previous` followed by `change`.
+fn chain(previous: &str, change: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(previous.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(change.as_bytes());
+    hex::encode(hasher.finalize())
 }
 
 /// A value's canonical text for cache keys. Serialising these types cannot fail; Debug is the
@@ -1549,7 +1582,15 @@ fn bad(line: usize, instruction: &str, word: &str, expected: &str) -> Dockerfile
     DockerfileError::BadArgument {
         line,
         instruction: instruction.into(),
-        message: format!("{word:?} is not {expected}"),
+        message: format!("{:?} is not {expected}", short(word)),
+    }
+}
+
+/// At most 64 characters of `word`, so an error about hostile input stays small.
+fn short(word: &str) -> String {
+    match word.char_indices().nth(64) {
+        Some((at, _)) => format!("{}…", &word[..at]),
+        None => word.to_string(),
     }
 }
 

@@ -159,6 +159,13 @@ fn every_error_names_its_line() {
         ("# escape=x\nFROM a", 1),
         ("FROM a AS b\nFROM b", 2),
         ("FROM a\nCOPY <<EOF /f\nhi\nEOF", 2),
+        ("FROM a\nCOPY --chown= a /b", 2),
+        ("FROM a\nCOPY $UNSET /b", 2),
+        ("FROM a\nENV A=1 B", 2),
+        ("FROM a\nENV A", 2),
+        ("FROM a\nARG A=1 B=2", 2),
+        ("FROM a\nUSER", 2),
+        ("FROM a\nFROM b c d", 2),
     ];
     for (text, line) in cases {
         let e = err(text);
