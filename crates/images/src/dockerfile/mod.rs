@@ -47,11 +47,21 @@
 //! Each [`Step`] carries a cache key ([`Step::cache_key`]); what it covers is documented there.
 //! The builder replays the environment a step runs in with [`StepContext::apply`], the same
 //! function the parser uses, so the two cannot disagree.
+//!
+//! Inside: `lex` splits the text into instructions (directives, comments, continuations, heredoc
+//! bodies) and words; `subst` substitutes variables in one word; this file interprets each
+//! instruction and keeps the stage's context.
 
 use crate::config::RunConfig;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
+
+mod lex;
+mod subst;
+
+use lex::{escape_directive, heredoc_markers, skip_words, split_instructions, split_raw, Logical};
+use subst::{Expander, Vars};
 
 /// Largest Dockerfile accepted, in bytes.
 pub const MAX_BYTES: usize = 1 << 20;
@@ -468,201 +478,6 @@ pub fn parse_with_base(
     parser.finish()
 }
 
-/// One instruction, continuations joined, with its heredoc bodies.
-struct Logical {
-    line: usize,
-    keyword: String,
-    rest: String,
-    heredocs: Vec<String>,
-}
-
-/// The escape character the `# escape=` directive at the top sets (`\` otherwise).
-fn escape_directive(lines: &[&str]) -> Result<char> {
-    let mut escape = '\\';
-    for (index, line) in lines.iter().enumerate() {
-        let Some(body) = line.trim().strip_prefix('#') else {
-            break;
-        };
-        let Some((name, value)) = body.split_once('=') else {
-            break;
-        };
-        let name = name.trim();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
-            break;
-        }
-        if name.eq_ignore_ascii_case("escape") {
-            escape = match value.trim() {
-                "\\" => '\\',
-                "`" => '`',
-                other => {
-                    return Err(DockerfileError::Escape {
-                        line: index + 1,
-                        value: other.to_string(),
-                    })
-                }
-            };
-        }
-    }
-    Ok(escape)
-}
-
-fn is_comment_or_blank(line: &str) -> bool {
-    let trimmed = line.trim_start();
-    trimmed.is_empty() || trimmed.starts_with('#')
-}
-
-/// `line` without a trailing escape character (and the blanks after it), and whether it had one.
-fn strip_continuation(line: &str, escape: char) -> (&str, bool) {
-    let trimmed = line.trim_end_matches([' ', '\t']);
-    match trimmed.strip_suffix(escape) {
-        Some(content) => (content, true),
-        None => (line, false),
-    }
-}
-
-fn split_instructions(lines: &[&str], escape: char) -> Result<Vec<Logical>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < lines.len() {
-        if is_comment_or_blank(lines[i]) {
-            i += 1;
-            continue;
-        }
-        let line = i + 1;
-        if out.len() == MAX_INSTRUCTIONS {
-            return Err(DockerfileError::TooManyInstructions { line });
-        }
-        let mut joined = String::new();
-        loop {
-            let (content, continued) = strip_continuation(lines[i], escape);
-            joined.push_str(content);
-            i += 1;
-            if !continued {
-                break;
-            }
-            while i < lines.len() && is_comment_or_blank(lines[i]) {
-                i += 1;
-            }
-            if i == lines.len() {
-                break;
-            }
-        }
-        let joined = joined.trim();
-        let (keyword, rest) = match joined.find(char::is_whitespace) {
-            Some(at) => (&joined[..at], joined[at..].trim_start()),
-            None => (joined, ""),
-        };
-        let mut heredocs = Vec::new();
-        if keyword.eq_ignore_ascii_case("RUN") {
-            for marker in heredoc_markers(rest) {
-                let mut body = Vec::new();
-                loop {
-                    let Some(next) = lines.get(i) else {
-                        return Err(DockerfileError::UnterminatedHeredoc {
-                            line,
-                            word: marker.word,
-                        });
-                    };
-                    i += 1;
-                    let candidate = if marker.strip_tabs {
-                        next.trim_start_matches('\t')
-                    } else {
-                        next
-                    };
-                    if candidate == marker.word {
-                        break;
-                    }
-                    body.push(*next);
-                }
-                heredocs.push(body.join("\n"));
-            }
-        }
-        out.push(Logical {
-            line,
-            keyword: keyword.to_string(),
-            rest: rest.to_string(),
-            heredocs,
-        });
-    }
-    Ok(out)
-}
-
-struct Marker {
-    word: String,
-    strip_tabs: bool,
-    /// Byte range of the marker (`<<-"EOF"`) in the text.
-    start: usize,
-    end: usize,
-}
-
-/// The `<<WORD` heredoc markers of a RUN's text, outside shell quotes.
-fn heredoc_markers(text: &str) -> Vec<Marker> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut quote: Option<u8> = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        match quote {
-            Some(q) => {
-                if b == b'\\' && q == b'"' {
-                    i += 1;
-                } else if b == q {
-                    quote = None;
-                }
-                i += 1;
-                continue;
-            }
-            None if b == b'\'' || b == b'"' => quote = Some(b),
-            None if b == b'\\' => i += 1,
-            None if bytes[i..].starts_with(b"<<") && !bytes[i..].starts_with(b"<<<") => {
-                if let Some(marker) = heredoc_marker(text, i) {
-                    i = marker.end;
-                    out.push(marker);
-                    continue;
-                }
-                i += 1;
-            }
-            None => {}
-        }
-        i += 1;
-    }
-    out
-}
-
-fn heredoc_marker(text: &str, start: usize) -> Option<Marker> {
-    let mut rest = &text[start + 2..];
-    let strip_tabs = rest.starts_with('-');
-    if strip_tabs {
-        rest = &rest[1..];
-    }
-    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'');
-    if quote.is_some() {
-        rest = &rest[1..];
-    }
-    let len = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(rest.len());
-    let word = &rest[..len];
-    if !word.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
-        return None;
-    }
-    let mut consumed = len;
-    if let Some(q) = quote {
-        if !rest[len..].starts_with(q) {
-            return None;
-        }
-        consumed += 1;
-    }
-    let end = text.len() - rest.len() + consumed;
-    Some(Marker {
-        word: word.to_string(),
-        strip_tabs,
-        start,
-        end,
-    })
-}
-
 /// The state of the stage being parsed.
 struct Current {
     stage: Stage,
@@ -690,23 +505,6 @@ struct Parser<'a> {
     current: Option<Current>,
     /// Bytes of variable values substituted so far.
     substituted: std::cell::Cell<usize>,
-}
-
-/// Where substitution looks values up.
-trait Vars {
-    fn var(&self, name: &str) -> Option<&str>;
-}
-
-impl Vars for BTreeMap<String, String> {
-    fn var(&self, name: &str) -> Option<&str> {
-        self.get(name).map(String::as_str)
-    }
-}
-
-impl Vars for StepContext {
-    fn var(&self, name: &str) -> Option<&str> {
-        StepContext::var(self, name)
-    }
 }
 
 impl Parser<'_> {
@@ -1175,160 +973,6 @@ impl Parser<'_> {
     }
 }
 
-/// Substitution over one word.
-struct Expander<'a> {
-    chars: &'a [char],
-    at: usize,
-    escape: char,
-    vars: &'a dyn Vars,
-    line: usize,
-    substituted: &'a std::cell::Cell<usize>,
-}
-
-impl Expander<'_> {
-    /// Expands until the end, or until an unescaped `}` when `close` (inside `${V:-…}`).
-    fn run(&mut self, quotes: bool, close: Option<char>, depth: usize) -> Result<String> {
-        let line = self.line;
-        let mut out = String::new();
-        let mut in_double = false;
-        while let Some(&c) = self.chars.get(self.at) {
-            if out.len() > MAX_VALUE_BYTES {
-                return Err(DockerfileError::TooLong {
-                    line,
-                    limit: MAX_VALUE_BYTES,
-                });
-            }
-            if close == Some(c) && !in_double {
-                return Ok(out);
-            }
-            self.at += 1;
-            if quotes && !in_double && c == '\'' {
-                loop {
-                    match self.chars.get(self.at) {
-                        Some('\'') => break,
-                        Some(&q) => out.push(q),
-                        None => return Err(DockerfileError::UnterminatedQuote { line }),
-                    }
-                    self.at += 1;
-                }
-                self.at += 1;
-            } else if quotes && c == '"' {
-                in_double = !in_double;
-            } else if c == self.escape {
-                match self.chars.get(self.at) {
-                    Some(&next)
-                        if !in_double || next == '"' || next == '$' || next == self.escape =>
-                    {
-                        out.push(next);
-                        self.at += 1;
-                    }
-                    _ => out.push(c),
-                }
-            } else if c == '$' {
-                self.variable(&mut out, depth)?;
-            } else {
-                out.push(c);
-            }
-        }
-        if in_double {
-            return Err(DockerfileError::UnterminatedQuote { line });
-        }
-        if close.is_some() {
-            return Err(DockerfileError::UnterminatedBrace { line });
-        }
-        Ok(out)
-    }
-
-    /// After a `$`: appends the variable's value (or the `$` itself, if no name follows).
-    fn variable(&mut self, out: &mut String, depth: usize) -> Result<()> {
-        let line = self.line;
-        let start = self.at - 1;
-        if self.chars.get(self.at) != Some(&'{') {
-            let name = self.name();
-            if name.is_empty() {
-                out.push('$');
-            } else {
-                self.push(out, self.vars.var(&name).unwrap_or(""))?;
-            }
-            return Ok(());
-        }
-        self.at += 1;
-        let name = self.name();
-        let bad = |at: usize, chars: &[char]| DockerfileError::BadSubstitution {
-            line,
-            text: chars[start..at.min(chars.len())].iter().take(64).collect(),
-        };
-        if name.is_empty() {
-            return match self.chars.get(self.at) {
-                None => Err(DockerfileError::UnterminatedBrace { line }),
-                Some(_) => Err(bad(self.at + 1, self.chars)),
-            };
-        }
-        let vars = self.vars;
-        let value = vars.var(&name);
-        let colon = self.chars.get(self.at) == Some(&':');
-        if colon {
-            self.at += 1;
-        }
-        match self.chars.get(self.at) {
-            None => Err(DockerfileError::UnterminatedBrace { line }),
-            Some('}') if !colon => {
-                self.at += 1;
-                self.push(out, value.unwrap_or(""))
-            }
-            Some(&op @ ('-' | '+')) => {
-                self.at += 1;
-                if depth >= MAX_NESTING {
-                    return Err(bad(self.at, self.chars));
-                }
-                let word = self.run(false, Some('}'), depth + 1)?;
-                self.at += 1; // the `}`
-                let set = match value {
-                    Some(v) => !colon || !v.is_empty(),
-                    None => false,
-                };
-                match (op, set) {
-                    ('-', true) => self.push(out, value.unwrap_or("")),
-                    ('-', false) | ('+', true) => {
-                        out.push_str(&word);
-                        Ok(())
-                    }
-                    _ => Ok(()),
-                }
-            }
-            Some(_) => Err(bad(self.at + 1, self.chars)),
-        }
-    }
-
-    /// Appends a variable's value, counting it against [`MAX_SUBSTITUTED_BYTES`].
-    fn push(&self, out: &mut String, value: &str) -> Result<()> {
-        let total = self.substituted.get() + value.len();
-        self.substituted.set(total);
-        if total > MAX_SUBSTITUTED_BYTES {
-            return Err(DockerfileError::TooLong {
-                line: self.line,
-                limit: MAX_SUBSTITUTED_BYTES,
-            });
-        }
-        out.push_str(value);
-        Ok(())
-    }
-
-    fn name(&mut self) -> String {
-        let mut name = String::new();
-        while let Some(&c) = self.chars.get(self.at) {
-            let ok =
-                c == '_' || c.is_ascii_alphabetic() || (!name.is_empty() && c.is_ascii_digit());
-            if !ok {
-                break;
-            }
-            name.push(c);
-            self.at += 1;
-        }
-        name
-    }
-}
-
 /// RUN's command: exec form, a heredoc script, or shell form.
 fn run_command(logical: &Logical) -> Result<Command> {
     let line = logical.line;
@@ -1390,77 +1034,6 @@ fn command(rest: &str) -> Option<Command> {
         }
     }
     Some(Command::Shell(rest.to_string()))
-}
-
-/// Splits at unquoted blanks, keeping quotes and escapes for substitution; `None` on an
-/// unterminated quote.
-fn split_raw(text: &str, escape: char) -> Option<Vec<String>> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut quote: Option<char> = None;
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        match quote {
-            Some(q) => {
-                word.push(c);
-                if c == escape && q == '"' {
-                    word.extend(chars.next());
-                } else if c == q {
-                    quote = None;
-                }
-            }
-            None if c.is_whitespace() => {
-                if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-            }
-            None => {
-                word.push(c);
-                if c == escape {
-                    word.extend(chars.next());
-                } else if c == '\'' || c == '"' {
-                    quote = Some(c);
-                }
-            }
-        }
-    }
-    if quote.is_some() {
-        return None;
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    Some(words)
-}
-
-/// `text` after its first `n` blank-separated words (quote-aware, as [`split_raw`]).
-fn skip_words(text: &str, n: usize, escape: char) -> &str {
-    let mut rest = text.trim_start();
-    for _ in 0..n {
-        let mut quote: Option<char> = None;
-        let mut escaped = false;
-        let mut end = rest.len();
-        for (i, c) in rest.char_indices() {
-            if escaped {
-                escaped = false;
-                continue;
-            }
-            match quote {
-                Some(q) if c == q => quote = None,
-                Some('"') if c == escape => escaped = true,
-                Some(_) => {}
-                None if c.is_whitespace() => {
-                    end = i;
-                    break;
-                }
-                None if c == escape => escaped = true,
-                None if c == '\'' || c == '"' => quote = Some(c),
-                None => {}
-            }
-        }
-        rest = rest[end..].trim_start();
-    }
-    rest
 }
 
 fn is_name(name: &str) -> bool {
