@@ -1,7 +1,7 @@
 //! A Dockerfile, parsed into the typed build plan the template builder runs step by step.
 //!
 //! Contract: [`parse`] either returns a plan or an error naming the 1-based line and what is wrong
-//! with it; it never panics, whatever the bytes (the fuzz test below proves it on garbage). Input
+//! with it (only the whole-file errors — empty, too large, no FROM — have no line); it never panics, whatever the bytes (the fuzz test below proves it on garbage). Input
 //! over [`MAX_BYTES`] or with more than [`MAX_INSTRUCTIONS`] instructions is refused before any
 //! work proportional to it, and no value substitution can make a value longer than
 //! [`MAX_VALUE_BYTES`] or a stage's ARG and ENV values together larger than [`MAX_STATE_BYTES`],

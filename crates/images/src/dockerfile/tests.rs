@@ -448,6 +448,14 @@ fn sources_are_clean_context_paths_and_globs_are_kept() {
 }
 
 #[test]
+fn line_numbers_count_crlf_continuations_and_comments() {
+    let df = ok("FROM a\r\n# c\r\nRUN a \\\r\n# inside\r\n\r\n b\r\nUSER u\r\n");
+    let lines: Vec<usize> = df.stages[0].steps.iter().map(|s| s.line).collect();
+    assert_eq!(lines, vec![3, 7]);
+    assert_eq!(df.stages[0].steps[0].text, "RUN a  b");
+}
+
+#[test]
 fn workdir_resolves_against_the_previous_one() {
     let df = ok("FROM a\nWORKDIR a\nWORKDIR b/../c/\nWORKDIR /x/./y\nWORKDIR ../../..\n");
     assert_eq!(
@@ -590,7 +598,28 @@ fn garbage_input_never_panics() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for round in 0..4000u32 {
         let len = (rng.next() % 64) as usize;
-        let text = if round.is_multiple_of(2) {
+        let text = if round % 4 == 3 {
+            // A realistic Dockerfile with a few characters replaced, dropped or cut short.
+            let mut chars: Vec<char> = REALISTIC.chars().collect();
+            for _ in 0..1 + rng.next() % 4 {
+                let at = (rng.next() % chars.len() as u64) as usize;
+                match rng.next() % 3 {
+                    0 => {
+                        const SPECIAL: &[u8] = b" \\\n\"'$`{}[]<#";
+                        chars[at] =
+                            char::from(SPECIAL[(rng.next() % SPECIAL.len() as u64) as usize]);
+                    }
+                    1 => {
+                        chars.remove(at);
+                    }
+                    _ => chars.truncate(at),
+                }
+                if chars.is_empty() {
+                    break;
+                }
+            }
+            chars.into_iter().collect()
+        } else if round.is_multiple_of(2) {
             let bytes: Vec<u8> = (0..len * 4).map(|_| rng.next() as u8).collect();
             String::from_utf8_lossy(&bytes).into_owned()
         } else {
