@@ -12,6 +12,7 @@
 
 pub mod archive;
 pub mod config;
+pub mod dockerfile;
 pub mod layers;
 pub mod pull;
 pub mod reference;
