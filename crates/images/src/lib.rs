@@ -13,6 +13,7 @@
 pub mod archive;
 pub mod config;
 pub mod layers;
+pub mod pack;
 pub mod pull;
 pub mod reference;
 pub mod registry;
@@ -88,6 +89,9 @@ pub enum ImageError {
         #[source]
         source: std::io::Error,
     },
+    /// A directory could not be packed into a layer blob.
+    #[error(transparent)]
+    Pack(#[from] pack::PackError),
     /// A blocking task died.
     #[error("image task failed: {0}")]
     Task(String),
