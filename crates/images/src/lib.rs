@@ -14,6 +14,7 @@ pub mod archive;
 pub mod config;
 pub mod dockerfile;
 pub mod layers;
+pub mod pack;
 pub mod pull;
 pub mod reference;
 pub mod registry;
@@ -89,6 +90,9 @@ pub enum ImageError {
         #[source]
         source: std::io::Error,
     },
+    /// A directory could not be packed into a layer blob.
+    #[error(transparent)]
+    Pack(#[from] pack::PackError),
     /// A blocking task died.
     #[error("image task failed: {0}")]
     Task(String),

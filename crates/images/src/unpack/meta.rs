@@ -11,9 +11,9 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{fchown, fchownat, Gid, Uid};
 
 /// Host ids stay below this many after the shift, so no id wraps or becomes `-1` ("unchanged").
-pub(super) const ID_RANGE: u32 = 65536;
+pub(crate) const ID_RANGE: u32 = 65536;
 /// What an id outside the sandbox's range is clamped to: the kernel's overflow id.
-const OVERFLOW_ID: u32 = 65534;
+pub(crate) const OVERFLOW_ID: u32 = 65534;
 
 /// Owner, mode, mtime and kept xattrs of one member, ids already shifted.
 pub(super) struct Meta {
@@ -68,7 +68,7 @@ impl Meta {
 /// Which `SCHILY.xattr.*` records are kept: `user.*` but `user.overlay.*` (overlayfs mounted
 /// with `userxattr` would read those as its own opaque/redirect/metacopy markers), and
 /// `security.capability`. `trusted.*`, `security.selinux` and the rest are dropped.
-pub(super) fn kept_xattr(name: &[u8]) -> bool {
+pub(crate) fn kept_xattr(name: &[u8]) -> bool {
     (name.starts_with(b"user.") && !name.starts_with(b"user.overlay."))
         || name == b"security.capability"
 }

@@ -60,8 +60,11 @@ use nix::unistd::{linkat, symlinkat};
 use tar::EntryType;
 
 use budget::{HeaderBudget, Metered};
-use meta::{apply, chown_at, set_xattr, Meta, Target, ID_RANGE};
+use meta::{apply, chown_at, set_xattr, Meta, Target};
 use paths::{Component, ImpliedDir, WalkError};
+
+/// The xattr and id policy [`crate::pack`] applies in reverse, stated once here.
+pub(crate) use meta::{kept_xattr, ID_RANGE, OVERFLOW_ID};
 
 /// How a layer blob is compressed (from its media type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
