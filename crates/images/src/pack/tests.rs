@@ -181,6 +181,15 @@ fn overlay_tree(root: &Path) {
         makedev(8, 0),
     )
     .unwrap();
+    // Nor a device other than a whiteout, nor a socket.
+    mknod(
+        &root.join("null"),
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o666),
+        makedev(1, 3),
+    )
+    .unwrap();
+    drop(std::os::unix::net::UnixListener::bind(root.join("run/socket")).unwrap());
     // Long names: a PAX `path` for the member, a PAX `linkpath` for the symlink.
     file(
         &root.join(LONG_DIR).join("and-a-file-in-it"),
@@ -331,7 +340,13 @@ fn pack(root: &Path, opts: &PackOptions) -> (Packed, Vec<u8>) {
 /// The source as the layer should come back: without what is excluded or left out.
 fn expected(source: &Path) -> BTreeMap<PathBuf, Seen> {
     let mut expected = snapshot(source);
-    for gone in ["etc/hostname", "etc/resolv.conf", "disk"] {
+    for gone in [
+        "etc/hostname",
+        "etc/resolv.conf",
+        "disk",
+        "null",
+        "run/socket",
+    ] {
         assert!(expected.remove(Path::new(gone)).is_some(), "{gone}");
     }
     expected
@@ -365,7 +380,7 @@ fn packed_tree_unpacks_to_the_same_tree() {
     for gzip in [false, true] {
         let (packed, blob) = pack(&source, &options(gzip));
         assert_eq!(packed.size, blob.len() as u64);
-        assert_eq!(packed.skipped, 1, "the block device");
+        assert_eq!(packed.skipped, 3, "the block and char devices, the socket");
         assert_eq!(
             packed.digest,
             format!("sha256:{}", hex::encode(Sha256::digest(&blob)))
@@ -507,6 +522,8 @@ fn tar_members_carry_whiteouts_opaque_markers_and_no_devices() {
         "etc/hostname",
         "etc/resolv.conf",
         "disk",
+        "null",
+        "run/socket",
         "home/user/etc/passwd",
     ] {
         assert!(!members.contains_key(absent), "{absent} in {names:?}");
@@ -675,4 +692,37 @@ fn owners_outside_the_sandbox_range_are_the_overflow_id() {
     assert_eq!(unshift(SHIFT - 1, SHIFT), 65534);
     assert_eq!(unshift(0, SHIFT), 65534);
     assert_eq!(unshift(u32::MAX, u32::MAX - 10), 10);
+}
+
+#[test]
+fn names_longer_than_path_max_are_refused() {
+    use nix::fcntl::{open, openat, OFlag};
+    use nix::sys::stat::mkdirat;
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("upper");
+    dir(&source, 0o755, SHIFT);
+    // Built fd by fd: the whole path is longer than a path syscall takes.
+    let component = "d".repeat(250);
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+    let mut fd = open(&source, flags, Mode::empty()).unwrap();
+    for _ in 0..17 {
+        mkdirat(&fd, component.as_str(), Mode::from_bits_truncate(0o755)).unwrap();
+        fd = openat(&fd, component.as_str(), flags, Mode::empty()).unwrap();
+    }
+    match pack_dir(&source, &options(false), std::io::sink()) {
+        Err(PackError::NameTooLong { len, .. }) => assert!(len > 4096, "{len}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_xattr_name_pax_cannot_carry_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("upper");
+    file(&source.join("f"), b"", 0o644, SHIFT);
+    set_xattr(&source.join("f"), "user.a=b", b"c");
+    assert!(matches!(
+        pack_dir(&source, &options(false), std::io::sink()),
+        Err(PackError::UnrepresentableXattr { name, .. }) if name == "user.a=b"
+    ));
 }
