@@ -137,6 +137,80 @@ pub struct PruneImages {
     pub bytes: u64,
 }
 
+/// `POST /v1/templates`: a template from an image reference, or built from a Dockerfile.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateTemplate {
+    /// Its name: 1–128 of `[a-z0-9._/-]` and an optional `:tag`, starting with a letter or digit.
+    pub name: String,
+    /// An image reference to pull as the template (instead of `dockerfile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// A Dockerfile to build (instead of `image`): FROM (an image, a template or `base`), RUN,
+    /// COPY/ADD (from `context`), ENV, ARG, WORKDIR, USER, LABEL, EXPOSE, ENTRYPOINT, CMD, SHELL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dockerfile: Option<String>,
+    /// The build context: a tar of the files COPY and ADD read, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// Build arguments for the Dockerfile's ARGs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_args: Option<BTreeMap<String, String>>,
+    /// Credentials for the pulls of this build; never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_auth: Option<RegistryAuth>,
+}
+
+/// A template.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Template {
+    /// Its name.
+    pub name: String,
+    /// `building`, `ready` or `failed`.
+    pub state: String,
+    /// The image's digest, once ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// What it is made from (`{image}`, `{dockerfile, contextBytes, buildArgs}` or `{snapshotOf}`).
+    #[schema(value_type = Object)]
+    pub source: serde_json::Value,
+    /// Why its build failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it was created, RFC 3339.
+    pub created_at: String,
+    /// When it last changed (a log line, its end), RFC 3339.
+    pub updated_at: String,
+}
+
+/// `GET /v1/templates`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct TemplateList {
+    /// Every template, by name (`base` is built in and not listed).
+    pub templates: Vec<Template>,
+}
+
+/// One line of a template's build log (`GET /v1/templates/{name}/logs`, NDJSON).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LogLine {
+    /// Its number, from 0; pass the next one as `offset` to continue.
+    pub seq: u64,
+    /// The text.
+    pub line: String,
+    /// When it was written, RFC 3339.
+    pub at: String,
+}
+
+/// `POST /v1/sandboxes/{id}/snapshot`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSnapshot {
+    /// The template's name.
+    pub name: String,
+}
+
 /// Network posture of a sandbox: `egress` is the default for every destination, `allowOut` and
 /// `denyOut` are the exceptions. A destination in `allowOut` is reachable even when it is also in
 /// `denyOut` or `egress` is false; one in `denyOut` only is unreachable. The host's own addresses

@@ -96,7 +96,7 @@ fn image_status(e: &sandboxd_images::ImageError) -> (StatusCode, &'static str) {
         | I::MediaType { .. }
         | I::UnsupportedDigest(_) => (S::UNPROCESSABLE_ENTITY, "image_invalid"),
         I::Read { .. } => (S::BAD_GATEWAY, "registry_unavailable"),
-        I::Io { .. } | I::Task(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
+        I::Io { .. } | I::Task(_) | I::Pack(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
     }
 }
 

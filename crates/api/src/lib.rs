@@ -18,6 +18,7 @@ pub mod e2b;
 pub mod error;
 pub mod images;
 pub mod metrics;
+pub mod templates;
 pub mod v1;
 pub mod webhooks;
 
@@ -38,7 +39,9 @@ use utoipa::OpenApi;
     paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::exec, v1::exec_stream, v1::download, v1::upload,
           v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
-          callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune),
+          callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune,
+          templates::create, templates::list, templates::get, templates::delete, templates::logs,
+          templates::snapshot),
     components(schemas(sandboxd_api_types::ApiError)),
     modifiers(&BearerAuth)
 )]
@@ -83,6 +86,12 @@ pub fn router(
         .route("/images", post(images::pull).get(images::list))
         .route("/images/prune", post(images::prune))
         .route("/images/{key}", get(images::get).delete(images::remove))
+        .route(
+            "/templates/{name}",
+            get(templates::get).delete(templates::delete),
+        )
+        .route("/templates/{name}/logs", get(templates::logs))
+        .route("/sandboxes/{id}/snapshot", post(templates::snapshot))
         .route("/webhooks", post(webhooks::create).get(webhooks::list))
         .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
@@ -114,6 +123,13 @@ pub fn router(
         .route(
             "/images/import",
             post(images::import).layer(DefaultBodyLimit::disable()),
+        )
+        // A template's body carries its build context (base64, up to 256 MiB of tar).
+        .route(
+            "/templates",
+            get(templates::list)
+                .post(templates::create)
+                .layer(DefaultBodyLimit::max(360 << 20)),
         )
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
         .with_state(service.clone());

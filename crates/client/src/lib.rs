@@ -20,6 +20,7 @@ pub mod images;
 pub mod ndjson;
 pub mod ports;
 pub mod sandboxes;
+pub mod templates;
 
 pub use error::ClientError;
 pub use exec::decode_data;

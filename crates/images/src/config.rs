@@ -34,6 +34,10 @@ pub struct RunConfig {
     /// `linux/amd64` and the like.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub platform: String,
+    /// The image's layers stack on sandboxd's built-in `base` (a snapshot of a `base` sandbox, or a
+    /// build `FROM base`) rather than standing alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_base: bool,
 }
 
 /// A config blob that is not one.
@@ -95,6 +99,7 @@ impl RunConfig {
                 .map(|p| p.into_keys().collect())
                 .unwrap_or_default(),
             platform,
+            on_base: false,
         })
     }
 

@@ -56,6 +56,14 @@ pub trait Runtime: Send + Sync + 'static {
             "disk usage of sandbox {id} is not available in this runtime"
         )))
     }
+    /// The directory holding everything the sandbox wrote to its root filesystem (its overlay upper
+    /// layer, in overlayfs form), for committing it as an image layer; read it only while the sandbox
+    /// is stopped or paused.
+    async fn writable_layer(&self, id: &str) -> Result<std::path::PathBuf, RuntimeError> {
+        Err(RuntimeError::Unsupported(format!(
+            "the writable layer of sandbox {id} is not available in this runtime"
+        )))
+    }
     /// Current resource usage and limits of the sandbox's processes.
     async fn stats(&self, id: &str) -> Result<cgroup::CgroupStats, RuntimeError> {
         Err(RuntimeError::Unsupported(format!(

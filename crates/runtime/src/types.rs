@@ -50,6 +50,10 @@ pub struct ImageRoot {
     /// Where commands start when the caller names no directory (the image's `WorkingDir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// The layers stack on the built-in `base` (a snapshot of a `base` sandbox, a build `FROM
+    /// base`): the host's system directories are bound as for `base`, under no prepared top layer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_base: bool,
 }
 
 impl SandboxSpec {

@@ -180,7 +180,17 @@ fn admin_reconcile_is_authenticated_and_a_no_op_when_all_agree() {
             .iter()
             .map(|r| r["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["claims", "sandboxes", "ports", "slots"]);
+        assert_eq!(
+            names,
+            [
+                "claims",
+                "images",
+                "templates",
+                "sandboxes",
+                "ports",
+                "slots"
+            ]
+        );
         assert_agree(&d, &[&id]).await;
     });
 }

@@ -86,6 +86,53 @@ pub enum Command {
     /// Images on the daemon's node: list, pull, remove, prune.
     #[command(subcommand)]
     Images(ImagesCommand),
+    /// Templates (named images): list, build, logs, remove.
+    #[command(subcommand)]
+    Templates(TemplatesCommand),
+    /// Turn a sandbox's filesystem into a template; prints its name.
+    Snapshot {
+        /// Sandbox id or name.
+        id: String,
+        /// The template's name.
+        name: String,
+    },
+}
+
+/// `sbx templates …`.
+#[derive(Debug, Subcommand)]
+pub enum TemplatesCommand {
+    /// List the templates.
+    #[command(alias = "list")]
+    Ls,
+    /// Create a template from an image (--image) or a Dockerfile (--file, with --context), and
+    /// follow its build log; exits 0 when it is ready, 1 when the build failed.
+    Build {
+        /// The template's name (`name` or `name:tag`).
+        name: String,
+        /// An image reference to make the template of.
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        image: Option<String>,
+        /// The Dockerfile to build.
+        #[arg(long, short = 'f')]
+        file: Option<std::path::PathBuf>,
+        /// The directory COPY and ADD read from (sent as a tar).
+        #[arg(long, requires = "file")]
+        context: Option<std::path::PathBuf>,
+        /// A build argument (repeatable).
+        #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
+        build_arg: Vec<(String, String)>,
+    },
+    /// Print a template's build log.
+    Logs {
+        /// The template's name.
+        name: String,
+    },
+    /// Delete templates (not while a sandbox made from one exists).
+    Rm {
+        /// Names.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 /// `sbx images …`.

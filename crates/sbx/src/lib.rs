@@ -16,6 +16,7 @@ pub mod exec;
 pub mod images;
 pub mod output;
 pub mod sandboxes;
+pub mod templates;
 
 pub use cli::{Cli, Command};
 pub use error::SbxError;
@@ -64,5 +65,7 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         }
         Command::Rm { ids } => sandboxes::rm(&client, out, &ids).await,
         Command::Images(cmd) => images::run(&client, out, cmd).await,
+        Command::Templates(cmd) => templates::run(&client, out, cmd).await,
+        Command::Snapshot { id, name } => templates::snapshot(&client, out, &id, &name).await,
     }
 }

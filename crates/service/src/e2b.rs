@@ -284,6 +284,10 @@ impl Service {
             }),
             ..Default::default()
         })?;
+        // An unknown or unready template is refused before claiming, too.
+        if plan.template != crate::sandboxes::DEFAULT_TEMPLATE {
+            self.template_image(&plan.template).await?;
+        }
         let fingerprint = req.fingerprint();
         let deadline = tokio::time::Instant::now() + PENDING_TTL + REPLAY_WINDOW * 2;
         while tokio::time::Instant::now() < deadline {

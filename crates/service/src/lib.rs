@@ -11,6 +11,7 @@
 //! Authority: the store says what was promised (which sandboxes exist, their names, slots and ports);
 //! the runtime says what runs. Every write goes through the store's single writer.
 
+pub mod builds;
 pub mod domains;
 pub mod e2b;
 pub mod error;
@@ -28,6 +29,8 @@ pub mod readiness;
 pub mod reconcile;
 pub mod sandboxes;
 mod settle;
+pub mod snapshots;
+pub mod templates;
 #[cfg(test)]
 mod test_support;
 mod validate;
@@ -127,6 +130,7 @@ struct Inner {
     forwarders: forwarders::Forwarders,
     sandbox_locks: pause::KeyedLocks,
     pulls: images::PullState,
+    builds: templates::Builds,
     reconcile: reconcile::ReconcileState,
     events: events::EventBus,
     readiness: readiness::Waiters,
@@ -152,6 +156,7 @@ impl Service {
                 forwarders: Default::default(),
                 sandbox_locks: Default::default(),
                 pulls: Default::default(),
+                builds: Default::default(),
                 reconcile: Default::default(),
                 events: Default::default(),
                 readiness: Default::default(),

@@ -43,6 +43,8 @@ pub struct CreatePlan {
     pub image: Option<String>,
     /// Credentials for pulling `image` (used for that pull only).
     pub registry_auth: Option<sandboxd_images::Credentials>,
+    /// An image already resolved by the daemon itself (a build step's), used as it is.
+    pub(crate) resolved: Option<sandboxd_store::ImageRecord>,
     /// CPU in thousandths.
     pub cpu_millis: u32,
     /// Memory in MiB.
@@ -87,9 +89,8 @@ impl Service {
         }
         let template = req.template.unwrap_or_else(|| DEFAULT_TEMPLATE.into());
         if template != DEFAULT_TEMPLATE {
-            return Err(ServiceError::NotFound(format!(
-                "template {template:?} not found"
-            )));
+            crate::templates::validate_name(&template)
+                .map_err(|_| ServiceError::NotFound(format!("template {template:?} not found")))?;
         }
         if let Some(image) = &image {
             image
@@ -159,6 +160,7 @@ impl Service {
             template,
             image,
             registry_auth,
+            resolved: None,
             cpu_millis: (cpu * 1000.0).round() as u32,
             memory_mb,
             disk_mb,
@@ -178,21 +180,17 @@ impl Service {
     ) -> Result<Sandbox, ServiceError> {
         // An image is pulled (or found) before anything is recorded: a pull may take minutes, and a
         // `creating` row would look stuck to the reconciler meanwhile.
-        let (template, image) = match &plan.image {
-            Some(reference) => {
-                let image = self
-                    .ensure_image(reference, plan.registry_auth.clone())
-                    .await?;
-                (image.reference.clone(), Some(image))
-            }
-            None => (plan.template.clone(), None),
-        };
+        let (template, image) = self.resolve_root(&plan).await?;
         let image_root = match &image {
-            Some(image) => Some(sandboxd_runtime::ImageRoot {
-                digest: image.digest.clone(),
-                layers: self.layer_dirs(image)?,
-                workdir: Service::run_config(image).working_dir,
-            }),
+            Some(image) => {
+                let config = Service::run_config(image);
+                Some(sandboxd_runtime::ImageRoot {
+                    digest: image.digest.clone(),
+                    layers: self.layer_dirs(image)?,
+                    workdir: config.working_dir,
+                    on_base: config.on_base,
+                })
+            }
             None => None,
         };
         // The image's environment, under the create's own.
@@ -307,6 +305,28 @@ impl Service {
                 id,
                 reason: format!("its readiness waiter died: {e}"),
             })?
+    }
+
+    /// What a create's root is made of: the template name the sandbox shows, and its image (`None`
+    /// for `base`) — the image the build gave, the template's, or the reference's, pulled if need be.
+    pub(crate) async fn resolve_root(
+        &self,
+        plan: &CreatePlan,
+    ) -> Result<(String, Option<sandboxd_store::ImageRecord>), ServiceError> {
+        if let Some(image) = &plan.resolved {
+            return Ok((plan.template.clone(), Some(image.clone())));
+        }
+        if let Some(reference) = &plan.image {
+            let image = self
+                .ensure_image(reference, plan.registry_auth.clone())
+                .await?;
+            return Ok((image.reference.clone(), Some(image)));
+        }
+        if plan.template == DEFAULT_TEMPLATE {
+            return Ok((plan.template.clone(), None));
+        }
+        let image = self.template_image(&plan.template).await?;
+        Ok((plan.template.clone(), Some(image)))
     }
 
     /// Undoes a create that failed before its sandbox booted: the runtime's sandbox, then the row

@@ -49,6 +49,10 @@ pub enum StoreError {
         generation: i64,
     },
 
+    /// A template of this name is building or ready (`templates` primary key).
+    #[error("template {name:?} already exists")]
+    TemplateExists { name: String },
+
     /// The row is still used by another (a foreign key with `ON DELETE RESTRICT`: an image a sandbox
     /// runs on, a layer an image stacks).
     #[error("{kind} {key:?} is in use")]

@@ -317,6 +317,25 @@ impl WriteTx<'_> {
         Ok(())
     }
 
+    /// The records of `digests`, in that order (a digest the store does not know is an error).
+    pub fn list_layer_records(&self, digests: &[String]) -> Result<Vec<LayerRecord>> {
+        digests
+            .iter()
+            .map(|d| {
+                self.conn()
+                    .prepare_cached(
+                        "SELECT digest, media_type, size, unpacked_bytes FROM layers WHERE digest = ?1",
+                    )?
+                    .query_row([d], layer_row)
+                    .optional()?
+                    .ok_or_else(|| StoreError::NotFound {
+                        kind: "layer",
+                        key: d.clone(),
+                    })
+            })
+            .collect()
+    }
+
     /// Deletes image `digest` with its tags and layer list (its layers stay, for [`Self::prune_layers`]).
     /// `false` if there was none; [`StoreError::InUse`] while a sandbox uses it.
     pub fn delete_image(&mut self, digest: &str) -> Result<bool> {

@@ -217,7 +217,11 @@ ALTER TABLE sandboxes ADD COLUMN timeout_ms INTEGER NOT NULL DEFAULT 0 CHECK (ti
 /// (`ON DELETE RESTRICT`), an image its layers (`RESTRICT`); an image's tags and layer list go with it
 /// (`CASCADE`). An image row is `pulling` while its pull runs (the claim `('image.pull', digest)` in
 /// `request_idempotency` says which attempt owns it) and `ready` once every layer is unpacked.
-/// A sandbox's `disk_mb` is the limit of its writable layer (0: none).
+/// A sandbox's `disk_mb` is the limit of its writable layer (0: none). A template names an image
+/// (`RESTRICT`: an image a template names is not deleted); it is `building` while its build runs,
+/// `ready` only with an image (a CHECK), `failed` with the reason; its build log lines are numbered
+/// per template. The build cache maps a step's key (its parent, instruction and inputs) to the layer
+/// it made, and goes with the layer.
 const SCHEMA_V6: &str = r#"
 CREATE TABLE layers (
     digest         TEXT PRIMARY KEY NOT NULL CHECK (length(digest) = 71 AND substr(digest, 1, 7) = 'sha256:'),
@@ -253,6 +257,28 @@ CREATE INDEX idx_image_tags_image ON image_tags(image_digest);
 ALTER TABLE sandboxes ADD COLUMN image_digest TEXT REFERENCES images(digest) ON DELETE RESTRICT;
 CREATE INDEX idx_sandboxes_image ON sandboxes(image_digest) WHERE image_digest IS NOT NULL;
 ALTER TABLE sandboxes ADD COLUMN disk_mb INTEGER NOT NULL DEFAULT 0 CHECK (disk_mb >= 0);
+CREATE TABLE templates (
+    name         TEXT PRIMARY KEY NOT NULL CHECK (length(name) BETWEEN 1 AND 128),
+    state        TEXT NOT NULL CHECK (state IN ('building', 'ready', 'failed')),
+    image_digest TEXT REFERENCES images(digest) ON DELETE RESTRICT,
+    source       TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(source) AND json_type(source) = 'object'),
+    error        TEXT,
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL,
+    CHECK (state <> 'ready' OR image_digest IS NOT NULL)
+);
+CREATE TABLE template_logs (
+    template TEXT NOT NULL REFERENCES templates(name) ON DELETE CASCADE,
+    seq      INTEGER NOT NULL CHECK (seq >= 0),
+    line     TEXT NOT NULL,
+    at       INTEGER NOT NULL,
+    PRIMARY KEY (template, seq)
+);
+CREATE TABLE build_cache (
+    key          TEXT PRIMARY KEY NOT NULL,
+    layer_digest TEXT NOT NULL REFERENCES layers(digest) ON DELETE CASCADE,
+    created_at   INTEGER NOT NULL
+);
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

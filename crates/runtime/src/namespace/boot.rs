@@ -14,7 +14,7 @@ use super::process::{clone_boot, reap, ChildFds, PidFd};
 use super::rootfs::AGENT_PATH;
 use super::state::SandboxPaths;
 use super::{limits, NamespaceRuntime};
-use crate::{RuntimeError, SandboxSpec};
+use crate::{ImageRoot, RuntimeError, SandboxSpec};
 use sandboxd_envd::boot::{BindMount, BootConfig, BootFault, BootMessage, RootfsPlan};
 use sandboxd_envd::callback;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -168,6 +168,23 @@ impl NamespaceRuntime {
                 Vec::new(),
                 self.template.binds.clone(),
             ),
+            // Stacked on `base`: its lower (mount points, accounts) at the bottom, its binds.
+            Some(image) if image.on_base => match image.layers.split_last() {
+                Some((top, rest)) => (
+                    top.clone(),
+                    rest.iter()
+                        .rev()
+                        .cloned()
+                        .chain([self.template.lower.clone()])
+                        .collect(),
+                    self.template.binds.clone(),
+                ),
+                None => (
+                    self.template.lower.clone(),
+                    Vec::new(),
+                    self.template.binds.clone(),
+                ),
+            },
             Some(image) => (
                 super::image_root::ensure_top(
                     &self.config.state_dir.join("image-tops"),
@@ -200,7 +217,7 @@ impl NamespaceRuntime {
             token: spec.agent_token.clone(),
             default_user: "user".into(),
             envs: match &spec.image {
-                None => super::rootfs::BASE_ENV
+                None | Some(ImageRoot { on_base: true, .. }) => super::rootfs::BASE_ENV
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .chain(spec.envs.clone())

@@ -259,6 +259,7 @@ mod tests {
             digest: format!("sha256:{}", "c".repeat(64)),
             layers: vec![low.clone(), high.clone()],
             workdir: None,
+            on_base: false,
         };
         let top = ensure_top(&dir.path().join("tops"), &image, uid).unwrap();
         let passwd = std::fs::read_to_string(top.join("etc/passwd")).unwrap();
@@ -300,6 +301,7 @@ mod tests {
             digest: format!("sha256:{}", "d".repeat(64)),
             layers: vec![layer],
             workdir: None,
+            on_base: false,
         };
         let uid = nix::unistd::getuid().as_raw();
         let tops = dir.path().join("tops");
@@ -344,6 +346,7 @@ mod tests {
             digest: "sha256:../../x".into(),
             layers: vec![],
             workdir: None,
+            on_base: false,
         };
         assert!(ensure_top(dir.path(), &image, 0).is_err());
     }

@@ -291,7 +291,7 @@ impl Runtime for NamespaceRuntime {
         // Set once this call made the layer: only then is it ours to remove on failure.
         let mut layer_made = false;
         let prepared = (|| {
-            if let Some(image) = &spec.image {
+            if let Some(image) = spec.image.as_ref().filter(|i| !i.on_base) {
                 image_root::ensure_top(&self.config.state_dir.join("image-tops"), image, base)?;
             }
             match self.quota.create(&spec.id, limit)? {
@@ -378,6 +378,12 @@ impl Runtime for NamespaceRuntime {
             Err(RuntimeError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    async fn writable_layer(&self, id: &str) -> Result<PathBuf, RuntimeError> {
+        let (paths, _) = self.load(id)?;
+        // A quota'd layer is linked from the sandbox's directory; the layer itself is what counts.
+        std::fs::canonicalize(paths.upper()).map_err(RuntimeError::io("resolve", paths.upper()))
     }
 
     async fn pause(&self, id: &str) -> Result<(), RuntimeError> {

@@ -35,6 +35,7 @@
 //! | exposure (host port) of a `failed`/`lost` sandbox | [`ports`] | deleted, its forwarder stopped |
 //! | network slot leased to a `failed`/`lost` sandbox | [`slots`] | released once the runtime has no trace of it |
 //! | image `pulling`, stuck and not pulled by this process | [`images`] | row and claim deleted (the next need pulls again) |
+//! | template `building`, stuck and not built by this process | [`templates`] | `failed` (the name may be built again) |
 //!
 //! Where they run: at start-up ([`Service::adopt`] is one pass), on the daemon's timer, and on demand
 //! (`POST /v1/admin/reconcile`).
@@ -44,6 +45,7 @@ pub mod images;
 pub mod ports;
 pub mod sandboxes;
 pub mod slots;
+pub mod templates;
 
 #[cfg(test)]
 mod scenarios;
@@ -123,9 +125,10 @@ pub trait Reconciler: Send + Sync {
 /// Every reconciler, in the order [`Service::reconcile_all`] runs them: abandoned claims first (they
 /// delete whole sandboxes), then sandboxes (which settle rows to `failed`/`lost`), then what hangs off
 /// sandboxes (ports, then the slots of settled rows).
-pub const RECONCILERS: [&'static dyn Reconciler; 5] = [
+pub const RECONCILERS: [&'static dyn Reconciler; 6] = [
     &claims::ClaimReconciler,
     &images::ImageReconciler,
+    &templates::TemplateReconciler,
     &sandboxes::SandboxReconciler,
     &ports::PortReconciler,
     &slots::SlotReconciler,
@@ -150,6 +153,8 @@ pub enum TransitionalState {
     HostPortLeased,
     /// An image whose pull has not completed (`images.state = 'pulling'`).
     ImagePulling,
+    /// A template whose build has not ended (`templates.state = 'building'`).
+    TemplateBuilding,
 }
 
 impl TransitionalState {
@@ -164,6 +169,7 @@ impl TransitionalState {
                 TransitionalState::SlotLeased,
                 TransitionalState::HostPortLeased,
                 TransitionalState::ImagePulling,
+                TransitionalState::TemplateBuilding,
             ])
             .collect()
     }
@@ -192,6 +198,7 @@ pub fn reconciler_for(state: TransitionalState) -> &'static dyn Reconciler {
         TransitionalState::ClaimPending => &claims::ClaimReconciler,
         TransitionalState::SlotLeased => &slots::SlotReconciler,
         TransitionalState::ImagePulling => &images::ImageReconciler,
+        TransitionalState::TemplateBuilding => &templates::TemplateReconciler,
     }
 }
 
@@ -258,7 +265,7 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandboxd_store::{ClaimState, ImageState, PortState};
+    use sandboxd_store::{ClaimState, ImageState, PortState, TemplateState};
 
     /// Invariant (coverage): every transitional state the schema allows is swept by a reconciler that
     /// `reconcile_all` runs. `reconciler_for` is an exhaustive match, so a new `TransitionalState` or
@@ -297,6 +304,20 @@ mod tests {
                 ImageState::Ready => None,
             };
             assert!(transitional.is_none_or(|t| all.contains(&t)), "{image:?}");
+        }
+        for template in [
+            TemplateState::Building,
+            TemplateState::Ready,
+            TemplateState::Failed,
+        ] {
+            let transitional = match template {
+                TemplateState::Building => Some(TransitionalState::TemplateBuilding),
+                TemplateState::Ready | TemplateState::Failed => None,
+            };
+            assert!(
+                transitional.is_none_or(|t| all.contains(&t)),
+                "{template:?}"
+            );
         }
         assert!(all.contains(&TransitionalState::SlotLeased));
         assert!(all.contains(&TransitionalState::HostPortLeased));

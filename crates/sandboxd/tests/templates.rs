@@ -1,0 +1,290 @@
+//! Templates end to end: Dockerfile builds whose steps run in our own sandboxes, the build cache,
+//! failing steps, snapshots — against the real binary and a real registry.
+
+mod common;
+
+use base64::Engine;
+use common::{e2e, id_of, Daemon};
+use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// A tar of `files` (path, contents), as a build context.
+fn context(files: &[(&str, &str)]) -> String {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        h.set_cksum();
+        b.append_data(&mut h, path, data.as_bytes()).unwrap();
+    }
+    base64::engine::general_purpose::STANDARD.encode(b.into_inner().unwrap())
+}
+
+/// Waits until template `name` is no longer building; returns it.
+async fn built(d: &Daemon, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let t = d.get_json(&format!("/v1/templates/{name}")).await;
+        if t["state"] != "building" {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "template {name} still building: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn log(d: &Daemon, name: &str) -> Vec<String> {
+    let text = d
+        .http()
+        .get(d.endpoint(&format!("/v1/templates/{name}/logs")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["line"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+async fn run(d: &Daemon, id: &str, cmd: &str) -> (i64, String) {
+    let (status, text) = d.exec_raw(id, &json!({ "cmd": ["sh", "-c", cmd] })).await;
+    assert_eq!(status, 200, "{cmd}: {text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    (
+        v["exitCode"].as_i64().unwrap(),
+        v["stdout"].as_str().unwrap_or_default().trim().to_string(),
+    )
+}
+
+const DOCKERFILE: &str = "FROM {image}
+ARG GREETING=hello
+ENV APP_HOME=/srv/app MODE=test
+WORKDIR $APP_HOME
+COPY app.sh ./
+COPY data/ /srv/data/
+RUN echo \"$GREETING from RUN\" > built.txt && chmod +x app.sh && \\
+    echo building >&2
+USER user
+RUN id -u > /tmp/who
+CMD [\"./app.sh\"]
+";
+
+/// A Dockerfile template (RUN, COPY from the context, ENV, WORKDIR, USER, ARG) makes sandboxes
+/// that have its files and settings; its log shows every step; a second build of the same file
+/// reuses every cached step; a build arg that changes misses the cache where it is used.
+#[test]
+fn a_dockerfile_template_builds_in_sandboxes_and_caches_its_steps() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2e(|| async {
+        let registry = TestRegistry::start();
+        registry.push(&ImageBuilder::busybox().build(), "base/busybox:1");
+        let d = Daemon::start().await;
+        let dockerfile = DOCKERFILE.replace("{image}", &registry.image_ref("base/busybox:1"));
+        let ctx = context(&[
+            ("app.sh", "#!/bin/sh\necho app says $MODE\n"),
+            ("data/one.txt", "1\n"),
+            ("data/sub/two.txt", "2\n"),
+        ]);
+        let body = json!({ "name": "app", "dockerfile": dockerfile, "context": ctx });
+        let resp = d.post_json("/v1/templates", &body).await;
+        assert_eq!(resp.status(), 202);
+        let t = built(&d, "app").await;
+        assert_eq!(t["state"], "ready", "{t}\n{:#?}", log(&d, "app").await);
+        let lines = log(&d, "app").await;
+        assert!(
+            lines.iter().any(|l| l.starts_with("Step 6/9 : RUN echo")),
+            "{lines:#?}"
+        );
+        assert!(
+            lines.iter().any(|l| l == "building"),
+            "RUN output is in the log: {lines:#?}"
+        );
+
+        let s = d.create(json!({ "template": "app", "memoryMB": 64 })).await;
+        assert_eq!(s["template"], "app");
+        let id = id_of(&s);
+        assert_eq!(run(&d, &id, "pwd").await.1, "/srv/app");
+        assert_eq!(run(&d, &id, "cat built.txt").await.1, "hello from RUN");
+        assert_eq!(run(&d, &id, "./app.sh").await.1, "app says test");
+        assert_eq!(
+            run(&d, &id, "cat /srv/data/one.txt /srv/data/sub/two.txt")
+                .await
+                .1,
+            "1\n2"
+        );
+        assert_eq!(
+            run(&d, &id, "cat /tmp/who").await.1,
+            "1000",
+            "USER applied to later RUNs"
+        );
+        assert_eq!(
+            run(&d, &id, "test -e /etc/resolv.conf.build || echo clean")
+                .await
+                .1,
+            "clean"
+        );
+
+        // The same Dockerfile again: every step from the cache, no sandbox started.
+        let resp = d
+            .post_json(
+                "/v1/templates",
+                &json!({ "name": "app2", "dockerfile": dockerfile, "context": ctx }),
+            )
+            .await;
+        assert_eq!(resp.status(), 202);
+        assert_eq!(built(&d, "app2").await["state"], "ready");
+        let again = log(&d, "app2").await;
+        let cached = again.iter().filter(|l| l.contains("using cache")).count();
+        assert_eq!(
+            cached, 5,
+            "WORKDIR, both COPYs and both RUNs come from the cache: {again:#?}"
+        );
+        assert_eq!(
+            d.get_json("/v1/templates/app2").await["image"],
+            d.get_json("/v1/templates/app").await["image"],
+            "the same steps make the same image"
+        );
+        // Another build arg: the RUN that uses it runs again.
+        let resp = d
+            .post_json(
+                "/v1/templates",
+                &json!({ "name": "app3", "dockerfile": dockerfile, "context": ctx,
+                         "buildArgs": { "GREETING": "bonjour" } }),
+            )
+            .await;
+        assert_eq!(resp.status(), 202);
+        assert_eq!(built(&d, "app3").await["state"], "ready");
+        let s3 = d
+            .create(json!({ "template": "app3", "memoryMB": 64 }))
+            .await;
+        assert_eq!(
+            run(&d, &id_of(&s3), "cat built.txt").await.1,
+            "bonjour from RUN"
+        );
+
+        // In use: the template stays; its build sandboxes are all gone.
+        assert_eq!(d.delete("/v1/templates/app").await.status(), 409);
+        let listed = d.list_all().await;
+        assert!(
+            listed
+                .iter()
+                .all(|s| s["metadata"]["sandboxd.build"].is_null()),
+            "a build sandbox was left: {listed:?}"
+        );
+    });
+}
+
+/// A failing RUN fails the build with the step, its line and its exit code, its output in the
+/// log; a Dockerfile that does not parse is a 400 naming the line and records nothing.
+#[test]
+fn a_failing_step_fails_the_build_and_a_bad_dockerfile_is_refused() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let body = json!({ "name": "broken",
+            "dockerfile": "FROM base\nRUN echo before\nRUN echo oops >&2; exit 3\nRUN echo never\n" });
+        assert_eq!(d.post_json("/v1/templates", &body).await.status(), 202);
+        let t = built(&d, "broken").await;
+        assert_eq!(t["state"], "failed", "{t}");
+        let error = t["error"].as_str().unwrap();
+        assert!(
+            error.contains("step 2/3 (line 3)") && error.contains("code 3"),
+            "{error}"
+        );
+        let lines = log(&d, "broken").await;
+        assert!(lines.iter().any(|l| l == "oops"), "{lines:#?}");
+        assert!(!lines.iter().any(|l| l == "never"), "{lines:#?}");
+        // A create from it says why.
+        let resp = d
+            .post_json("/v1/sandboxes", &json!({ "template": "broken" }))
+            .await;
+        assert_eq!(resp.status(), 409);
+
+        for (dockerfile, line) in [
+            ("FROM base\nFROBNICATE x\n", "line 2"),
+            ("RUN echo no from\n", "line 1"),
+            ("FROM base\nCOPY onlyone\n", "line 2"),
+        ] {
+            let resp = d
+                .post_json(
+                    "/v1/templates",
+                    &json!({ "name": "bad", "dockerfile": dockerfile }),
+                )
+                .await;
+            assert_eq!(resp.status(), 400, "{dockerfile}");
+            let v: Value = resp.json().await.unwrap();
+            assert!(
+                v["message"].as_str().unwrap().contains(line),
+                "{dockerfile}: {v}"
+            );
+        }
+        let bad_context = json!({ "name": "bad", "dockerfile": "FROM base\n", "context": "!!" });
+        assert_eq!(
+            d.post_json("/v1/templates", &bad_context).await.status(),
+            400
+        );
+        assert_eq!(
+            d.get_json("/v1/templates").await["templates"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    });
+}
+
+/// A snapshot turns a sandbox's filesystem into a template; sandboxes made from it see the files,
+/// and the sandbox goes on running.
+#[test]
+fn a_snapshot_becomes_a_template_with_the_sandboxs_files() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let id = d.create_id().await;
+        assert_eq!(run(&d, &id, "echo kept > /home/user/notes.txt && mkdir -p /home/user/proj/src && echo x > /home/user/proj/src/a").await.0, 0);
+        let resp = d
+            .post_json(
+                &format!("/v1/sandboxes/{id}/snapshot"),
+                &json!({ "name": "snap" }),
+            )
+            .await;
+        assert_eq!(resp.status(), 201);
+        let t: Value = resp.json().await.unwrap();
+        assert_eq!(t["state"], "ready", "{t}");
+        assert_eq!(run(&d, &id, "echo still running").await.1, "still running");
+        let s = d.create(json!({ "template": "snap" })).await;
+        let new = id_of(&s);
+        assert_eq!(
+            run(&d, &new, "cat /home/user/notes.txt /home/user/proj/src/a")
+                .await
+                .1,
+            "kept\nx"
+        );
+        assert_eq!(
+            run(&d, &new, "hostname").await.1,
+            new,
+            "the snapshot's hostname is not carried"
+        );
+        // A taken name is a conflict.
+        let again = d
+            .post_json(
+                &format!("/v1/sandboxes/{id}/snapshot"),
+                &json!({ "name": "snap" }),
+            )
+            .await;
+        assert_eq!(again.status(), 409);
+    });
+}

@@ -1,0 +1,76 @@
+//! Snapshots: a sandbox's filesystem (its image, or `base`, plus everything it wrote) as a new
+//! template.
+//!
+//! Guarantee: the sandbox is paused for the copy (its processes frozen, so the layer is not written
+//! while it is read) and resumed after, whatever happened; the template is `ready` when the call
+//! answers, and sandboxes made from it see the files the sandbox had. The runtime's per-sandbox
+//! files (`/etc/hostname`, `/etc/hosts`, `/etc/resolv.conf`) are not part of it. A name that is taken
+//! is a conflict, and nothing is recorded then.
+
+use crate::{Service, ServiceError};
+use sandboxd_images::RunConfig;
+use sandboxd_store::{unix_millis_now, SandboxState, StoreError, TemplateRecord};
+
+impl Service {
+    /// Turns sandbox `key`'s filesystem into template `name`.
+    pub async fn snapshot(&self, key: &str, name: &str) -> Result<TemplateRecord, ServiceError> {
+        crate::templates::validate_name(name)?;
+        if name == crate::sandboxes::DEFAULT_TEMPLATE {
+            return Err(ServiceError::Conflict(
+                "template \"base\" is built in".into(),
+            ));
+        }
+        let sandbox = self.get(key).await?;
+        if sandbox.state != SandboxState::Running && sandbox.state != SandboxState::Paused {
+            return Err(ServiceError::Conflict(format!(
+                "sandbox {} is {}, not running",
+                sandbox.id, sandbox.state
+            )));
+        }
+        let base = match &sandbox.image {
+            Some(digest) => Some(self.get_image(digest).await?),
+            None => None,
+        };
+        let (n, summary) = (
+            name.to_string(),
+            serde_json::json!({ "snapshotOf": sandbox.id }),
+        );
+        self.writer()
+            .write(move |tx| tx.begin_template(&n, &summary, unix_millis_now()))
+            .await
+            .map_err(|e| match e {
+                StoreError::TemplateExists { name } => {
+                    ServiceError::Conflict(format!("template {name:?} already exists"))
+                }
+                other => other.into(),
+            })?;
+        let was_running = sandbox.state == SandboxState::Running;
+        if was_running {
+            self.runtime().pause(&sandbox.id).await?;
+        }
+        let layer = self.pack_live_layer(&sandbox.id).await;
+        if was_running {
+            if let Err(e) = self.runtime().resume(&sandbox.id).await {
+                tracing::warn!(sandbox_id = %sandbox.id, error = %crate::error::chain(&e), "could not resume after a snapshot");
+            }
+        }
+        let built = match layer {
+            Ok(layer) => {
+                let mut layers = base.as_ref().map(|b| b.layers.clone()).unwrap_or_default();
+                layers.push(layer.digest.clone());
+                let config = base.as_ref().map(Service::run_config).unwrap_or(RunConfig {
+                    on_base: true,
+                    ..RunConfig::default()
+                });
+                let l = layer.clone();
+                self.writer()
+                    .write(move |tx| tx.record_layer(&l, unix_millis_now()))
+                    .await?;
+                self.image_from_layers(format!("snapshot of {}", sandbox.id), layers, config)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.finish_template_now(name, built).await
+    }
+}

@@ -1,0 +1,322 @@
+//! Templates: named images sandboxes are made from — pulled from a reference or built from a
+//! Dockerfile ([`crate::builds`]), or snapshotted from a sandbox.
+//!
+//! Guarantees:
+//! - **One template per name.** The name is the store's primary key; a create of a name that is
+//!   building or ready is a conflict, a failed one may be built again under its name.
+//! - **A build is a retried operation with a visible state.** A template is `building` from its
+//!   create until its image is ready (`ready`) or the build gave up (`failed`, with the reason in
+//!   `error` and the log). The build runs on its own task, so a client that goes away does not stop
+//!   it; a daemon that dies mid-build leaves it `building`, and the template reconciler
+//!   ([`crate::reconcile::templates`]) marks it failed once no build of this process runs it.
+//! - **In use, kept.** A template a sandbox was made from is not deleted (a conflict); the image a
+//!   template names cannot be deleted either (a foreign key).
+//! - `base` is built in: it cannot be created or deleted, and needs no record.
+
+use crate::sandboxes::DEFAULT_TEMPLATE;
+use crate::{Service, ServiceError};
+use sandboxd_api_types as api;
+use sandboxd_store::{
+    unix_millis_now, ImageRecord, LogLine, StoreError, TemplateRecord, TemplateState,
+};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// Templates whose build runs in this process (the reconciler leaves them alone).
+#[derive(Default)]
+pub(crate) struct Builds(Mutex<HashSet<String>>);
+
+impl Builds {
+    /// Whether this process builds template `name` now.
+    pub(crate) fn is_running(&self, name: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(name)
+    }
+
+    fn start(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string());
+    }
+
+    fn end(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+}
+
+/// Template names: 1 to 128 of lowercase letters, digits, `.`, `_`, `-`, `/` and one `:tag`
+/// (E2B's `name:tag`), starting with a letter or digit.
+pub fn validate_name(name: &str) -> Result<(), ServiceError> {
+    let (base, tag) = name.split_once(':').unwrap_or((name, ""));
+    let part_ok = |p: &str| {
+        p.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/".contains(&b))
+    };
+    let ok = !base.is_empty()
+        && name.len() <= 128
+        && base.as_bytes()[0].is_ascii_alphanumeric()
+        && part_ok(base)
+        && part_ok(tag)
+        && !tag.contains('/')
+        && (name.find(':').is_none() || !tag.is_empty());
+    if ok {
+        Ok(())
+    } else {
+        Err(ServiceError::InvalidRequest(format!(
+            "invalid template name {name:?}: use 1 to 128 lowercase letters, digits, '.', '_', '-', '/' \
+             and an optional ':tag', starting with a letter or digit"
+        )))
+    }
+}
+
+/// What a template is made from, as its record keeps it.
+#[derive(Debug, Clone)]
+pub enum TemplateSource {
+    /// An image reference, pulled.
+    Image {
+        /// The reference.
+        reference: String,
+    },
+    /// A Dockerfile and the tar of the files its COPY/ADD read.
+    Dockerfile(crate::builds::BuildSpec),
+}
+
+impl Service {
+    /// Creates template `name` from `source` and starts its build; answers at once with the
+    /// `building` record (poll it, or follow its log). `credentials` are for the pulls of this build
+    /// only.
+    pub async fn create_template(
+        &self,
+        name: &str,
+        source: TemplateSource,
+        credentials: Option<sandboxd_images::Credentials>,
+    ) -> Result<TemplateRecord, ServiceError> {
+        validate_name(name)?;
+        if name == DEFAULT_TEMPLATE {
+            return Err(ServiceError::Conflict(
+                "template \"base\" is built in".into(),
+            ));
+        }
+        match &source {
+            TemplateSource::Image { reference } => {
+                reference
+                    .parse::<sandboxd_images::ImageRef>()
+                    .map_err(sandboxd_images::ImageError::from)?;
+            }
+            TemplateSource::Dockerfile(spec) => spec.check()?,
+        }
+        let summary = match &source {
+            TemplateSource::Image { reference } => serde_json::json!({ "image": reference }),
+            TemplateSource::Dockerfile(spec) => spec.summary(),
+        };
+        let n = name.to_string();
+        let record = self
+            .writer()
+            .write(move |tx| tx.begin_template(&n, &summary, unix_millis_now()))
+            .await
+            .map_err(|e| match e {
+                StoreError::TemplateExists { name } => {
+                    ServiceError::Conflict(format!("template {name:?} already exists"))
+                }
+                other => other.into(),
+            })?;
+        self.inner.builds.start(name);
+        let svc = self.clone();
+        let name = name.to_string();
+        tokio::spawn(async move {
+            let built = match source {
+                TemplateSource::Image { reference } => {
+                    svc.log_template(&name, [format!("pulling {reference}")])
+                        .await;
+                    svc.ensure_image(&reference, credentials).await
+                }
+                TemplateSource::Dockerfile(spec) => svc.build(&name, spec, credentials).await,
+            };
+            svc.finish_template(&name, built).await;
+            svc.inner.builds.end(&name);
+        });
+        Ok(record)
+    }
+
+    /// Records how template `name`'s build ended.
+    async fn finish_template(&self, name: &str, built: Result<ImageRecord, ServiceError>) {
+        let n = name.to_string();
+        let outcome = match &built {
+            Ok(image) => {
+                let digest = image.digest.clone();
+                self.log_template(name, [format!("ready: image {digest}")])
+                    .await;
+                self.writer()
+                    .write(move |tx| tx.template_ready(&n, &digest, unix_millis_now()))
+                    .await
+            }
+            Err(e) => {
+                let reason = crate::error::chain(e);
+                self.log_template(name, [format!("failed: {reason}")]).await;
+                self.writer()
+                    .write(move |tx| tx.template_failed(&n, &reason, unix_millis_now()))
+                    .await
+            }
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(template = %name, error = %crate::error::chain(&e), "could not record a build's end");
+        }
+    }
+
+    /// Ends a build that ran in the caller's request (a snapshot): `ready` with the image, or — on
+    /// failure — the template's record deleted again, so a failed call leaves nothing.
+    pub(crate) async fn finish_template_now(
+        &self,
+        name: &str,
+        built: Result<ImageRecord, ServiceError>,
+    ) -> Result<TemplateRecord, ServiceError> {
+        let n = name.to_string();
+        match built {
+            Ok(image) => {
+                let digest = image.digest.clone();
+                self.writer()
+                    .write(move |tx| tx.template_ready(&n, &digest, unix_millis_now()))
+                    .await?;
+                self.get_template(name).await
+            }
+            Err(e) => {
+                let _ = self.writer().write(move |tx| tx.delete_template(&n)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Appends `lines` to template `name`'s build log (best effort: a log line never fails a build).
+    pub(crate) async fn log_template(&self, name: &str, lines: impl IntoIterator<Item = String>) {
+        let lines: Vec<String> = lines.into_iter().collect();
+        if lines.is_empty() {
+            return;
+        }
+        let n = name.to_string();
+        let written = self
+            .writer()
+            .write(move |tx| tx.append_template_log(&n, &lines, unix_millis_now()))
+            .await;
+        if let Err(e) = written {
+            tracing::warn!(template = %name, error = %crate::error::chain(&e), "could not write a build log line");
+        }
+    }
+
+    /// Template `name`.
+    pub async fn get_template(&self, name: &str) -> Result<TemplateRecord, ServiceError> {
+        let n = name.to_string();
+        self.reader()
+            .read(move |tx| tx.get_template(&n))
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("template {name:?} not found")))
+    }
+
+    /// Every template.
+    pub async fn list_templates(&self) -> Result<Vec<TemplateRecord>, ServiceError> {
+        Ok(self.reader().read(|tx| tx.list_templates()).await?)
+    }
+
+    /// Up to `limit` lines of template `name`'s build log from line `offset` on.
+    pub async fn template_log(
+        &self,
+        name: &str,
+        offset: u64,
+        limit: usize,
+    ) -> Result<Vec<LogLine>, ServiceError> {
+        self.get_template(name).await?;
+        let n = name.to_string();
+        Ok(self
+            .reader()
+            .read(move |tx| tx.template_log(&n, offset, limit))
+            .await?)
+    }
+
+    /// Deletes template `name` (its image stays, for `images rm`/`prune`). A conflict while it
+    /// builds or a sandbox made from it exists.
+    pub async fn delete_template(&self, name: &str) -> Result<(), ServiceError> {
+        let template = self.get_template(name).await?;
+        if template.state == TemplateState::Building {
+            return Err(ServiceError::Conflict(format!(
+                "template {name:?} is being built"
+            )));
+        }
+        let n = name.to_string();
+        let users = self.reader().read(move |tx| tx.template_users(&n)).await?;
+        if users > 0 {
+            return Err(ServiceError::Conflict(format!(
+                "template {name:?} is used by {users} sandbox(es)"
+            )));
+        }
+        let n = name.to_string();
+        self.writer()
+            .write(move |tx| tx.delete_template(&n))
+            .await?;
+        Ok(())
+    }
+
+    /// The ready image template `name` names (not for `base`).
+    pub async fn template_image(&self, name: &str) -> Result<ImageRecord, ServiceError> {
+        let template = self.get_template(name).await?;
+        match (template.state, &template.image) {
+            (TemplateState::Ready, Some(digest)) => self.get_image(digest).await,
+            (TemplateState::Building, _) => Err(ServiceError::Conflict(format!(
+                "template {name:?} is still being built"
+            ))),
+            _ => Err(ServiceError::Conflict(format!(
+                "template {name:?} failed to build: {}",
+                template.error.unwrap_or_default()
+            ))),
+        }
+    }
+}
+
+/// The API's view of a stored template.
+pub fn template_to_api(t: &TemplateRecord) -> api::Template {
+    api::Template {
+        name: t.name.clone(),
+        state: t.state.as_str().to_string(),
+        image: t.image.clone(),
+        source: t.source.clone(),
+        error: t.error.clone(),
+        created_at: crate::sandboxes::rfc3339(t.created_at),
+        updated_at: crate::sandboxes::rfc3339(t.updated_at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_names_follow_the_rules() {
+        for good in [
+            "py",
+            "code-interpreter-v1",
+            "team/app:v2",
+            "a.b_c",
+            "x:latest",
+            "9lives",
+        ] {
+            assert!(validate_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "Py",
+            "-x",
+            "a:",
+            ":t",
+            "a:b:c",
+            "a:t/x",
+            "a b",
+            &"a".repeat(129),
+        ] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+}
