@@ -288,3 +288,45 @@ fn a_snapshot_becomes_a_template_with_the_sandboxs_files() {
         assert_eq!(again.status(), 409);
     });
 }
+
+/// A daemon killed mid-build leaves a `building` template and a build sandbox; after the restart
+/// the template is `failed` (its name free again), the sandbox is gone, and the next build of the
+/// name finishes.
+#[test]
+fn kill9_mid_build_fails_the_template_and_the_next_build_finishes() {
+    e2e(|| async {
+        let mut d = Daemon::start().await;
+        let dockerfile =
+            "FROM base\nARG NAP=60\nRUN echo started && sleep $NAP && echo done > /tmp/out\n";
+        let body = json!({ "name": "slow", "dockerfile": dockerfile });
+        assert_eq!(d.post_json("/v1/templates", &body).await.status(), 202);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !log(&d, "slow").await.iter().any(|l| l == "started") {
+            assert!(Instant::now() < deadline, "the RUN step never started");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(d.get_json("/v1/templates/slow").await["state"], "building");
+        d.kill9();
+        d.restart().await;
+        let t = d.get_json("/v1/templates/slow").await;
+        assert_eq!(t["state"], "failed", "{t}");
+        assert!(t["error"].as_str().unwrap().contains("interrupted"), "{t}");
+        common::reconcile(&d).await;
+        let running: Vec<Value> = d
+            .list_all()
+            .await
+            .into_iter()
+            .filter(|s| s["state"] == "running")
+            .collect();
+        assert!(
+            running.is_empty(),
+            "the build sandbox still runs: {running:?}"
+        );
+        let again =
+            json!({ "name": "slow", "dockerfile": dockerfile, "buildArgs": { "NAP": "0" } });
+        assert_eq!(d.post_json("/v1/templates", &again).await.status(), 202);
+        assert_eq!(built(&d, "slow").await["state"], "ready");
+        let s = d.create(json!({ "template": "slow" })).await;
+        assert_eq!(run(&d, &id_of(&s), "cat /tmp/out").await.1, "done");
+    });
+}
