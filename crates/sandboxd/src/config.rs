@@ -90,6 +90,10 @@ pub struct ServeConfig {
     /// Largest disk limit a create may ask for, MiB.
     #[arg(long, env = "SB_MAX_DISK_MB", default_value_t = 100 * 1024)]
     pub max_disk_mb: u64,
+    /// Size of unpacked image layers past which images no sandbox or template uses are evicted,
+    /// least recently used first, MiB (0: no limit).
+    #[arg(long, env = "SB_IMAGE_CACHE_MAX_MB", default_value_t = 50 * 1024)]
+    pub image_cache_max_mb: u64,
     /// A pull-through mirror tried before a registry, `REGISTRY=URL` (repeatable, e.g.
     /// `docker.io=http://127.0.0.1:5000`); the registry itself is asked when the mirror fails.
     #[arg(

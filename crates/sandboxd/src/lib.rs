@@ -154,6 +154,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             disk_quota: disk_backend != DiskBackend::Off,
             default_disk_mb: config.default_disk_mb,
             max_disk_mb: config.max_disk_mb,
+            image_cache_max_mb: config.image_cache_max_mb,
             ..ServiceConfig::default()
         },
         store.writer().clone(),

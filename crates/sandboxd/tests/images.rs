@@ -418,3 +418,46 @@ fn image_archives_import_and_make_sandboxes() {
         );
     });
 }
+
+/// Past `--image-cache-max-mb` the sweep evicts images nothing uses, least recently used first,
+/// and never an image a sandbox runs on.
+#[test]
+fn the_cache_sweep_evicts_unused_images_and_keeps_used_ones() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2e(|| async {
+        let registry = TestRegistry::start();
+        let used = ImageBuilder::busybox().random_file("/used", 1 << 20).build();
+        let idle = ImageBuilder::busybox().random_file("/idle", 1 << 20).build();
+        registry.push(&used, "team/used:1");
+        registry.push(&idle, "team/idle:1");
+        let d = Daemon::start_setup(Setup {
+            args: vec!["--image-cache-max-mb=1".into(), "--reconcile-interval-secs=0".into()],
+            ..Setup::default()
+        })
+        .await;
+        let s = d.create(json!({ "image": registry.image_ref("team/used:1"), "memoryMB": 64 })).await;
+        let pulled = d
+            .post_json("/v1/images", &json!({ "reference": registry.image_ref("team/idle:1") }))
+            .await;
+        assert_eq!(pulled.status(), 200);
+        assert_eq!(d.get_json("/v1/images").await["images"].as_array().unwrap().len(), 2);
+        let report = common::reconcile(&d).await;
+        let images = d.get_json("/v1/images").await;
+        let left: Vec<&str> = images["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["digest"].as_str().unwrap())
+            .collect();
+        assert_eq!(left, [s["image"].as_str().unwrap()], "{report}");
+        let layers = d.data_dir().join("images/layers");
+        assert_eq!(
+            std::fs::read_dir(&layers).unwrap().count(),
+            used.layer_digests().len(),
+            "the evicted image's own layer stayed"
+        );
+        assert_eq!(exec_as(&d, &id_of(&s), "user", &["sh", "-c", "wc -c < /used"]).await.1, "1048576");
+    });
+}

@@ -443,6 +443,43 @@ impl Service {
         Ok(report)
     }
 
+    /// Keeps the layer cache within [`crate::ServiceConfig::image_cache_max_mb`]: while the layers'
+    /// unpacked size is over it, the least recently used image no sandbox or template uses is
+    /// removed and unused layers pruned. Returns how many images went. Nothing in use is touched
+    /// (the store's foreign keys would refuse it anyway).
+    pub async fn enforce_image_cache(&self) -> Result<usize, ServiceError> {
+        let cap = self.config().image_cache_max_mb.saturating_mul(1024 * 1024);
+        if cap == 0 || self.config().images.is_none() {
+            return Ok(0);
+        }
+        let used = |layers: &[sandboxd_store::LayerRecord]| -> u64 {
+            layers.iter().map(|l| l.unpacked_bytes).sum()
+        };
+        let mut size = used(&self.reader().read(|tx| tx.list_layers()).await?);
+        if size <= cap {
+            return Ok(0);
+        }
+        let mut evicted = 0;
+        for digest in self.reader().read(|tx| tx.evictable_images()).await? {
+            if size <= cap {
+                break;
+            }
+            let d = digest.clone();
+            match self.writer().write(move |tx| tx.delete_image(&d)).await {
+                Ok(true) => evicted += 1,
+                Ok(false) | Err(sandboxd_store::StoreError::InUse { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            self.prune_images().await?;
+            size = used(&self.reader().read(|tx| tx.list_layers()).await?);
+            tracing::info!(image = %digest, cache_bytes = size, "evicted from the image cache");
+        }
+        if size > cap {
+            self.prune_images().await?;
+        }
+        Ok(evicted)
+    }
+
     /// The run settings a ready image's record carries.
     pub fn run_config(image: &ImageRecord) -> RunConfig {
         serde_json::from_value(image.config.clone()).unwrap_or_default()

@@ -87,6 +87,9 @@ pub struct ServiceConfig {
     pub default_disk_mb: u64,
     /// Disk limit a create may ask for at most, MiB.
     pub max_disk_mb: u64,
+    /// Size of unpacked layers past which the image reconciler evicts images nothing uses, MiB (0:
+    /// no limit).
+    pub image_cache_max_mb: u64,
 }
 
 impl Default for ServiceConfig {
@@ -111,6 +114,7 @@ impl Default for ServiceConfig {
             disk_quota: false,
             default_disk_mb: sandboxes::DEFAULT_DISK_MB,
             max_disk_mb: 100 * 1024,
+            image_cache_max_mb: 0,
         }
     }
 }

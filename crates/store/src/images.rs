@@ -173,6 +173,22 @@ impl ReadTx<'_> {
             .collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Ready images no sandbox and no template uses, least recently used first: what a cache
+    /// past its size may drop.
+    pub fn evictable_images(&self) -> Result<Vec<String>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT digest FROM images i
+                 WHERE state = 'ready'
+                   AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.image_digest = i.digest)
+                   AND NOT EXISTS (SELECT 1 FROM templates t WHERE t.image_digest = i.digest)
+                 ORDER BY last_used_at, digest",
+            )?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
     /// How many sandboxes use image `digest`.
     pub fn image_users(&self, digest: &str) -> Result<u64> {
         Ok(self

@@ -6,6 +6,9 @@
 //! start-up). Once such a row is stuck ([`Service::is_stuck`]: last touched before this process
 //! started, or no progress recorded within the deadline) and no pull of this process holds it, the
 //! row and the claim are deleted, so the next create or pull of the image starts over.
+//!
+//! The same sweep keeps the layer cache under `--image-cache-max-mb`
+//! ([`Service::enforce_image_cache`]).
 
 use super::{ReconcileReport, Reconciler};
 use crate::{images::PULL_SCOPE, Service, ServiceError};
@@ -45,6 +48,10 @@ impl Reconciler for ImageReconciler {
                 tracing::info!(image = %image.digest, reference = %image.reference, "abandoned pull cleared");
                 report.act("pulls_abandoned");
             }
+        }
+        let evicted = svc.enforce_image_cache().await?;
+        for _ in 0..evicted {
+            report.act("images_evicted");
         }
         Ok(report)
     }
