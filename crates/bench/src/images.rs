@@ -18,28 +18,27 @@
 //!    (untimed) before the next, one untimed of each first. Printed: create of each — the runtime's
 //!    `create` plus `start`, which is what `POST /v1/sandboxes` waits for (the quota'd layer is made
 //!    in `create`, the overlay on it is mounted in `start`) — the difference of their p50s (goal
-//!    ≤ +[`QUOTA_EXTRA_TARGET_MS`] ms), and each step's p50.
+//!    ≤ +[`crate::quota::QUOTA_EXTRA_TARGET_MS`] ms), and each step's p50. See [`crate::quota`].
 //!
 //! The registry is [`sandboxd_test_support::registry`]'s (`docker-registry` on loopback, images made
 //! with `umoci` and pushed with `skopeo`); it runs inside the daemon's network namespace, where the
 //! daemon reaches it as a loopback registry over plain HTTP ([`Daemon::run_inside`]).
 //!
 //! Guarantees: sandboxes are [`ApiFleet`]'s (labelled, with a lifetime, all deleted at the end) and
-//! [`Fleet`]'s (all destroyed, state directories removed); afterwards every image of this run's
+//! [`crate::runtime`]'s (all destroyed, state directories removed); afterwards every image of this run's
 //! repository is removed from the daemon and pruned, skopeo's directories are deleted and the
 //! registry is killed with its storage — on success, error and Ctrl-C alike. Assumes root, the tools
 //! of [`REGISTRY_TOOLS`] and slots from [`FIRST_SLOT`] free, as `bench runtime` does.
 
 use crate::daemon::{daemon_binary, Daemon};
 use crate::http::{run_ok, wait_for_daemon, ApiFleet};
-use crate::report::{verdict, Latency, Versus};
-use crate::runtime::{agent_binary, Fleet, FIRST_SLOT, SLOTS};
+use crate::quota::{quota_part, QuotaFigure};
+use crate::report::{Latency, Versus};
+use crate::runtime::{agent_binary, FIRST_SLOT, SLOTS};
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
 use sandboxd_client::types::PullImage;
 use sandboxd_client::Client;
-use sandboxd_runtime::quota::{DiskBackend, DiskMode};
-use sandboxd_runtime::SandboxSpec;
 use sandboxd_test_support::registry::{
     require_tools, ImageBuilder, TestImage, TestRegistry, REGISTRY_TOOLS,
 };
@@ -52,8 +51,6 @@ use std::time::{Duration, Instant};
 pub const CREATE_RATIO_TARGET: f64 = 1.5;
 /// Daemon cold pull over `skopeo copy` that the issue allows.
 pub const PULL_RATIO_TARGET: f64 = 1.3;
-/// What the disk quota may add to create's p50, in milliseconds.
-pub const QUOTA_EXTRA_TARGET_MS: f64 = 2.0;
 /// Layers of the image of figure 1 (busybox and four more).
 const SMALL_LAYERS: usize = 5;
 
@@ -103,26 +100,6 @@ pub struct DaemonFigures {
     pub pull_layers: usize,
 }
 
-/// Figure 3: creating a sandbox (`Runtime::create` + `Runtime::start`, what `POST /v1/sandboxes`
-/// waits for) with and without the disk quota.
-#[derive(Debug, Clone, Serialize)]
-pub struct QuotaFigure {
-    /// The backend `--disk auto` chose.
-    pub backend: DiskBackend,
-    pub limit_mb: u64,
-    pub create_on: Latency,
-    pub create_off: Latency,
-    /// p50s of each step, `[on, off]`: `Runtime::create` (where the quota'd layer is made),
-    /// `Runtime::start`, the first exec.
-    pub runtime_create_p50_ms: [f64; 2],
-    pub start_p50_ms: [f64; 2],
-    pub first_exec_p50_ms: [f64; 2],
-    /// `create_on.p50 − create_off.p50`, ms.
-    pub extra_ms: f64,
-    pub extra_target_ms: f64,
-    pub met: bool,
-}
-
 /// Figures of `bench images`.
 #[derive(Debug, Clone, Serialize)]
 pub struct ImagesReport {
@@ -151,29 +128,7 @@ impl ImagesReport {
         println!("{}", p.ours.line("  sandboxd POST /images"));
         println!("{}", p.peer.line("  skopeo copy → dir:"));
         println!("{}", p.ratio_line("sandboxd/skopeo median ratio"));
-        let q = &self.quota;
-        println!(
-            "{}",
-            q.create_on
-                .line(&format!("create, quota {:?}", q.backend).to_lowercase())
-        );
-        println!("{}", q.create_off.line("create, quota off"));
-        println!(
-            "quota on − off create p50 {:+.2} ms  (target ≤+{} ms: {})",
-            q.extra_ms,
-            q.extra_target_ms,
-            verdict(q.met)
-        );
-        let pair = |v: [f64; 2]| {
-            let [on, off] = v.map(|x| crate::report::ms(x).trim().to_string());
-            format!("{on} vs {off} ms")
-        };
-        println!(
-            "  breakdown p50, on vs off: runtime create {}  start {}  first exec {}",
-            pair(q.runtime_create_p50_ms),
-            pair(q.start_p50_ms),
-            pair(q.first_exec_p50_ms)
-        );
+        self.quota.print();
     }
 }
 
@@ -445,112 +400,4 @@ async fn remove_images(client: &Client, repo: &str) -> anyhow::Result<()> {
     } else {
         bail!("removing bench images failed: {}", failed.join("; "))
     }
-}
-
-/// Figure 3: a runtime with `--disk auto` and one with `--disk off`, in this process.
-pub async fn quota_part(
-    agent: &Path,
-    sizes: &ImageArgs,
-    interrupt: Interrupt,
-) -> anyhow::Result<QuotaFigure> {
-    let dir = |kind: &str| {
-        std::env::temp_dir().join(format!(
-            "sandboxd-bench-quota-{kind}-{}",
-            std::process::id()
-        ))
-    };
-    let on = Arc::new(Fleet::start(dir("on"), agent, DiskMode::Auto).await?);
-    let off = match Fleet::start(dir("off"), agent, DiskMode::Off).await {
-        Ok(off) => Arc::new(off),
-        Err(e) => {
-            if let Err(t) = on.teardown().await {
-                eprintln!("bench: {t:#}");
-            }
-            return Err(e);
-        }
-    };
-    let work = tokio::spawn(quota_measure(on.clone(), off.clone(), sizes.clone()));
-    let abort = work.abort_handle();
-    let outcome = tokio::select! {
-        r = work => r.unwrap_or_else(|e| Err(anyhow::anyhow!("the measuring task failed: {e}"))),
-        _ = interrupted(interrupt) => {
-            abort.abort();
-            Err(anyhow::anyhow!("interrupted"))
-        }
-    };
-    let on_down = on.teardown().await;
-    let off_down = off.teardown().await;
-    let figure = outcome?;
-    on_down?;
-    off_down?;
-    Ok(figure)
-}
-
-async fn quota_measure(
-    on: Arc<Fleet>,
-    off: Arc<Fleet>,
-    sizes: ImageArgs,
-) -> anyhow::Result<QuotaFigure> {
-    let backend = on.rt.disk_backend();
-    if backend == DiskBackend::Off {
-        eprintln!("bench: --disk auto found no quota backend; both runtimes run without one");
-    }
-    let limit_mb = if backend == DiskBackend::Off {
-        0
-    } else {
-        sizes.quota_mb
-    };
-    let pid = std::process::id();
-    // [on, off] × (create + start, Runtime::create, start, first exec)
-    let mut samples: [[Vec<Duration>; 4]; 2] = Default::default();
-    for i in 0..=sizes.quota_creates {
-        for k in 0..2 {
-            let which = (i + k) % 2; // 0: on, 1: off
-            let (fleet, name, mb) = match which {
-                0 => (&on, "qon", limit_mb),
-                _ => (&off, "qoff", 0),
-            };
-            let mut spec = SandboxSpec {
-                net_slot: FIRST_SLOT + (2 * i + k) as u32,
-                ..SandboxSpec::base(
-                    format!("bench-{name}-{pid}-{i}"),
-                    format!("bench-token-{pid}-{i}-{k}"),
-                )
-            };
-            spec.limits.disk_mb = mb;
-            let (steps, _client) = fleet.boot(&spec).await?;
-            fleet.destroy(&spec.id).await?;
-            if i > 0 {
-                let got = [
-                    steps.create + steps.start,
-                    steps.create,
-                    steps.start,
-                    steps.first_exec,
-                ];
-                for (v, d) in samples[which].iter_mut().zip(got) {
-                    v.push(d);
-                }
-            }
-        }
-    }
-    let p50 = |step: usize| {
-        samples
-            .each_ref()
-            .map(|kind| crate::stats::Summary::of(&kind[step]).map_or(0.0, |s| s.p50_ms))
-    };
-    let create_on = Latency::new("create, quota on", &samples[0][0], None)?;
-    let create_off = Latency::new("create, quota off", &samples[1][0], None)?;
-    let extra_ms = create_on.summary.p50_ms - create_off.summary.p50_ms;
-    Ok(QuotaFigure {
-        backend,
-        limit_mb,
-        runtime_create_p50_ms: p50(1),
-        start_p50_ms: p50(2),
-        first_exec_p50_ms: p50(3),
-        create_on,
-        create_off,
-        extra_ms,
-        extra_target_ms: QUOTA_EXTRA_TARGET_MS,
-        met: extra_ms <= QUOTA_EXTRA_TARGET_MS,
-    })
 }

@@ -4,8 +4,9 @@
 //!   runtime library, next to the bare `unshare` floor.
 //! - `bench http` ([`http`]): the proxy's throughput and latency against the same server reached
 //!   directly, and API create→first-exec, against a running daemon.
-//! - `bench images` ([`images`]): create→first-exec from a cached image vs `base`, a cold pull vs
-//!   `skopeo copy`, and create with the disk quota on vs off; with a daemon and a registry of its own.
+//! - `bench images` ([`images`], its quota figure in [`quota`]): create→first-exec from a cached
+//!   image vs `base`, a cold pull vs `skopeo copy`, and create with the disk quota on vs off; with a
+//!   daemon and a registry of its own.
 //! - `bench all`: all three, with one daemon of its own ([`daemon`]) for `http` and `images`.
 //!
 //! Figures go to stdout, as lines for people or, with `--json`, as one JSON document; progress and
@@ -16,6 +17,7 @@ pub mod daemon;
 pub mod http;
 pub mod images;
 pub mod load;
+pub mod quota;
 pub mod report;
 pub mod runtime;
 pub mod stats;
@@ -201,7 +203,7 @@ async fn all(args: &AllArgs, json: bool, interrupt: Interrupt) -> anyhow::Result
     }
     let images = images::ImagesReport {
         daemon: image_figures,
-        quota: images::quota_part(&agent, &args.images, interrupt).await?,
+        quota: quota::quota_part(&agent, &args.images, interrupt).await?,
     };
     if json {
         let report = AllReport {
