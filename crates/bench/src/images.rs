@@ -234,6 +234,14 @@ async fn measure(
             cached.layers.len()
         );
     }
+    // The image sandboxes really have the image's root: its top layer's file is there.
+    let probe = fleet.create_from(Some(&small)).await?;
+    let top = format!("/layers/{}", SMALL_LAYERS - 2);
+    let text = run_ok(client, &probe.id, &["cat", &top]).await?;
+    if text.trim() != format!("layer {}", SMALL_LAYERS - 2) {
+        bail!("{top} in a sandbox of {small} holds {text:?}");
+    }
+    fleet.delete(&probe.id).await?;
     let (mut from_image, mut from_base) = (Vec::new(), Vec::new());
     for i in 0..=sizes.image_creates {
         let kinds = [Some(small.as_str()), None];
@@ -276,7 +284,15 @@ async fn measure(
                     .remove_image(&image.digest)
                     .await
                     .context("removing the big image")?;
-                client.prune_images().await.context("pruning")?;
+                // Every layer must go, or the next pull would not be cold.
+                let pruned = client.prune_images().await.context("pruning")?;
+                if pruned.layers < image.layers.len() as u64 {
+                    bail!(
+                        "the prune after a pull removed {} layers of {}",
+                        pruned.layers,
+                        image.layers.len()
+                    );
+                }
             } else {
                 let dir = scratch.path().join(format!("round-{round}"));
                 let t = Instant::now();
