@@ -1,11 +1,13 @@
-//! `bench all`'s own daemon, in a private network namespace.
+//! The daemon `bench all` and `bench images` start, in a private network namespace.
 //!
 //! A daemon leases network slots from 0 and names its veth ends `sbh<slot>`, so a second daemon in the
 //! host's network namespace would collide with any daemon already running there. [`Daemon::start`]
 //! therefore gives its daemon a fresh network namespace (loopback only, see [`private_netns`]): its
 //! sandboxes' veth pairs, addresses and listener live there and nowhere else. The `bench http` that
 //! measures it runs as a child process in the same namespace ([`Daemon::command`]), so it reaches the
-//! listener and the sandboxes' addresses like any client next to a daemon would.
+//! listener and the sandboxes' addresses like any client next to a daemon would; `bench images` runs
+//! its part on a thread of its own inside the namespace instead ([`Daemon::run_inside`]), with the
+//! registry it starts listening on the namespace's loopback.
 //!
 //! Guarantees: [`Daemon::stop`] kills the daemon, then destroys every sandbox left under its data
 //! directory with the runtime library, from a thread inside the namespace (so no host interface is
@@ -142,6 +144,21 @@ impl Daemon {
         cmd
     }
 
+    /// Runs `work` inside the daemon's network namespace (see [`in_netns`]: its own thread and
+    /// async runtime, so its connections reach the daemon's listener and loopback, and processes it
+    /// spawns, e.g. a registry, listen there too); resolves with its outcome.
+    pub async fn run_inside<T, F, Fut>(&self, work: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = anyhow::Result<T>>,
+    {
+        let netns = self.netns.try_clone()?;
+        tokio::task::spawn_blocking(move || in_netns(netns, work))
+            .await
+            .context("the netns thread failed")?
+    }
+
     /// Kills the daemon, destroys what it left, removes its data (and its log unless `keep_log`).
     /// Returns how many sandboxes were left to destroy.
     pub async fn stop(mut self, keep_log: bool) -> anyhow::Result<usize> {
@@ -171,33 +188,45 @@ impl Daemon {
 
 /// Destroys every sandbox under `runtime_dir` with a runtime whose netlink socket lives in `netns`.
 fn sweep(netns: File, runtime_dir: PathBuf, agent: PathBuf) -> anyhow::Result<usize> {
+    in_netns(netns, || async move {
+        let mut config = NamespaceConfig::new(runtime_dir, agent);
+        config.cgroup_parent = CGROUP_PARENT.into();
+        let runtime = NamespaceRuntime::new(config).await?;
+        let left = runtime.list().await?;
+        let mut failed = Vec::new();
+        for s in &left {
+            if let Err(e) = runtime.destroy(s.id()).await {
+                failed.push(format!("{}: {e}", s.id()));
+            }
+        }
+        if !failed.is_empty() {
+            bail!("destroying the daemon's sandboxes: {}", failed.join("; "));
+        }
+        Ok(left.len())
+    })
+}
+
+/// Runs the future `work` makes to its end on a current-thread async runtime in a fresh thread that entered the
+/// network namespace `netns`; blocks until then. Everything `work` connects to, and every process
+/// or thread it starts, is in that namespace (a thread and a child inherit their creator's).
+fn in_netns<T, F, Fut>(netns: File, work: F) -> anyhow::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
     std::thread::spawn(move || {
-        // SAFETY: setns(2) on a namespace fd we own, for this short-lived thread only.
+        // SAFETY: setns(2) on a namespace fd we own, for this thread (and what it starts) only.
         if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
             return Err(std::io::Error::last_os_error()).context("entering the daemon's netns");
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()?;
-        rt.block_on(async {
-            let mut config = NamespaceConfig::new(runtime_dir, agent);
-            config.cgroup_parent = CGROUP_PARENT.into();
-            let runtime = NamespaceRuntime::new(config).await?;
-            let left = runtime.list().await?;
-            let mut failed = Vec::new();
-            for s in &left {
-                if let Err(e) = runtime.destroy(s.id()).await {
-                    failed.push(format!("{}: {e}", s.id()));
-                }
-            }
-            if !failed.is_empty() {
-                bail!("destroying the daemon's sandboxes: {}", failed.join("; "));
-            }
-            Ok(left.len())
-        })
+            .build()?
+            .block_on(work())
     })
     .join()
-    .map_err(|_| anyhow::anyhow!("the sweep thread panicked"))?
+    .map_err(|_| anyhow::anyhow!("a thread in the daemon's netns panicked"))?
 }
 
 /// Makes `cmd`'s child enter the network namespace `fd` before it execs.

@@ -195,11 +195,7 @@ pub async fn run(args: &HttpArgs, interrupt: Interrupt) -> anyhow::Result<HttpRe
     }
     let client = Client::new(&args.api, args.token.clone())?;
     wait_for_daemon(&client).await?;
-    let fleet = Arc::new(ApiFleet {
-        client,
-        run: format!("{}-{}", std::process::id(), unix_nanos()),
-        ids: Mutex::new(Vec::new()),
-    });
+    let fleet = Arc::new(ApiFleet::new(client));
     let work = tokio::spawn(measure(fleet.clone(), args.api.clone(), load.clone()));
     let abort = work.abort_handle();
     let outcome = tokio::select! {
@@ -313,7 +309,7 @@ async fn api_create_first_exec(
 }
 
 /// Runs `cmd` in sandbox `id` and returns its stdout; a non-zero exit is an error.
-async fn run_ok(client: &Client, id: &str, cmd: &[&str]) -> anyhow::Result<String> {
+pub(crate) async fn run_ok(client: &Client, id: &str, cmd: &[&str]) -> anyhow::Result<String> {
     let req = ExecRequest {
         cmd: cmd.iter().map(|s| s.to_string()).collect(),
         ..ExecRequest::default()
@@ -349,7 +345,7 @@ async fn expose_when_listening(
     }
 }
 
-async fn wait_for_daemon(client: &Client) -> anyhow::Result<()> {
+pub(crate) async fn wait_for_daemon(client: &Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + DAEMON_READY_TIMEOUT;
     loop {
         match client.list(&ListQuery::default()).await {
@@ -383,17 +379,37 @@ fn unix_nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-/// The sandboxes of this run.
-struct ApiFleet {
-    client: Client,
+/// The sandboxes of this run (also those of `bench images`).
+pub(crate) struct ApiFleet {
+    pub(crate) client: Client,
     /// Value of this run's label.
     run: String,
     ids: Mutex<Vec<String>>,
 }
 
 impl ApiFleet {
-    async fn create(&self) -> anyhow::Result<sandboxd_client::types::Sandbox> {
+    /// A fleet with a label value of its own (process id and time).
+    pub(crate) fn new(client: Client) -> ApiFleet {
+        ApiFleet {
+            client,
+            run: format!("{}-{}", std::process::id(), unix_nanos()),
+            ids: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Creates a `base` sandbox with this run's label and lifetime.
+    pub(crate) async fn create(&self) -> anyhow::Result<sandboxd_client::types::Sandbox> {
+        self.create_from(None).await
+    }
+
+    /// Creates a sandbox from `image` (`None`: the `base` template) with this run's label and
+    /// lifetime, and records it.
+    pub(crate) async fn create_from(
+        &self,
+        image: Option<&str>,
+    ) -> anyhow::Result<sandboxd_client::types::Sandbox> {
         let body = CreateSandbox {
+            image: image.map(str::to_string),
             metadata: Some(BTreeMap::from([(LABEL.to_string(), self.run.clone())])),
             timeout_sec: Some(SANDBOX_TIMEOUT_SECS),
             ..CreateSandbox::default()
@@ -406,12 +422,22 @@ impl ApiFleet {
         Ok(sandbox)
     }
 
+    /// Deletes sandbox `id` and forgets it.
+    pub(crate) async fn delete(&self, id: &str) -> anyhow::Result<()> {
+        self.client
+            .delete(id)
+            .await
+            .with_context(|| format!("deleting {id}"))?;
+        self.forget(id);
+        Ok(())
+    }
+
     fn forget(&self, id: &str) {
         self.ids.lock().expect("fleet lock").retain(|i| i != id);
     }
 
     /// Deletes every sandbox this run created or labelled; tries all before reporting failures.
-    async fn teardown(&self) -> anyhow::Result<()> {
+    pub(crate) async fn teardown(&self) -> anyhow::Result<()> {
         let mut ids = std::mem::take(&mut *self.ids.lock().expect("fleet lock"));
         let labelled = ListQuery {
             metadata: vec![(LABEL.to_string(), self.run.clone())],

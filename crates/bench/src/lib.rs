@@ -4,7 +4,10 @@
 //!   runtime library, next to the bare `unshare` floor.
 //! - `bench http` ([`http`]): the proxy's throughput and latency against the same server reached
 //!   directly, and API create→first-exec, against a running daemon.
-//! - `bench all`: both, with a daemon of its own ([`daemon`]).
+//! - `bench images` ([`images`], its quota figure in [`quota`]): create→first-exec from a cached
+//!   image vs `base`, a cold pull vs `skopeo copy`, and create with the disk quota on vs off; with a
+//!   daemon and a registry of its own.
+//! - `bench all`: all three, with one daemon of its own ([`daemon`]) for `http` and `images`.
 //!
 //! Figures go to stdout, as lines for people or, with `--json`, as one JSON document; progress and
 //! warnings go to stderr. Every bench cleans up what it created on success, error and Ctrl-C (a second
@@ -12,7 +15,9 @@
 
 pub mod daemon;
 pub mod http;
+pub mod images;
 pub mod load;
+pub mod quota;
 pub mod report;
 pub mod runtime;
 pub mod stats;
@@ -42,7 +47,9 @@ pub enum Command {
     Runtime(runtime::RuntimeArgs),
     /// Proxy vs direct HTTP load, and API create→first-exec, against a running daemon.
     Http(http::HttpArgs),
-    /// `runtime`, then `http` against a daemon this command starts and stops.
+    /// Image create→first-exec vs base, cold pull vs skopeo, create with quota on vs off.
+    Images(images::ImagesCmd),
+    /// `runtime`, then `http` and `images` against a daemon this command starts and stops.
     All(AllArgs),
 }
 
@@ -53,6 +60,8 @@ pub struct AllArgs {
     pub runtime: runtime::RuntimeArgs,
     #[command(flatten)]
     pub load: http::LoadArgs,
+    #[command(flatten)]
+    pub images: images::ImageArgs,
     /// The sandboxd binary (default: beside this executable, else target/release/sandboxd).
     #[arg(long)]
     pub daemon: Option<PathBuf>,
@@ -91,6 +100,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Http(args) => {
             let report = http::run(args, interrupt).await?;
+            emit(cli.json, &report, || report.print())
+        }
+        Command::Images(args) => {
+            let report = images::run(args, interrupt).await?;
             emit(cli.json, &report, || report.print())
         }
         Command::All(args) => all(args, cli.json, interrupt).await,
@@ -145,6 +158,7 @@ const FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 struct AllReport {
     runtime: runtime::RuntimeReport,
     http: serde_json::Value,
+    images: images::ImagesReport,
     daemon: DaemonFacts,
 }
 
@@ -158,6 +172,7 @@ struct DaemonFacts {
 async fn all(args: &AllArgs, json: bool, interrupt: Interrupt) -> anyhow::Result<()> {
     let agent = runtime::agent_binary(args.runtime.agent.as_deref())?;
     let binary = daemon::daemon_binary(args.daemon.as_deref())?;
+    images::check(&args.images)?;
     let runtime = runtime::run(&args.runtime, interrupt.clone()).await?;
     if !json {
         runtime.print();
@@ -167,14 +182,34 @@ async fn all(args: &AllArgs, json: bool, interrupt: Interrupt) -> anyhow::Result
         bail!("interrupted");
     }
     let daemon = daemon::Daemon::start(&binary, &agent).await?;
-    let http = http_child(&daemon, &args.load, json, interrupt).await;
-    let left_behind = daemon.stop(http.is_err()).await;
+    let http = http_child(&daemon, &args.load, json, interrupt.clone()).await;
+    let image_figures = match &http {
+        Ok(_) if !*interrupt.borrow() => {
+            Some(images::daemon_part(&daemon, &args.images, interrupt.clone()).await)
+        }
+        _ => None,
+    };
+    let failed = http.is_err() || image_figures.as_ref().is_none_or(|f| f.is_err());
+    let left_behind = daemon.stop(failed).await;
     let http = http?;
+    let image_figures = image_figures.context("interrupted")??;
     let left_behind = left_behind?;
+    if !json {
+        println!(
+            "daemon {} stopped; {left_behind} sandboxes it still had were destroyed",
+            binary.display()
+        );
+        println!();
+    }
+    let images = images::ImagesReport {
+        daemon: image_figures,
+        quota: quota::quota_part(&agent, &args.images, interrupt).await?,
+    };
     if json {
         let report = AllReport {
             runtime,
             http: http.unwrap_or_default(),
+            images,
             daemon: DaemonFacts {
                 binary,
                 left_behind,
@@ -182,10 +217,7 @@ async fn all(args: &AllArgs, json: bool, interrupt: Interrupt) -> anyhow::Result
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
-            "daemon {} stopped; {left_behind} sandboxes it still had were destroyed",
-            binary.display()
-        );
+        images.print();
     }
     Ok(())
 }

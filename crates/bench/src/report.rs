@@ -77,6 +77,43 @@ impl Latency {
     }
 }
 
+/// A latency against the same latency of a peer measured in the same run, with the ratio of their
+/// p50s and a bound on it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Versus {
+    pub ours: Latency,
+    pub peer: Latency,
+    /// `ours.p50 / peer.p50`.
+    pub ratio: f64,
+    pub ratio_target: f64,
+    /// `ratio ≤ ratio_target`.
+    pub met: bool,
+}
+
+impl Versus {
+    /// `ours` against `peer`, with `ratio ≤ target` as the goal.
+    pub fn new(ours: Latency, peer: Latency, target: f64) -> Versus {
+        let ratio = ours.summary.p50_ms / peer.summary.p50_ms;
+        Versus {
+            ours,
+            peer,
+            ratio,
+            ratio_target: target,
+            met: ratio <= target,
+        }
+    }
+
+    /// `label 1.23  (target ≤1.5: met)`.
+    pub fn ratio_line(&self, label: &str) -> String {
+        format!(
+            "{label} {:.2}  (target ≤{}: {})",
+            self.ratio,
+            self.ratio_target,
+            verdict(self.met)
+        )
+    }
+}
+
 /// "met" or "NOT met".
 pub fn verdict(met: bool) -> &'static str {
     if met {
@@ -125,6 +162,19 @@ mod tests {
             p99_ms: None,
         };
         assert!(p50_only.met_by(&summary(1.9, 500.0)));
+    }
+
+    #[test]
+    fn a_ratio_is_of_the_p50s_and_met_up_to_its_target() {
+        let lat = |ms: &[u64]| {
+            let samples: Vec<Duration> = ms.iter().map(|&m| Duration::from_millis(m)).collect();
+            Latency::new("x", &samples, None).expect("samples")
+        };
+        // p50s 1500 and 1000 ms (exact in binary); the p99s, 9000 and 1100, play no part
+        let v = Versus::new(lat(&[1500, 1400, 9000]), lat(&[1000, 900, 1100]), 1.5);
+        assert_eq!((v.ratio, v.met), (1.5, true));
+        assert_eq!(v.ratio_line("a/b"), "a/b 1.50  (target ≤1.5: met)");
+        assert!(!Versus::new(lat(&[1501]), lat(&[1000]), 1.5).met);
     }
 
     #[test]

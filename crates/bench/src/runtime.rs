@@ -27,7 +27,7 @@ pub const CGROUP_PARENT: &str = "sandboxd-bench";
 /// Network slot of the first bench sandbox.
 pub const FIRST_SLOT: u32 = 12000;
 /// Slots of the runtime's default subnet.
-const SLOTS: u32 = 16384;
+pub(crate) const SLOTS: u32 = 16384;
 /// The agent of a source checkout, relative to the workspace root.
 const AGENT_IN_CHECKOUT: &str = "target/x86_64-unknown-linux-gnu/release/sandboxd-agent";
 
@@ -158,21 +158,7 @@ pub async fn run(args: &RuntimeArgs, interrupt: Interrupt) -> anyhow::Result<Run
     }
     let agent = agent_binary(args.agent.as_deref())?;
     let state_dir = std::env::temp_dir().join(format!("sandboxd-bench-{}", std::process::id()));
-    let mut config = NamespaceConfig::new(&state_dir, &agent);
-    config.cgroup_parent = CGROUP_PARENT.into();
-    config.disk.mode = args.disk;
-    let rt = match NamespaceRuntime::new(config).await {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = remove_state_dir(&state_dir);
-            return Err(e).context("starting the namespace runtime");
-        }
-    };
-    let fleet = Arc::new(Fleet {
-        rt,
-        state_dir,
-        live: Mutex::new(Vec::new()),
-    });
+    let fleet = Arc::new(Fleet::start(state_dir, &agent, args.disk).await?);
     let work = tokio::spawn(measure(fleet.clone(), args.clone(), agent));
     let abort = work.abort_handle();
     let outcome = tokio::select! {
@@ -204,24 +190,12 @@ async fn measure(
             ..SandboxSpec::base(format!("bench-{tag}-{i}"), format!("bench-token-{tag}-{i}"))
         };
         spec.limits.disk_mb = args.disk_mb;
-        fleet.record(&spec.id, None);
-        let t0 = Instant::now();
-        fleet.rt.create(&spec).await.context("create")?;
-        let t1 = Instant::now();
-        let info = fleet.rt.start(&spec.id).await.context("start")?;
-        let t2 = Instant::now();
-        fleet.record(&spec.id, info.pid);
-        let client = EnvdClient::new(&info.agent.socket, &info.agent.token);
-        let out = client.exec(&cmd, ExecOptions::default()).await?;
-        let t3 = Instant::now();
-        if out.exit_code != 0 {
-            bail!("/bin/true exited {} in {}", out.exit_code, spec.id);
-        }
+        let (steps, client) = fleet.boot(&spec).await?;
         if i >= args.warmup {
-            create.push(t1 - t0);
-            start.push(t2 - t1);
-            first.push(t3 - t2);
-            whole.push(t3 - t0);
+            create.push(steps.create);
+            start.push(steps.start);
+            first.push(steps.first_exec);
+            whole.push(steps.whole());
         }
         last = Some(client);
     }
@@ -343,15 +317,96 @@ pub fn remove_state_dir(dir: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// Every sandbox this run asked for, and the runtime that made them.
-struct Fleet {
-    rt: NamespaceRuntime,
+/// How long each step of one sandbox's create→first-exec took.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Steps {
+    /// `Runtime::create` (root, cgroup, writable layer with its quota).
+    pub create: Duration,
+    /// `Runtime::start` (namespaces, network, agent ready).
+    pub start: Duration,
+    /// The first `/bin/true` through the agent.
+    pub first_exec: Duration,
+}
+
+impl Steps {
+    /// create→first-exec.
+    pub fn whole(&self) -> Duration {
+        self.create + self.start + self.first_exec
+    }
+}
+
+/// Every sandbox this run asked for, and the runtime that made them (also `bench images`' quota
+/// on/off runtimes).
+pub(crate) struct Fleet {
+    pub(crate) rt: NamespaceRuntime,
     state_dir: PathBuf,
     /// (id, init pid once started), in creation order.
     live: Mutex<Vec<(String, Option<i32>)>>,
 }
 
 impl Fleet {
+    /// A namespace runtime on the fresh state directory `state_dir` (removed again if it cannot
+    /// start) with the bench's cgroup parent, `agent` and disk mode `disk`.
+    pub(crate) async fn start(
+        state_dir: PathBuf,
+        agent: &Path,
+        disk: DiskMode,
+    ) -> anyhow::Result<Fleet> {
+        let mut config = NamespaceConfig::new(&state_dir, agent);
+        config.cgroup_parent = CGROUP_PARENT.into();
+        config.disk.mode = disk;
+        match NamespaceRuntime::new(config).await {
+            Ok(rt) => Ok(Fleet {
+                rt,
+                state_dir,
+                live: Mutex::new(Vec::new()),
+            }),
+            Err(e) => {
+                let _ = remove_state_dir(&state_dir);
+                Err(e).context("starting the namespace runtime")
+            }
+        }
+    }
+
+    /// Records `spec`'s sandbox, creates and starts it and runs `/bin/true` in it once; returns how
+    /// long each step took and a client of its agent.
+    pub(crate) async fn boot(&self, spec: &SandboxSpec) -> anyhow::Result<(Steps, EnvdClient)> {
+        self.record(&spec.id, None);
+        let t0 = Instant::now();
+        self.rt.create(spec).await.context("create")?;
+        let t1 = Instant::now();
+        let info = self.rt.start(&spec.id).await.context("start")?;
+        let t2 = Instant::now();
+        self.record(&spec.id, info.pid);
+        let client = EnvdClient::new(&info.agent.socket, &info.agent.token);
+        let out = client
+            .exec(&["/bin/true".to_string()], ExecOptions::default())
+            .await?;
+        let t3 = Instant::now();
+        if out.exit_code != 0 {
+            bail!("/bin/true exited {} in {}", out.exit_code, spec.id);
+        }
+        let steps = Steps {
+            create: t1 - t0,
+            start: t2 - t1,
+            first_exec: t3 - t2,
+        };
+        Ok((steps, client))
+    }
+
+    /// Destroys one recorded sandbox and forgets it.
+    pub(crate) async fn destroy(&self, id: &str) -> anyhow::Result<()> {
+        self.rt
+            .destroy(id)
+            .await
+            .with_context(|| format!("destroying {id}"))?;
+        self.live
+            .lock()
+            .expect("fleet lock")
+            .retain(|(i, _)| i != id);
+        Ok(())
+    }
+
     fn record(&self, id: &str, pid: Option<i32>) {
         let mut live = self.live.lock().expect("fleet lock");
         match live.iter_mut().find(|(i, _)| i == id) {
@@ -362,7 +417,7 @@ impl Fleet {
 
     /// Destroys every recorded sandbox (each is tried even when one fails), then removes the state
     /// directory. Returns the destroy latencies.
-    async fn teardown(&self) -> anyhow::Result<Vec<Duration>> {
+    pub(crate) async fn teardown(&self) -> anyhow::Result<Vec<Duration>> {
         let ids: Vec<String> = {
             let live = self.live.lock().expect("fleet lock");
             live.iter().map(|(id, _)| id.clone()).collect()
