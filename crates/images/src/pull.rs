@@ -4,7 +4,7 @@
 //! Contract: [`pull`] returns only when every layer of the image is installed and verified (see
 //! [`crate::layers`]); layers already present are not fetched again. Each layer's blob streams from
 //! the registry straight into the unpacker (no temporary file): the bytes are hashed on the way and
-//! the layer becomes visible only once the digest matched. Deduplication across concurrent callers is
+//! the layer becomes visible only once the digest matched. Up to three layers stream at once. Deduplication across concurrent callers is
 //! not this module's: the daemon holds a claim per image around the call.
 
 use crate::config::RunConfig;
@@ -12,11 +12,15 @@ use crate::layers::LayerStore;
 use crate::reference::ImageRef;
 use crate::registry::{Credentials, LayerDescriptor, Registry, Resolved, Session};
 use crate::ImageError;
+use futures::{StreamExt, TryStreamExt};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::AsyncWrite;
+
+/// How many layers of one image download and unpack at once.
+const PARALLEL_LAYERS: usize = 3;
 
 /// How far a pull got, for progress displays. Shared with the caller; updated as bytes arrive.
 #[derive(Debug, Default)]
@@ -60,15 +64,28 @@ pub async fn pull(
     );
     let config_blob = session.small_blob(&resolved.config).await?;
     let config = RunConfig::parse(&config_blob)?;
-    let mut unpacked = Vec::with_capacity(resolved.layers.len());
-    for layer in &resolved.layers {
-        if layers.contains(&layer.digest) {
-            progress.done.fetch_add(layer.size, Ordering::Relaxed);
-            unpacked.push(0);
-            continue;
-        }
-        unpacked.push(fetch_layer(session, layers, layer, progress.clone()).await?);
-    }
+    // Layers are independent directories: up to PARALLEL_LAYERS stream at once, each into its own
+    // staging dir, and the first failure fails the pull.
+    // Boxed so the stream's futures have one nameable type (a spawned caller needs it `Send`).
+    type Fetch<'a> = Pin<Box<dyn std::future::Future<Output = Result<u64, ImageError>> + Send + 'a>>;
+    let fetches: Vec<Fetch<'_>> = resolved
+        .layers
+        .iter()
+        .map(|layer| {
+            let progress = progress.clone();
+            Box::pin(async move {
+                if layers.contains(&layer.digest) {
+                    progress.done.fetch_add(layer.size, Ordering::Relaxed);
+                    return Ok(0);
+                }
+                fetch_layer(session, layers, layer, progress).await
+            }) as Fetch<'_>
+        })
+        .collect();
+    let unpacked: Vec<u64> = futures::stream::iter(fetches)
+        .buffered(PARALLEL_LAYERS)
+        .try_collect()
+        .await?;
     Ok(Pulled {
         resolved,
         config,
