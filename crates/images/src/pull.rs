@@ -67,7 +67,8 @@ pub async fn pull(
     // Layers are independent directories: up to PARALLEL_LAYERS stream at once, each into its own
     // staging dir, and the first failure fails the pull.
     // Boxed so the stream's futures have one nameable type (a spawned caller needs it `Send`).
-    type Fetch<'a> = Pin<Box<dyn std::future::Future<Output = Result<u64, ImageError>> + Send + 'a>>;
+    type Fetch<'a> =
+        Pin<Box<dyn std::future::Future<Output = Result<u64, ImageError>> + Send + 'a>>;
     let fetches: Vec<Fetch<'_>> = resolved
         .layers
         .iter()

@@ -428,21 +428,39 @@ fn the_cache_sweep_evicts_unused_images_and_keeps_used_ones() {
     }
     e2e(|| async {
         let registry = TestRegistry::start();
-        let used = ImageBuilder::busybox().random_file("/used", 1 << 20).build();
-        let idle = ImageBuilder::busybox().random_file("/idle", 1 << 20).build();
+        let used = ImageBuilder::busybox()
+            .random_file("/used", 1 << 20)
+            .build();
+        let idle = ImageBuilder::busybox()
+            .random_file("/idle", 1 << 20)
+            .build();
         registry.push(&used, "team/used:1");
         registry.push(&idle, "team/idle:1");
         let d = Daemon::start_setup(Setup {
-            args: vec!["--image-cache-max-mb=1".into(), "--reconcile-interval-secs=0".into()],
+            args: vec![
+                "--image-cache-max-mb=1".into(),
+                "--reconcile-interval-secs=0".into(),
+            ],
             ..Setup::default()
         })
         .await;
-        let s = d.create(json!({ "image": registry.image_ref("team/used:1"), "memoryMB": 64 })).await;
+        let s = d
+            .create(json!({ "image": registry.image_ref("team/used:1"), "memoryMB": 64 }))
+            .await;
         let pulled = d
-            .post_json("/v1/images", &json!({ "reference": registry.image_ref("team/idle:1") }))
+            .post_json(
+                "/v1/images",
+                &json!({ "reference": registry.image_ref("team/idle:1") }),
+            )
             .await;
         assert_eq!(pulled.status(), 200);
-        assert_eq!(d.get_json("/v1/images").await["images"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            d.get_json("/v1/images").await["images"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
         let report = common::reconcile(&d).await;
         let images = d.get_json("/v1/images").await;
         let left: Vec<&str> = images["images"]
@@ -458,6 +476,207 @@ fn the_cache_sweep_evicts_unused_images_and_keeps_used_ones() {
             used.layer_digests().len(),
             "the evicted image's own layer stayed"
         );
-        assert_eq!(exec_as(&d, &id_of(&s), "user", &["sh", "-c", "wc -c < /used"]).await.1, "1048576");
+        assert_eq!(
+            exec_as(&d, &id_of(&s), "user", &["sh", "-c", "wc -c < /used"])
+                .await
+                .1,
+            "1048576"
+        );
+    });
+}
+
+/// An OCI layout holding one gzip layer whose tar is `tar` (raw bytes, so it may say anything),
+/// pushed to `registry` as `repo_tag`.
+fn push_raw_layer(registry: &TestRegistry, tar: &[u8], repo_tag: &str) {
+    use sha2::{Digest, Sha256};
+    use std::io::Write;
+    let digest = |b: &[u8]| format!("sha256:{}", hex_of(&Sha256::digest(b)));
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = dir.path().join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |b: &[u8]| {
+        let d = digest(b);
+        std::fs::write(blobs.join(d.trim_start_matches("sha256:")), b).unwrap();
+        d
+    };
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(tar).unwrap();
+    let layer = gz.finish().unwrap();
+    let layer_digest = put(&layer);
+    let config = serde_json::to_vec(&json!({
+        "architecture": "amd64", "os": "linux", "config": {},
+        "rootfs": { "type": "layers", "diff_ids": [digest(tar)] }
+    }))
+    .unwrap();
+    let config_digest = put(&config);
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": { "mediaType": "application/vnd.oci.image.config.v1+json",
+                    "digest": config_digest, "size": config.len() },
+        "layers": [{ "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                     "digest": layer_digest, "size": layer.len() }]
+    }))
+    .unwrap();
+    let manifest_digest = put(&manifest);
+    let index = json!({
+        "schemaVersion": 2,
+        "manifests": [{ "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "digest": manifest_digest, "size": manifest.len(),
+                        "annotations": { "org.opencontainers.image.ref.name": "hostile" } }]
+    });
+    std::fs::write(dir.path().join("index.json"), index.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    let status = std::process::Command::new("skopeo")
+        .args([
+            "--insecure-policy",
+            "copy",
+            "--quiet",
+            "--dest-tls-verify=false",
+        ])
+        .arg(format!("oci:{}:hostile", dir.path().display()))
+        .arg(format!("docker://{}", registry.image_ref(repo_tag)))
+        .status()
+        .unwrap();
+    assert!(status.success(), "skopeo could not push the hostile image");
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A raw tar header for `name` (written byte for byte, so `..` and absolute names survive).
+fn raw_member(out: &mut Vec<u8>, name: &str, kind: u8, link: &str, data: &[u8]) {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    h[100..108].copy_from_slice(b"0000644\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(format!("{:011o}\0", data.len()).as_bytes());
+    h[136..148].copy_from_slice(b"00000000000\0");
+    h[156] = kind;
+    h[157..157 + link.len()].copy_from_slice(link.as_bytes());
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+}
+
+/// Hostile layers — a `../` path, a symlink followed by files under it, a hardlink to a host file —
+/// are refused with `422 image_invalid` naming the member, write and link nothing outside their
+/// layer, and leave no layer in the cache.
+#[test]
+fn hostile_layers_are_refused_and_touch_nothing_outside() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2e(|| async {
+        let registry = TestRegistry::start();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("victim");
+        std::fs::write(&target, "untouched").unwrap();
+        let target_s = target.display().to_string();
+        let outside_s = outside.path().display().to_string();
+        let mut cases: Vec<(&str, Vec<u8>, &str)> = Vec::new();
+        let mut dotdot = Vec::new();
+        raw_member(
+            &mut dotdot,
+            &format!("../../../../../..{target_s}"),
+            b'0',
+            "",
+            b"pwned",
+        );
+        cases.push(("dotdot", dotdot, ".."));
+        let mut via_link = Vec::new();
+        raw_member(&mut via_link, "evil", b'2', &outside_s, b"");
+        raw_member(&mut via_link, "evil/victim", b'0', "", b"pwned");
+        cases.push(("symlink", via_link, "evil/victim"));
+        let mut hardlink = Vec::new();
+        raw_member(&mut hardlink, "grab", b'1', &target_s, b"");
+        cases.push(("hardlink", hardlink, "grab"));
+        let d = Daemon::start().await;
+        for (repo, mut tar, member) in cases {
+            tar.extend_from_slice(&[0u8; 1024]);
+            push_raw_layer(&registry, &tar, &format!("hostile/{repo}:1"));
+            let resp = d
+                .post_json(
+                    "/v1/sandboxes",
+                    &json!({ "image": registry.image_ref(&format!("hostile/{repo}:1")) }),
+                )
+                .await;
+            let status = resp.status().as_u16();
+            let v: Value = resp.json().await.unwrap();
+            assert_eq!(
+                (status, v["code"].as_str()),
+                (422, Some("image_invalid")),
+                "{repo}: {v}"
+            );
+            assert!(
+                v["message"].as_str().unwrap().contains(member),
+                "{repo}: {v}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(&target).unwrap(),
+                "untouched",
+                "{repo}"
+            );
+            let meta = std::fs::metadata(&target).unwrap();
+            assert_eq!(
+                std::os::unix::fs::MetadataExt::nlink(&meta),
+                1,
+                "{repo}: linked"
+            );
+            assert_eq!(
+                std::fs::read_dir(outside.path()).unwrap().count(),
+                1,
+                "{repo}"
+            );
+        }
+        let layers = d.data_dir().join("images/layers");
+        assert_eq!(
+            std::fs::read_dir(&layers).unwrap().count(),
+            0,
+            "a hostile layer was kept"
+        );
+        let staging = d.data_dir().join("images/staging");
+        assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+        assert_eq!(d.get_json("/v1/images").await["images"], json!([]));
+        assert!(d.list_all().await.is_empty());
+    });
+}
+
+/// A multi-platform image (an OCI index) resolves to this host's platform.
+#[test]
+fn a_manifest_list_resolves_to_this_hosts_platform() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2e(|| async {
+        let registry = TestRegistry::start();
+        let image = ImageBuilder::busybox().build_index(&["linux/arm64/v8", "linux/amd64"]);
+        registry.push(&image, "multi/app:1");
+        let amd64 = image
+            .platform_manifests()
+            .iter()
+            .find(|(p, _)| p == "linux/amd64")
+            .map(|(_, d)| d.clone())
+            .expect("an amd64 manifest");
+        let d = Daemon::start().await;
+        let s = d
+            .create(json!({ "image": registry.image_ref("multi/app:1"), "memoryMB": 64 }))
+            .await;
+        assert_eq!(s["image"], amd64.as_str(), "{s}");
+        assert_eq!(
+            exec_as(&d, &id_of(&s), "user", &["uname", "-m"]).await.1,
+            "x86_64"
+        );
     });
 }
