@@ -330,3 +330,61 @@ fn kill9_mid_build_fails_the_template_and_the_next_build_finishes() {
         assert_eq!(run(&d, &id_of(&s), "cat /tmp/out").await.1, "done");
     });
 }
+
+/// The CLI: `sbx templates build` follows the build log and exits with its outcome, `sbx create
+/// --template`, `sbx snapshot`, `sbx templates ls --json` and `sbx images ls --json`.
+#[test]
+fn sbx_builds_templates_snapshots_and_lists_them() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("Dockerfile"),
+            "FROM base\nCOPY hello.txt /opt/\nRUN cat /opt/hello.txt\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("hello.txt"), "hi from the context\n").unwrap();
+        let file = dir.path().join("Dockerfile").display().to_string();
+        let ctx = dir.path().display().to_string();
+        let out = d.sbx(&["templates", "build", "cli", "-f", &file, "--context", &ctx]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("Step 2/2 : RUN cat /opt/hello.txt"), "{text}");
+        assert!(text.contains("hi from the context"), "{text}");
+        let id = d.sbx(&["create", "--template", "cli"]);
+        assert!(id.status.success());
+        let id = String::from_utf8_lossy(&id.stdout).trim().to_string();
+        let out = d.sbx(&["exec", &id, "--", "cat", "/opt/hello.txt"]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hi from the context\n"
+        );
+        let snap = d.sbx(&["snapshot", &id, "cli-snap"]);
+        assert!(
+            snap.status.success(),
+            "{}",
+            String::from_utf8_lossy(&snap.stderr)
+        );
+        let listed = d.sbx(&["--json", "templates", "ls"]);
+        let v: Value = serde_json::from_slice(&listed.stdout).unwrap();
+        let names: Vec<&str> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["cli", "cli-snap"]);
+        let images = d.sbx(&["--json", "images", "ls"]);
+        let v: Value = serde_json::from_slice(&images.stdout).unwrap();
+        assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+        // A failing build exits 1.
+        std::fs::write(dir.path().join("Dockerfile"), "FROM base\nRUN exit 7\n").unwrap();
+        let out = d.sbx(&["templates", "build", "cli-bad", "-f", &file]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("code 7"));
+    });
+}
