@@ -52,7 +52,7 @@
 //! digest mismatch or a read error, never as a layer unverified).
 
 use crate::config::{ConfigError, RunConfig};
-use crate::layers::LayerStore;
+use crate::layers::{Hashing, LayerStore};
 use crate::registry::LayerDescriptor;
 use crate::unpack::Compression;
 use crate::ImageError;
@@ -841,7 +841,7 @@ impl Archive {
         let mut hashed = Hashing::new(self.reader(data));
         std::io::copy(&mut hashed, &mut std::io::sink())
             .map_err(ImageError::io("read", &self.path))?;
-        Ok(format!("sha256:{}", hex::encode(hashed.hasher.finalize())))
+        Ok(hashed.digest())
     }
 
     /// Hashes a docker layer member as stored and uncompressed (gzip and zstd known by their magic
@@ -868,10 +868,7 @@ impl Archive {
             };
             let mut tar = Hashing::new(decoder);
             std::io::copy(&mut tar, &mut std::io::sink())?;
-            Ok(Some(format!(
-                "sha256:{}",
-                hex::encode(tar.hasher.finalize())
-            )))
+            Ok(Some(tar.digest()))
         })();
         let decoded = match decoded {
             Ok(d) => d,
@@ -887,7 +884,7 @@ impl Archive {
         // What follows the compressed stream counts for the digest too.
         std::io::copy(&mut stored, &mut std::io::sink())
             .map_err(ImageError::io("read", &self.path))?;
-        let digest = format!("sha256:{}", hex::encode(stored.hasher.finalize()));
+        let digest = stored.digest();
         Ok(HashedLayer {
             compression,
             diff_id: decoded.unwrap_or_else(|| digest.clone()),
@@ -1055,29 +1052,6 @@ impl Read for MemberReader<'_> {
                 Err(e)
             }
         }
-    }
-}
-
-/// A reader that hashes what passes through it.
-struct Hashing<R> {
-    inner: R,
-    hasher: Sha256,
-}
-
-impl<R> Hashing<R> {
-    fn new(inner: R) -> Self {
-        Self {
-            inner,
-            hasher: Sha256::new(),
-        }
-    }
-}
-
-impl<R: Read> Read for Hashing<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
     }
 }
 

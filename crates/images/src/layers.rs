@@ -99,7 +99,7 @@ impl LayerStore {
                     source,
                 }
             })?;
-            let actual = format!("sha256:{}", hex::encode(hashed.hasher.finalize()));
+            let actual = hashed.digest();
             if actual != layer.digest {
                 return Err(ImageError::DigestMismatch {
                     digest: layer.digest.clone(),
@@ -193,17 +193,22 @@ fn unique() -> u128 {
 }
 
 /// A reader that hashes what passes through it.
-struct Hashing<R> {
-    inner: R,
+pub(crate) struct Hashing<R> {
+    pub(crate) inner: R,
     hasher: Sha256,
 }
 
 impl<R> Hashing<R> {
-    fn new(inner: R) -> Self {
+    pub(crate) fn new(inner: R) -> Self {
         Self {
             inner,
             hasher: Sha256::new(),
         }
+    }
+
+    /// `sha256:<hex>` of everything read so far.
+    pub(crate) fn digest(self) -> String {
+        format!("sha256:{}", hex::encode(self.hasher.finalize()))
     }
 }
 

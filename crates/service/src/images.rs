@@ -84,7 +84,7 @@ impl Drop for Running<'_> {
 }
 
 impl Service {
-    fn image_settings(&self) -> Result<&ImageSettings, ServiceError> {
+    pub(crate) fn image_settings(&self) -> Result<&ImageSettings, ServiceError> {
         self.config().images.as_ref().ok_or_else(|| {
             ServiceError::InvalidRequest("this daemon has no image store configured".into())
         })
@@ -190,12 +190,7 @@ impl Service {
             .layers
             .iter()
             .zip(&pulled.unpacked)
-            .map(|(l, unpacked)| LayerRecord {
-                digest: l.digest.clone(),
-                media_type: l.media_type.clone(),
-                size: l.size,
-                unpacked_bytes: *unpacked,
-            })
+            .map(|(l, unpacked)| layer_record(l, *unpacked))
             .collect();
         let config = serde_json::to_value(&pulled.config).unwrap_or_default();
         let d = digest.clone();
@@ -338,12 +333,7 @@ impl Service {
         let layers: Vec<LayerRecord> = imported
             .layers
             .iter()
-            .map(|(l, unpacked)| LayerRecord {
-                digest: l.digest.clone(),
-                media_type: l.media_type.clone(),
-                size: l.size,
-                unpacked_bytes: *unpacked,
-            })
+            .map(|(l, unpacked)| layer_record(l, *unpacked))
             .collect();
         let size = layers.iter().map(|l| l.size).sum();
         let config = serde_json::to_value(&imported.config).unwrap_or_default();
@@ -498,6 +488,19 @@ impl Service {
                     .ok_or_else(|| ServiceError::Image(ImageError::UnsupportedDigest(d.clone())))
             })
             .collect()
+    }
+}
+
+/// The store's record of the layer `descriptor` names, whose files take `unpacked` bytes.
+pub(crate) fn layer_record(
+    descriptor: &sandboxd_images::LayerDescriptor,
+    unpacked: u64,
+) -> LayerRecord {
+    LayerRecord {
+        digest: descriptor.digest.clone(),
+        media_type: descriptor.media_type.clone(),
+        size: descriptor.size,
+        unpacked_bytes: unpacked,
     }
 }
 

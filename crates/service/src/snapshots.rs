@@ -9,7 +9,7 @@
 
 use crate::{Service, ServiceError};
 use sandboxd_images::RunConfig;
-use sandboxd_store::{unix_millis_now, SandboxState, StoreError, TemplateRecord};
+use sandboxd_store::{unix_millis_now, SandboxState, TemplateRecord};
 
 impl Service {
     /// Turns sandbox `key`'s filesystem into template `name`.
@@ -31,19 +31,8 @@ impl Service {
             Some(digest) => Some(self.get_image(digest).await?),
             None => None,
         };
-        let (n, summary) = (
-            name.to_string(),
-            serde_json::json!({ "snapshotOf": sandbox.id }),
-        );
-        self.writer()
-            .write(move |tx| tx.begin_template(&n, &summary, unix_millis_now()))
-            .await
-            .map_err(|e| match e {
-                StoreError::TemplateExists { name } => {
-                    ServiceError::Conflict(format!("template {name:?} already exists"))
-                }
-                other => other.into(),
-            })?;
+        self.begin_template(name, serde_json::json!({ "snapshotOf": sandbox.id }))
+            .await?;
         let was_running = sandbox.state == SandboxState::Running;
         if was_running {
             self.runtime().pause(&sandbox.id).await?;

@@ -115,17 +115,7 @@ impl Service {
             TemplateSource::Image { reference } => serde_json::json!({ "image": reference }),
             TemplateSource::Dockerfile(spec) => spec.summary(),
         };
-        let n = name.to_string();
-        let record = self
-            .writer()
-            .write(move |tx| tx.begin_template(&n, &summary, unix_millis_now()))
-            .await
-            .map_err(|e| match e {
-                StoreError::TemplateExists { name } => {
-                    ServiceError::Conflict(format!("template {name:?} already exists"))
-                }
-                other => other.into(),
-            })?;
+        let record = self.begin_template(name, summary).await?;
         self.inner.builds.start(name);
         let svc = self.clone();
         let name = name.to_string();
@@ -142,6 +132,24 @@ impl Service {
             svc.inner.builds.end(&name);
         });
         Ok(record)
+    }
+
+    /// Records template `name` as `building` from `summary`; a conflict when the name is taken.
+    pub(crate) async fn begin_template(
+        &self,
+        name: &str,
+        summary: serde_json::Value,
+    ) -> Result<TemplateRecord, ServiceError> {
+        let n = name.to_string();
+        self.writer()
+            .write(move |tx| tx.begin_template(&n, &summary, unix_millis_now()))
+            .await
+            .map_err(|e| match e {
+                StoreError::TemplateExists { name } => {
+                    ServiceError::Conflict(format!("template {name:?} already exists"))
+                }
+                other => other.into(),
+            })
     }
 
     /// Records how template `name`'s build ended.

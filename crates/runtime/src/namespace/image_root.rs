@@ -41,32 +41,7 @@ pub fn ensure_top(dir: &Path, image: &ImageRoot, id_base: u32) -> Result<PathBuf
         }
     }
     let top = dir.join(format!("{hex}-v{LAYOUT_VERSION}-{id_base}"));
-    if top.join(".complete").exists() {
-        return Ok(top);
-    }
-    std::fs::create_dir_all(dir).map_err(RuntimeError::io("create", dir))?;
-    // Concurrent creates of one image each build their own copy; the first rename wins.
-    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let staging = dir.join(format!(".build-{hex}-{}-{n}", std::process::id()));
-    let built = build(&staging, &image.layers, id_base).and_then(|()| {
-        std::fs::write(staging.join(".complete"), b"")
-            .map_err(RuntimeError::io("write", staging.join(".complete")))
-    });
-    if let Err(e) = built {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(e);
-    }
-    if std::fs::rename(&staging, &top).is_err() {
-        // Another create of the same image finished first; its layer is the same.
-        let _ = std::fs::remove_dir_all(&staging);
-        if !top.join(".complete").exists() {
-            return Err(RuntimeError::Host(format!(
-                "cannot install the top layer at {}",
-                top.display()
-            )));
-        }
-    }
+    super::rootfs::build_once(&top, |staging| build(staging, &image.layers, id_base))?;
     Ok(top)
 }
 

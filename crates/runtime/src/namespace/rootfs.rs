@@ -83,12 +83,31 @@ pub struct Template {
 pub fn ensure_base(templates_dir: &Path, id_base: u32) -> Result<Template, RuntimeError> {
     let lower = templates_dir.join(format!("base-v{LAYOUT_VERSION}-{id_base}"));
     let binds = host_binds();
-    if lower.join(".complete").exists() {
-        return Ok(Template { lower, binds });
+    build_once(&lower, |staging| build(staging, id_base, &binds))?;
+    Ok(Template { lower, binds })
+}
+
+/// Makes the directory tree `target` with `build` unless a complete one is there: `build` fills a
+/// fresh staging directory beside it, which is marked complete and renamed into place in one step,
+/// so `target` is never seen half built. Callers racing each other each build their own copy; the
+/// first rename wins and the others' copies (the same tree) are dropped.
+pub(crate) fn build_once(
+    target: &Path,
+    build: impl FnOnce(&Path) -> Result<(), RuntimeError>,
+) -> Result<(), RuntimeError> {
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    if target.join(".complete").exists() {
+        return Ok(());
     }
-    std::fs::create_dir_all(templates_dir).map_err(RuntimeError::io("create", templates_dir))?;
-    let staging = templates_dir.join(format!(".build-{}-{}", std::process::id(), rand_suffix()));
-    let built = build(&staging, id_base, &binds).and_then(|()| {
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir).map_err(RuntimeError::io("create", dir))?;
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("tree");
+    let staging = dir.join(format!(".build-{name}-{}-{n}", std::process::id()));
+    let built = build(&staging).and_then(|()| {
         std::fs::write(staging.join(".complete"), b"")
             .map_err(RuntimeError::io("write", staging.join(".complete")))
     });
@@ -96,24 +115,16 @@ pub fn ensure_base(templates_dir: &Path, id_base: u32) -> Result<Template, Runti
         let _ = std::fs::remove_dir_all(&staging);
         return Err(e);
     }
-    if std::fs::rename(&staging, &lower).is_err() {
-        // Someone else finished first; theirs is as good as ours.
+    if std::fs::rename(&staging, target).is_err() {
         let _ = std::fs::remove_dir_all(&staging);
-        if !lower.join(".complete").exists() {
+        if !target.join(".complete").exists() {
             return Err(RuntimeError::Host(format!(
-                "cannot install template at {}",
-                lower.display()
+                "cannot install {}",
+                target.display()
             )));
         }
     }
-    Ok(Template { lower, binds })
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
+    Ok(())
 }
 
 fn host_binds() -> Vec<BindMount> {

@@ -294,12 +294,7 @@ impl Service {
 
     /// Installs a layer tar the daemon wrote.
     async fn install_tar(&self, tar: Vec<u8>) -> Result<LayerRecord, ServiceError> {
-        let layers = self
-            .config()
-            .images
-            .as_ref()
-            .map(|s| s.layers.clone())
-            .ok_or_else(|| ServiceError::InvalidRequest("no image store configured".into()))?;
+        let layers = self.image_settings()?.layers.clone();
         let descriptor = sandboxd_images::LayerDescriptor {
             digest: format!("sha256:{}", hex::encode(Sha256::digest(&tar))),
             media_type: "application/vnd.oci.image.layer.v1.tar".into(),
@@ -309,12 +304,7 @@ impl Service {
         let unpacked = tokio::task::spawn_blocking(move || layers.install(&d, &tar[..]))
             .await
             .map_err(|e| ServiceError::Image(sandboxd_images::ImageError::Task(e.to_string())))??;
-        Ok(LayerRecord {
-            digest: descriptor.digest,
-            media_type: descriptor.media_type,
-            size: descriptor.size,
-            unpacked_bytes: unpacked,
-        })
+        Ok(crate::images::layer_record(&descriptor, unpacked))
     }
 
     /// The image of `state` as a `ready` row (what a step's sandbox is made from, or the result).
@@ -514,11 +504,7 @@ impl Service {
     /// Packs what sandbox `id` wrote into a layer installed in the layer store (the runtime's
     /// per-sandbox files left out). The caller keeps the sandbox still (stopped or paused).
     pub(crate) async fn pack_live_layer(&self, id: &str) -> Result<LayerRecord, ServiceError> {
-        let settings = self
-            .config()
-            .images
-            .clone()
-            .ok_or_else(|| ServiceError::InvalidRequest("no image store configured".into()))?;
+        let settings = self.image_settings()?.clone();
         let upper = self.runtime().writable_layer(id).await?;
         let opts = sandboxd_images::pack::PackOptions {
             id_shift: settings.layers.id_shift(),
@@ -531,12 +517,7 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Image(sandboxd_images::ImageError::Task(e.to_string())))??;
-        Ok(LayerRecord {
-            digest: descriptor.digest,
-            media_type: descriptor.media_type,
-            size: descriptor.size,
-            unpacked_bytes: unpacked,
-        })
+        Ok(crate::images::layer_record(&descriptor, unpacked))
     }
 }
 
