@@ -139,7 +139,15 @@ impl Context {
             let matched: Vec<&String> = if source.contains(['*', '?', '[']) {
                 let pattern = glob::Pattern::new(source)
                     .map_err(|e| bad(format!("invalid COPY pattern {source:?}: {e}")))?;
-                self.members.keys().filter(|p| pattern.matches(p)).collect()
+                // As Docker's filepath.Match: `*` and `?` never cross a `/`.
+                let options = glob::MatchOptions {
+                    require_literal_separator: true,
+                    ..Default::default()
+                };
+                self.members
+                    .keys()
+                    .filter(|p| pattern.matches_with(p, options))
+                    .collect()
             } else {
                 let source = clean(source).unwrap_or_default();
                 match self.members.get_key_value(&source) {
