@@ -1,8 +1,9 @@
-//! E2B templates and snapshots through the real, unmodified SDK against the real daemon: the test
-//! starts `sandboxd serve` and runs `tests/e2b/test_templates.py` (interpreter from `E2B_PYTHON`,
-//! default `.venv-e2b/bin/python`, installed by `scripts/e2b-sdks`).
+//! E2B templates and snapshots through the real, unmodified SDKs against the real daemon: each test
+//! starts `sandboxd serve` and runs one script: `tests/e2b/test_templates.py` (interpreter from
+//! `E2B_PYTHON`, default `.venv-e2b/bin/python`) or `tests/e2b/test_templates.mjs` (`node`, the SDK
+//! in `tests/e2b/node_modules`); `scripts/e2b-sdks` installs both.
 //!
-//! What the script proves, each through the SDK's own calls:
+//! What the Python script proves, each through the SDK's own calls:
 //! - `Template().from_template("base").copy(dir).copy(file, mode=0o755).run_cmd(.., user="root")
 //!   .run_cmd(..).set_envs(..)` built with `Template.build` (its file uploads through the signed
 //!   URL, the build log followed to the end) makes sandboxes (`Sandbox.create(alias)`) that hold
@@ -87,5 +88,25 @@ fn python_sdk_builds_templates_and_snapshots_sandboxes() {
         let python = python();
         let daemon = e2b_support::start().await;
         run_script(&daemon, &python, &["tests/e2b/test_templates.py"]).await;
+    });
+}
+
+/// The JS SDK (`tests/e2b/test_templates.mjs`): `createSnapshot` → `Sandbox.create(snapshotId)` sees
+/// a file written before, `listSnapshots`, `deleteSnapshot` (`true`, then `false`); and a
+/// `Template.build` with a COPY upload and a RUN as root.
+#[test]
+fn js_sdk_snapshots_and_builds_templates() {
+    e2b_test(async {
+        let sdk = workspace_root().join("tests/e2b/node_modules/e2b/package.json");
+        assert!(
+            sdk.is_file(),
+            "the E2B JS SDK is not installed ({} is missing): run scripts/e2b-sdks",
+            sdk.display()
+        );
+        let node = std::env::var_os("E2B_NODE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("node"));
+        let daemon = e2b_support::start().await;
+        run_script(&daemon, &node, &["tests/e2b/test_templates.mjs"]).await;
     });
 }
