@@ -14,6 +14,7 @@
 pub mod builds;
 pub mod domains;
 pub mod e2b;
+pub mod e2b_templates;
 pub mod error;
 pub mod events;
 pub mod exec;

@@ -12,6 +12,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use sandboxd_service::e2b_templates::FileError;
 use sandboxd_service::ServiceError;
 
 /// An error answer of the E2B surface.
@@ -61,6 +62,23 @@ impl From<ServiceError> for E2bError {
             message: native.message,
             retry_after: native.retry_after,
         }
+    }
+}
+
+/// The file store's refusals: a bad hash or body is the client's (400, 413), a URL that does not
+/// authorize the upload a 403.
+impl From<FileError> for E2bError {
+    fn from(e: FileError) -> Self {
+        let status = match &e {
+            FileError::BadHash(_) | FileError::NotATar(_) | FileError::Incomplete(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            FileError::BadSignature | FileError::Expired => StatusCode::FORBIDDEN,
+            FileError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            FileError::NoStore => StatusCode::SERVICE_UNAVAILABLE,
+            FileError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self::new(status, sandboxd_service::error::chain(&e))
     }
 }
 

@@ -44,7 +44,7 @@ fn parse_optional<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Resu
 }
 
 /// The sandbox `id` if E2B clients can see it (running or paused), else a 404.
-async fn visible(service: &Service, id: &str) -> Result<Sandbox> {
+pub(super) async fn visible(service: &Service, id: &str) -> Result<Sandbox> {
     let sandbox = service.get(id).await?;
     if e2b_state(sandbox.state).is_none() {
         return Err(E2bError::not_found(format!("sandbox {id} not found")));

@@ -12,6 +12,10 @@
 //!   `POST /v2/sandboxes/{id}/connect` and `POST /sandboxes/{id}/connect` (resume if paused: 201, else
 //!   200), `POST /sandboxes/{id}/resume` (older: 201, 409 when running).
 //! - `GET /sandboxes/{id}/metrics`: one sample of the sandbox's cgroup.
+//! - Templates and snapshots ([`templates`]): `POST /v3/templates`, `GET /templates/{id}/files/{hash}`,
+//!   `PUT /e2b/files/{hash}` (the signed upload URL, no API key), `POST /v2/templates/{id}/builds/{b}`,
+//!   `GET /templates/{id}/builds/{b}/status`, `GET /templates/aliases/{alias}`,
+//!   `DELETE /templates/{id}`, `POST /sandboxes/{id}/snapshots`, `GET /snapshots`.
 //!
 //! The sandbox side (envd at port 49983, the sandbox's own ports) is the proxy's: with
 //! `E2B_SANDBOX_URL` the SDK sends `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers to the same listener and
@@ -27,12 +31,13 @@
 pub mod error;
 pub mod handlers;
 pub mod models;
+pub mod templates;
 
 use crate::auth::{self, Auth};
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{middleware, Router};
 use sandboxd_proxy::{SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
 use sandboxd_service::ports::AGENT_PORT;
@@ -57,9 +62,31 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route("/sandboxes/{id}/connect", post(handlers::connect_v1))
         .route("/v2/sandboxes/{id}/connect", post(handlers::connect_v2))
         .route("/sandboxes/{id}/metrics", get(handlers::metrics))
+        .route("/sandboxes/{id}/snapshots", post(templates::snapshot))
+        .route("/snapshots", get(templates::list_snapshots))
+        .route("/v3/templates", post(templates::request_build))
+        .route("/templates/aliases/{alias}", get(templates::alias))
+        .route("/templates/{id}", delete(templates::delete_template))
+        .route("/templates/{id}/files/{hash}", get(templates::file_link))
+        .route(
+            "/v2/templates/{id}/builds/{build}",
+            post(templates::start_build),
+        )
+        .route(
+            "/templates/{id}/builds/{build}/status",
+            get(templates::build_status),
+        )
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
-        .with_state(service)
+        .with_state(service.clone())
+        // The upload URL carries its own authorization (the SDK sends no API key there); the body
+        // is streamed to disk under its own cap.
+        .merge(
+            Router::new()
+                .route("/e2b/files/{hash}", put(templates::upload))
+                .layer(DefaultBodyLimit::disable())
+                .with_state(service),
+        )
 }
 
 /// Whether `path` is one of this API's sandbox routes (`/sandboxes…`, `/v2/sandboxes…`).

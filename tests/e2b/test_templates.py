@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Acceptance test: templates and snapshots through the real, unmodified `e2b` Python SDK.
+
+Environment as for test_sdk.py (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY). Exit status 0 = every
+check passed. Run by crates/sandboxd/tests/e2b_templates.rs.
+"""
+
+import os
+import sys
+import tempfile
+import traceback
+import uuid
+
+from e2b import BuildException, Sandbox, SandboxException, Template
+
+RUN = uuid.uuid4().hex[:8]
+
+
+def new_sandbox(template=None):
+    # A unique metadata value: identical create bodies within 10 s share one sandbox.
+    metadata = {"suite": "templates-py", "run": RUN, "n": uuid.uuid4().hex}
+    if template is None:
+        return Sandbox.create(metadata=metadata)
+    return Sandbox.create(template, metadata=metadata)
+
+
+def context_dir():
+    ctx = tempfile.mkdtemp(prefix="e2b-ctx-")
+    os.makedirs(os.path.join(ctx, "app", "sub"))
+    with open(os.path.join(ctx, "app", "hello.txt"), "w") as f:
+        f.write("hello from copy\n")
+    with open(os.path.join(ctx, "app", "sub", "deep.txt"), "w") as f:
+        f.write("deep\n")
+    with open(os.path.join(ctx, "tool.sh"), "w") as f:
+        f.write("#!/bin/sh\necho tool ran\n")
+    return ctx
+
+
+def test_build_copies_runs_and_sets_envs():
+    ctx = context_dir()
+    template = (
+        Template(file_context_path=ctx)
+        .from_template("base")
+        .copy("app", "/srv/app")
+        .copy("tool.sh", "/srv/bin/tool.sh", mode=0o755)
+        .run_cmd("mkdir -p /srv/out && chmod 777 /srv/out && cat /srv/app/hello.txt > /srv/out/copied", user="root")
+        .run_cmd("id -un > /srv/out/who && echo built-by-run > /srv/out/run.txt")
+        .set_envs({"GREETING": "hi there", "QUOTED": 'a "b" $c'})
+    )
+    alias = f"tpl-{RUN}"
+    logs = []
+    info = Template.build(template, alias, on_build_logs=logs.append)
+    assert info.template_id == alias, info
+    messages = [str(getattr(l, "message", l)) for l in logs]
+    assert any("Uploaded 'app'" in m for m in messages), messages
+    assert any("Step" in m and "RUN" in m for m in messages), messages
+    assert Template.exists(alias)
+    assert not Template.exists(f"missing-{RUN}")
+
+    sbx = new_sandbox(alias)
+    try:
+        assert sbx.files.read("/srv/app/hello.txt") == "hello from copy\n"
+        assert sbx.files.read("/srv/app/sub/deep.txt") == "deep\n"
+        assert sbx.files.read("/srv/out/copied") == "hello from copy\n"
+        assert sbx.files.read("/srv/out/run.txt") == "built-by-run\n"
+        # Steps run as `user` unless the step says otherwise.
+        assert sbx.files.read("/srv/out/who") == "user\n"
+        r = sbx.commands.run("/srv/bin/tool.sh")
+        assert r.stdout == "tool ran\n", repr(r.stdout)
+        r = sbx.commands.run('echo "$GREETING|$QUOTED"')
+        assert r.stdout == 'hi there|a "b" $c\n', repr(r.stdout)
+    finally:
+        sbx.kill()
+
+    # The same files again: the server has them, the SDK skips the upload.
+    logs2 = []
+    Template.build(
+        Template(file_context_path=ctx).from_template("base").copy("app", "/srv/app"),
+        f"tpl2-{RUN}",
+        on_build_logs=logs2.append,
+    )
+    messages = [str(getattr(l, "message", l)) for l in logs2]
+    assert any("already cached" in m for m in messages), messages
+    assert Sandbox.delete_snapshot(f"tpl2-{RUN}") is True
+
+
+def test_a_failing_run_raises_the_build_error_naming_the_step():
+    template = (
+        Template()
+        .from_template("base")
+        .set_envs({"A": "1"})
+        .run_cmd("echo about to fail; exit 3")
+    )
+    try:
+        Template.build(template, f"bad-{RUN}")
+    except BuildException as e:
+        message = str(e)
+        assert "step 2" in message, message
+        assert "exited with code 3" in message, message
+    else:
+        raise AssertionError("the build should have failed")
+
+
+def test_rebuilding_a_ready_name_is_a_conflict():
+    alias = f"tpl-{RUN}"
+    try:
+        Template.build(Template().from_template("base").run_cmd("true"), alias)
+    except BuildException as e:
+        assert "already exists" in str(e), str(e)
+    else:
+        raise AssertionError("a second build of a ready name should be refused")
+
+
+def test_snapshot_then_create_from_it_list_and_delete():
+    sbx = new_sandbox()
+    from_snapshot = None
+    try:
+        sbx.files.write("/home/user/note.txt", "written before the snapshot")
+        snap = sbx.create_snapshot()
+        assert snap.snapshot_id.startswith(f"snapshot-{sbx.sandbox_id}-"), snap
+        assert snap.names == [snap.snapshot_id], snap
+        named = sbx.create_snapshot(f"snap-{RUN}")
+        assert named.snapshot_id == f"snap-{RUN}", named
+
+        try:
+            sbx.create_snapshot(mode="full")
+        except SandboxException as e:
+            assert "memory snapshots are not supported" in str(e), str(e)
+        else:
+            raise AssertionError("a memory snapshot should be refused")
+
+        from_snapshot = new_sandbox(snap.snapshot_id)
+        assert from_snapshot.files.read("/home/user/note.txt") == "written before the snapshot"
+
+        page = sbx.list_snapshots()
+        ids = [s.snapshot_id for s in page.next_items()]
+        assert ids == [snap.snapshot_id, named.snapshot_id], ids
+        assert not page.has_next
+        # Paging: one a page, by x-next-token.
+        paged = Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id, limit=1)
+        seen = []
+        while paged.has_next:
+            seen.extend(s.snapshot_id for s in paged.next_items())
+        assert seen == ids, seen
+        by_name = Sandbox.list_snapshots(name=named.snapshot_id).next_items()
+        assert [s.snapshot_id for s in by_name] == [named.snapshot_id], by_name
+
+        # In use by a sandbox: refused; then deleted; then gone.
+        try:
+            Sandbox.delete_snapshot(snap.snapshot_id)
+        except SandboxException as e:
+            assert "used by" in str(e), str(e)
+        else:
+            raise AssertionError("deleting a snapshot in use should be refused")
+        from_snapshot.kill()
+        from_snapshot = None
+        assert Sandbox.delete_snapshot(snap.snapshot_id) is True
+        assert Sandbox.delete_snapshot(snap.snapshot_id) is False
+        assert Sandbox.delete_snapshot(named.snapshot_id) is True
+    finally:
+        if from_snapshot is not None:
+            from_snapshot.kill()
+        sbx.kill()
+
+
+def test_snapshot_of_an_unknown_sandbox_is_not_found():
+    from e2b import SandboxNotFoundException
+
+    try:
+        Sandbox.create_snapshot("nosuchsandbox")
+    except SandboxNotFoundException:
+        pass
+    else:
+        raise AssertionError("expected SandboxNotFoundException")
+
+
+def main():
+    tests = [v for k, v in globals().items() if k.startswith("test_") and callable(v)]
+    only = sys.argv[1:]
+    failed = []
+    for test in tests:
+        if only and test.__name__ not in only:
+            continue
+        try:
+            test()
+            print(f"ok   {test.__name__}", flush=True)
+        except Exception:
+            failed.append(test.__name__)
+            print(f"FAIL {test.__name__}", flush=True)
+            traceback.print_exc()
+    if failed:
+        print(f"{len(failed)} failed: {failed}")
+        sys.exit(1)
+    print("all passed")
+
+
+if __name__ == "__main__":
+    main()
