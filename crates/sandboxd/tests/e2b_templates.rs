@@ -21,6 +21,7 @@ mod e2b_support;
 
 use common::Daemon;
 use e2b_support::{e2b_test, API_KEY};
+use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
 use sandboxd_test_support::workspace_root;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -42,7 +43,7 @@ fn python() -> PathBuf {
 
 /// Runs `program args` in the repository root against `daemon`; panics (with the output) unless it
 /// exits 0 and left no sandbox behind.
-async fn run_script(daemon: &Daemon, program: &Path, args: &[&str]) {
+async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(&str, &str)]) {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .current_dir(workspace_root())
@@ -55,6 +56,7 @@ async fn run_script(daemon: &Daemon, program: &Path, args: &[&str]) {
         .env("PYTHONUNBUFFERED", "1")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
+    cmd.envs(env.iter().copied());
     let output = tokio::time::timeout(SCRIPT_TIMEOUT, cmd.output())
         .await
         .unwrap_or_else(|_| {
@@ -87,7 +89,7 @@ fn python_sdk_builds_templates_and_snapshots_sandboxes() {
     e2b_test(async {
         let python = python();
         let daemon = e2b_support::start().await;
-        run_script(&daemon, &python, &["tests/e2b/test_templates.py"]).await;
+        run_script(&daemon, &python, &["tests/e2b/test_templates.py"], &[]).await;
     });
 }
 
@@ -107,6 +109,176 @@ fn js_sdk_snapshots_and_builds_templates() {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("node"));
         let daemon = e2b_support::start().await;
-        run_script(&daemon, &node, &["tests/e2b/test_templates.mjs"]).await;
+        run_script(&daemon, &node, &["tests/e2b/test_templates.mjs"], &[]).await;
+    });
+}
+
+/// `from_image(<ref>, username, password)`: a busybox image from a registry asking for basic auth is
+/// pulled with `fromImageRegistry`'s credentials, for that build only (the same image without them
+/// fails at the base step); RUN as root and WORKDIR apply; sandboxes from it have its files.
+#[test]
+fn python_sdk_builds_from_a_private_registry_image() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2b_test(async {
+        let python = python();
+        let registry = TestRegistry::start_with_basic_auth("puller", "s3cret");
+        registry.push(&ImageBuilder::busybox().build(), "private/busybox:1");
+        let image = registry.image_ref("private/busybox:1");
+        let daemon = e2b_support::start().await;
+        run_script(
+            &daemon,
+            &python,
+            &[
+                "tests/e2b/test_templates.py",
+                "test_from_a_private_registry_image",
+            ],
+            &[
+                ("E2B_TEST_IMAGE", image.as_str()),
+                ("E2B_TEST_REGISTRY_USER", "puller"),
+                ("E2B_TEST_REGISTRY_PASSWORD", "s3cret"),
+            ],
+        )
+        .await;
+    });
+}
+
+/// A client's mistakes get E2B's error shape with the right status, never a 500: an upload whose
+/// signature is wrong (403) or missing, a malformed hash (400), an unknown build (404), options a
+/// template cannot honour (400), a memory snapshot (400), an unknown template (404).
+#[test]
+fn client_mistakes_answer_in_the_e2b_shape() {
+    e2b_test(async {
+        let d = e2b_support::start().await;
+        let hash = "ab".repeat(32);
+        let link: serde_json::Value = d
+            .http()
+            .get(d.endpoint(&format!("/templates/t1/files/{hash}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(link["present"], false, "{link}");
+        let url = link["url"].as_str().unwrap().to_string();
+        let forged = url.replace("signature=v1_", "signature=v1_x");
+        let other_hash = url.replace(&hash, &"cd".repeat(32));
+        let unsigned = d.endpoint(&format!("/e2b/files/{hash}"));
+        let plain = d.http_plain();
+        for (url, status) in [(forged, 403), (other_hash, 403), (unsigned, 403)] {
+            let resp = plain.put(&url).body("x").send().await.unwrap();
+            assert_eq!(resp.status(), status, "{url}");
+            let body: serde_json::Value = resp.json().await.unwrap();
+            assert_eq!(body["code"], status, "{body}");
+            assert!(body["message"].is_string(), "{body}");
+        }
+        // The signed URL stores a tar, and refuses what is not one.
+        let resp = plain
+            .put(&url)
+            .body("not a tar at all")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400);
+        let link: serde_json::Value = d
+            .http()
+            .get(d.endpoint(&format!("/templates/t1/files/{hash}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            link["present"], false,
+            "a refused upload stores nothing: {link}"
+        );
+        let tar = tar::Builder::new(Vec::new()).into_inner().unwrap();
+        let resp = plain.put(&url).body(tar).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let link: serde_json::Value = d
+            .http()
+            .get(d.endpoint(&format!("/templates/t1/files/{hash}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(link, serde_json::json!({"present": true}));
+
+        let cases: [(&str, &str, Option<serde_json::Value>, u16); 7] = [
+            ("GET", "/templates/t1/files/NOTHEX", None, 400),
+            ("GET", "/templates/t1/builds/nope/status", None, 404),
+            (
+                "POST",
+                "/v2/templates/t1/builds/nope",
+                Some(serde_json::json!({"fromTemplate": "base"})),
+                404,
+            ),
+            (
+                "POST",
+                "/v3/templates",
+                Some(serde_json::json!({"name": "t1", "cpuCount": 2})),
+                400,
+            ),
+            (
+                "POST",
+                "/v3/templates",
+                Some(serde_json::json!({"name": "Bad Name"})),
+                400,
+            ),
+            ("GET", "/templates/aliases/nosuch", None, 404),
+            ("DELETE", "/templates/nosuch", None, 404),
+        ];
+        for (method, path, body, status) in cases {
+            let mut req = d.http().request(method.parse().unwrap(), d.endpoint(path));
+            if let Some(body) = body {
+                req = req.json(&body);
+            }
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), status, "{method} {path}");
+            let body: serde_json::Value = resp.json().await.unwrap();
+            assert_eq!(body["code"], status, "{method} {path}: {body}");
+        }
+        let started: serde_json::Value = d
+            .http()
+            .post(d.endpoint("/v3/templates"))
+            .json(&serde_json::json!({"name": "t1"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let build = started["buildID"].as_str().unwrap();
+        let status: serde_json::Value = d
+            .http()
+            .get(d.endpoint(&format!("/templates/t1/builds/{build}/status")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(status["status"], "waiting", "{status}");
+        let resp = d
+            .http()
+            .post(d.endpoint("/sandboxes/nosuch/snapshots"))
+            .json(&serde_json::json!({"memory": true}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400);
+        let resp = d
+            .http()
+            .post(d.endpoint("/sandboxes/nosuch/snapshots"))
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404);
     });
 }
