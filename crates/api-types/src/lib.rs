@@ -159,6 +159,14 @@ pub struct CreateTemplate {
     /// Credentials for the pulls of this build; never stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_auth: Option<RegistryAuth>,
+    /// A shell command every sandbox made from the template starts in the background once it is up
+    /// (as `user`, in the image's working directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_cmd: Option<String>,
+    /// A shell command polled until it exits 0 before a create from the template answers
+    /// (`--ready-cmd-timeout-secs` at most, else the create fails and the sandbox goes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_cmd: Option<String>,
 }
 
 /// A template.
@@ -178,6 +186,12 @@ pub struct Template {
     /// Why its build failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What sandboxes made from it start once up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_cmd: Option<String>,
+    /// What a create from it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_cmd: Option<String>,
     /// When it was created, RFC 3339.
     pub created_at: String,
     /// When it last changed (a log line, its end), RFC 3339.

@@ -12,7 +12,7 @@ use base64::Engine;
 use sandboxd_api_types as api;
 use sandboxd_service::builds::BuildSpec;
 use sandboxd_service::sandboxes::rfc3339;
-use sandboxd_service::templates::{template_to_api, TemplateSource};
+use sandboxd_service::templates::{template_to_api, StartCommands, TemplateSource};
 use sandboxd_service::Service;
 use sandboxd_store::TemplateState;
 use std::time::Duration;
@@ -58,7 +58,15 @@ pub async fn create(
         password: a.password,
     });
     let template = service
-        .create_template(&req.name, source, credentials)
+        .create_template(
+            &req.name,
+            source,
+            credentials,
+            StartCommands {
+                start: req.start_cmd,
+                ready: req.ready_cmd,
+            },
+        )
         .await?;
     Ok((StatusCode::ACCEPTED, Json(template_to_api(&template))))
 }

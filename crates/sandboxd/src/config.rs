@@ -94,6 +94,10 @@ pub struct ServeConfig {
     /// least recently used first, MiB (0: no limit).
     #[arg(long, env = "SB_IMAGE_CACHE_MAX_MB", default_value_t = 50 * 1024)]
     pub image_cache_max_mb: u64,
+    /// How long a create from a template waits for the template's ready command to succeed,
+    /// seconds (then the create fails and the sandbox is deleted).
+    #[arg(long, env = "SB_READY_CMD_TIMEOUT_SECS", default_value_t = 60)]
+    pub ready_cmd_timeout_secs: u64,
     /// A pull-through mirror tried before a registry, `REGISTRY=URL` (repeatable, e.g.
     /// `docker.io=http://127.0.0.1:5000`); the registry itself is asked when the mirror fails.
     #[arg(

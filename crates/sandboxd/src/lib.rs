@@ -155,6 +155,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             default_disk_mb: config.default_disk_mb,
             max_disk_mb: config.max_disk_mb,
             image_cache_max_mb: config.image_cache_max_mb,
+            ready_cmd_timeout: Duration::from_secs(config.ready_cmd_timeout_secs),
             ..ServiceConfig::default()
         },
         store.writer().clone(),

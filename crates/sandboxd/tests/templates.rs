@@ -388,3 +388,55 @@ fn sbx_builds_templates_snapshots_and_lists_them() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("code 7"));
     });
 }
+
+/// A template's start command runs in every sandbox made from it, and a create answers only once
+/// its ready command succeeds; a ready command that never does fails the create and leaves no
+/// sandbox.
+#[test]
+fn start_and_ready_commands_run_in_sandboxes_made_from_a_template() {
+    e2e(|| async {
+        let d = Daemon::start_setup(common::Setup {
+            args: vec!["--ready-cmd-timeout-secs=3".into()],
+            ..common::Setup::default()
+        })
+        .await;
+        let body = json!({
+            "name": "served",
+            "dockerfile": "FROM base\nRUN mkdir -p /srv/www && echo served > /srv/www/index.html\n",
+            "startCmd": "sleep 1; cd /srv/www && exec python3 -m http.server 8080",
+            "readyCmd": "python3 -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:8080/\", timeout=1)'",
+        });
+        assert_eq!(d.post_json("/v1/templates", &body).await.status(), 202);
+        let t = built(&d, "served").await;
+        assert_eq!(
+            (t["state"].as_str(), t["startCmd"].is_string()),
+            (Some("ready"), true),
+            "{t}"
+        );
+        let s = d.create(json!({ "template": "served" })).await;
+        // No waiting here: the create answered after the ready command succeeded.
+        let got = run(&d, &id_of(&s), "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:8080/index.html\").read().decode().strip())'").await;
+        assert_eq!(got, (0, "served".to_string()));
+
+        let never = json!({ "name": "never", "image": null, "dockerfile": "FROM base\n",
+                            "readyCmd": "exit 1" });
+        assert_eq!(d.post_json("/v1/templates", &never).await.status(), 202);
+        assert_eq!(built(&d, "never").await["state"], "ready");
+        let before = d.list_all().await.len();
+        let resp = d
+            .post_json("/v1/sandboxes", &json!({ "template": "never" }))
+            .await;
+        assert_eq!(resp.status(), 500);
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["code"], "sandbox_failed");
+        assert!(
+            v["message"].as_str().unwrap().contains("ready command"),
+            "{v}"
+        );
+        assert_eq!(
+            d.list_all().await.len(),
+            before,
+            "the failed sandbox stayed"
+        );
+    });
+}

@@ -121,6 +121,12 @@ pub enum TemplatesCommand {
         /// A build argument (repeatable).
         #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
         build_arg: Vec<(String, String)>,
+        /// A shell command every sandbox made from the template starts in the background.
+        #[arg(long)]
+        start_cmd: Option<String>,
+        /// A shell command a create from the template waits on until it exits 0.
+        #[arg(long)]
+        ready_cmd: Option<String>,
     },
     /// Print a template's build log.
     Logs {

@@ -53,6 +53,8 @@ pub async fn run(
             file,
             context,
             build_arg,
+            start_cmd,
+            ready_cmd,
         } => {
             let dockerfile = match &file {
                 Some(path) => {
@@ -81,6 +83,8 @@ pub async fn run(
                 context,
                 build_args: (!build_arg.is_empty()).then(|| build_arg.into_iter().collect()),
                 registry_auth: None,
+                start_cmd,
+                ready_cmd,
             };
             client.create_template(&body).await?;
             let done = follow(client, out, &name).await?;

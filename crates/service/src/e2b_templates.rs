@@ -18,8 +18,9 @@
 //!   `# e2b step <n>` comment, so a failing Dockerfile line maps back to the E2B step the SDK names.
 //!   `force` (skip the cache) enters as an `ARG` with a fresh value before the step (and a fresh
 //!   context directory for a COPY), so that step and the ones after miss the build cache.
-//!   `startCmd` is recorded as the image's `Cmd` and `readyCmd` is not kept: neither is run at
-//!   sandbox start yet (the build log says so).
+//!   `startCmd` and `readyCmd` become the template's start commands (run in every sandbox made
+//!   from it, see [`crate::templates::StartCommands`]); `startCmd` is recorded as the image's `Cmd`
+//!   too.
 //! - `fromImage: e2bdev/base` (the SDK's `from_base_image()` and default) builds on the built-in
 //!   `base`, which is what E2B's `base` template is here.
 //! - **A build id is a function of the template's name** (an HMAC with the daemon's secret), so the
@@ -554,19 +555,12 @@ impl Service {
                     build_args: Default::default(),
                 }),
                 build.credentials,
+                crate::templates::StartCommands {
+                    start: build.start_cmd.filter(|c| !c.trim().is_empty()),
+                    ready: build.ready_cmd.filter(|c| !c.trim().is_empty()),
+                },
             )
             .await?;
-        if build.start_cmd.is_some() || build.ready_cmd.is_some() {
-            self.log_template(
-                name,
-                [
-                    "warning: startCmd is recorded as the image's Cmd and readyCmd is not kept: \
-                  neither runs when a sandbox starts"
-                        .to_string(),
-                ],
-            )
-            .await;
-        }
         Ok(record)
     }
 

@@ -91,6 +91,8 @@ pub struct ServiceConfig {
     /// Size of unpacked layers past which the image reconciler evicts images nothing uses, MiB (0:
     /// no limit).
     pub image_cache_max_mb: u64,
+    /// How long a create from a template waits for the template's ready command to succeed.
+    pub ready_cmd_timeout: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -116,6 +118,7 @@ impl Default for ServiceConfig {
             default_disk_mb: sandboxes::DEFAULT_DISK_MB,
             max_disk_mb: 100 * 1024,
             image_cache_max_mb: 0,
+            ready_cmd_timeout: templates::READY_CMD_TIMEOUT,
         }
     }
 }

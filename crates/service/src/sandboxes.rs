@@ -180,7 +180,7 @@ impl Service {
     ) -> Result<Sandbox, ServiceError> {
         // An image is pulled (or found) before anything is recorded: a pull may take minutes, and a
         // `creating` row would look stuck to the reconciler meanwhile.
-        let (template, image) = self.resolve_root(&plan).await?;
+        let (template, image, commands) = self.resolve_root(&plan).await?;
         let image_root = match &image {
             Some(image) => {
                 let config = Service::run_config(image);
@@ -299,12 +299,25 @@ impl Service {
         let svc = self.clone();
         let rid = id.clone();
         let deadline = tokio::time::Instant::now() + self.config().ready_deadline;
-        tokio::spawn(async move { svc.await_ready(&rid, deadline).await })
+        let ready = tokio::spawn(async move { svc.await_ready(&rid, deadline).await })
             .await
             .map_err(|e| ServiceError::StartFailed {
-                id,
+                id: id.clone(),
                 reason: format!("its readiness waiter died: {e}"),
-            })?
+            })??;
+        if commands == crate::templates::StartCommands::default() {
+            return Ok(ready);
+        }
+        // The template's start command, then its ready command: the create answers once the
+        // sandbox's own service is up, or fails (and the sandbox goes) when it never is.
+        if let Err(e) = self.run_start_commands(&id, &commands).await {
+            let reason = crate::error::chain(&e);
+            if let Err(d) = self.delete(&id).await {
+                tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&d), "could not delete a sandbox whose start command failed");
+            }
+            return Err(ServiceError::StartFailed { id, reason });
+        }
+        Ok(ready)
     }
 
     /// What a create's root is made of: the template name the sandbox shows, and its image (`None`
@@ -312,21 +325,29 @@ impl Service {
     pub(crate) async fn resolve_root(
         &self,
         plan: &CreatePlan,
-    ) -> Result<(String, Option<sandboxd_store::ImageRecord>), ServiceError> {
+    ) -> Result<
+        (
+            String,
+            Option<sandboxd_store::ImageRecord>,
+            crate::templates::StartCommands,
+        ),
+        ServiceError,
+    > {
+        let none = crate::templates::StartCommands::default;
         if let Some(image) = &plan.resolved {
-            return Ok((plan.template.clone(), Some(image.clone())));
+            return Ok((plan.template.clone(), Some(image.clone()), none()));
         }
         if let Some(reference) = &plan.image {
             let image = self
                 .ensure_image(reference, plan.registry_auth.clone())
                 .await?;
-            return Ok((image.reference.clone(), Some(image)));
+            return Ok((image.reference.clone(), Some(image), none()));
         }
         if plan.template == DEFAULT_TEMPLATE {
-            return Ok((plan.template.clone(), None));
+            return Ok((plan.template.clone(), None, none()));
         }
-        let image = self.template_image(&plan.template).await?;
-        Ok((plan.template.clone(), Some(image)))
+        let (image, commands) = self.template_root(&plan.template).await?;
+        Ok((plan.template.clone(), Some(image), commands))
     }
 
     /// Undoes a create that failed before its sandbox booted: the runtime's sandbox, then the row

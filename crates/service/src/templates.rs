@@ -22,6 +22,11 @@ use sandboxd_store::{
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+/// Default of [`crate::ServiceConfig::ready_cmd_timeout`].
+pub const READY_CMD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often the ready command is tried.
+const READY_CMD_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Templates whose build runs in this process (the reconciler leaves them alone).
 #[derive(Default)]
 pub(crate) struct Builds(Mutex<HashSet<String>>);
@@ -75,6 +80,16 @@ pub fn validate_name(name: &str) -> Result<(), ServiceError> {
     }
 }
 
+/// What every sandbox made from a template runs once it is up (E2B's `startCmd`/`readyCmd`): the
+/// start command in the background, then the ready command until it exits 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartCommands {
+    /// Started in the background, as the default user.
+    pub start: Option<String>,
+    /// Polled until it exits 0; a create from the template answers only then.
+    pub ready: Option<String>,
+}
+
 /// What a template is made from, as its record keeps it.
 #[derive(Debug, Clone)]
 pub enum TemplateSource {
@@ -96,8 +111,16 @@ impl Service {
         name: &str,
         source: TemplateSource,
         credentials: Option<sandboxd_images::Credentials>,
+        commands: StartCommands,
     ) -> Result<TemplateRecord, ServiceError> {
         validate_name(name)?;
+        for cmd in [&commands.start, &commands.ready].into_iter().flatten() {
+            if cmd.trim().is_empty() || cmd.contains('\0') {
+                return Err(ServiceError::InvalidRequest(
+                    "startCmd and readyCmd must be non-empty commands without NUL bytes".into(),
+                ));
+            }
+        }
         if name == DEFAULT_TEMPLATE {
             return Err(ServiceError::Conflict(
                 "template \"base\" is built in".into(),
@@ -115,7 +138,17 @@ impl Service {
             TemplateSource::Image { reference } => serde_json::json!({ "image": reference }),
             TemplateSource::Dockerfile(spec) => spec.summary(),
         };
-        let record = self.begin_template(name, summary).await?;
+        let mut record = self.begin_template(name, summary).await?;
+        if commands != StartCommands::default() {
+            let (n, c) = (name.to_string(), commands.clone());
+            self.writer()
+                .write(move |tx| {
+                    tx.set_template_commands(&n, c.start.as_deref(), c.ready.as_deref())
+                })
+                .await?;
+            record.start_cmd = commands.start;
+            record.ready_cmd = commands.ready;
+        }
         self.inner.builds.start(name);
         let svc = self.clone();
         let name = name.to_string();
@@ -150,6 +183,59 @@ impl Service {
                 }
                 other => other.into(),
             })
+    }
+
+    /// Starts `commands.start` in the background in sandbox `id` (as its default user, output to
+    /// `/tmp/.sandboxd-start.log`), then runs `commands.ready` until it exits 0, for at most
+    /// [`crate::ServiceConfig::ready_cmd_timeout`].
+    pub(crate) async fn run_start_commands(
+        &self,
+        id: &str,
+        commands: &StartCommands,
+    ) -> Result<(), ServiceError> {
+        let shell = |script: &str, env: Option<(&str, &str)>| api::ExecRequest {
+            cmd: vec!["/bin/sh".into(), "-c".into(), script.to_string()],
+            env: env
+                .map(|(k, v)| std::collections::BTreeMap::from([(k.to_string(), v.to_string())])),
+            timeout_ms: Some(10_000),
+            ..Default::default()
+        };
+        if let Some(start) = &commands.start {
+            // Detached, so it outlives this call; the command travels in the environment, unquoted.
+            let started = self
+                .exec(
+                    id,
+                    shell(
+                        "nohup /bin/sh -c \"$SANDBOXD_START_CMD\" >/tmp/.sandboxd-start.log 2>&1 </dev/null &",
+                        Some(("SANDBOXD_START_CMD", start)),
+                    ),
+                )
+                .await?;
+            if started.exit_code != 0 {
+                return Err(ServiceError::InvalidRequest(format!(
+                    "the start command could not be started: {}",
+                    started.stderr
+                )));
+            }
+        }
+        let Some(ready) = &commands.ready else {
+            return Ok(());
+        };
+        let timeout = self.config().ready_cmd_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let probe = self.exec(id, shell(ready, None)).await?;
+            if probe.exit_code == 0 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ServiceError::InvalidRequest(format!(
+                    "the ready command {ready:?} did not succeed within {timeout:?} (last exit code {})",
+                    probe.exit_code
+                )));
+            }
+            tokio::time::sleep(READY_CMD_POLL).await;
+        }
     }
 
     /// Records how template `name`'s build ended.
@@ -270,9 +356,23 @@ impl Service {
 
     /// The ready image template `name` names (not for `base`).
     pub async fn template_image(&self, name: &str) -> Result<ImageRecord, ServiceError> {
+        Ok(self.template_root(name).await?.0)
+    }
+
+    /// The ready image template `name` names and what its sandboxes start.
+    pub(crate) async fn template_root(
+        &self,
+        name: &str,
+    ) -> Result<(ImageRecord, StartCommands), ServiceError> {
         let template = self.get_template(name).await?;
         match (template.state, &template.image) {
-            (TemplateState::Ready, Some(digest)) => self.get_image(digest).await,
+            (TemplateState::Ready, Some(digest)) => Ok((
+                self.get_image(digest).await?,
+                StartCommands {
+                    start: template.start_cmd.clone(),
+                    ready: template.ready_cmd.clone(),
+                },
+            )),
             (TemplateState::Building, _) => Err(ServiceError::Conflict(format!(
                 "template {name:?} is still being built"
             ))),
@@ -292,6 +392,8 @@ pub fn template_to_api(t: &TemplateRecord) -> api::Template {
         image: t.image.clone(),
         source: t.source.clone(),
         error: t.error.clone(),
+        start_cmd: t.start_cmd.clone(),
+        ready_cmd: t.ready_cmd.clone(),
         created_at: crate::sandboxes::rfc3339(t.created_at),
         updated_at: crate::sandboxes::rfc3339(t.updated_at),
     }

@@ -263,6 +263,8 @@ CREATE TABLE templates (
     image_digest TEXT REFERENCES images(digest) ON DELETE RESTRICT,
     source       TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(source) AND json_type(source) = 'object'),
     error        TEXT,
+    start_cmd    TEXT,
+    ready_cmd    TEXT,
     created_at   INTEGER NOT NULL,
     updated_at   INTEGER NOT NULL,
     CHECK (state <> 'ready' OR image_digest IS NOT NULL)

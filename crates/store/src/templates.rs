@@ -61,6 +61,10 @@ pub struct TemplateRecord {
     pub source: serde_json::Value,
     /// Why its build failed.
     pub error: Option<String>,
+    /// Run in the background in every sandbox made from it, once it is up.
+    pub start_cmd: Option<String>,
+    /// Polled until it exits 0 before a create from it answers.
+    pub ready_cmd: Option<String>,
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
 }
@@ -74,7 +78,8 @@ pub struct LogLine {
     pub at: UnixMillis,
 }
 
-const COLUMNS: &str = "name, state, image_digest, source, error, created_at, updated_at";
+const COLUMNS: &str =
+    "name, state, image_digest, source, error, created_at, updated_at, start_cmd, ready_cmd";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<TemplateRecord> {
     let state: String = r.get(1)?;
@@ -89,6 +94,8 @@ fn row(r: &Row<'_>) -> rusqlite::Result<TemplateRecord> {
         error: r.get(4)?,
         created_at: r.get(5)?,
         updated_at: r.get(6)?,
+        start_cmd: r.get(7)?,
+        ready_cmd: r.get(8)?,
     })
 }
 
@@ -208,6 +215,20 @@ impl WriteTx<'_> {
             kind: "template",
             key: name.to_string(),
         })
+    }
+
+    /// Sets the start and ready commands of template `name`.
+    pub fn set_template_commands(
+        &mut self,
+        name: &str,
+        start_cmd: Option<&str>,
+        ready_cmd: Option<&str>,
+    ) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached("UPDATE templates SET start_cmd = ?2, ready_cmd = ?3 WHERE name = ?1")?
+            .execute(params![name, start_cmd, ready_cmd])?;
+        Ok(n == 1)
     }
 
     /// Marks building template `name` ready with `image`. `false` if it is not building any more.
