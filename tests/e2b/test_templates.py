@@ -207,6 +207,29 @@ def test_from_a_private_registry_image():
     assert Sandbox.delete_snapshot(alias) is True
 
 
+def test_start_cmd_runs_and_create_waits_for_ready():
+    from e2b import wait_for_port
+
+    template = (
+        Template()
+        .from_template("base")
+        .run_cmd("mkdir -p /srv/www && echo started-by-template > /srv/www/index.html", user="root")
+        .set_start_cmd("cd /srv/www && python3 -m http.server 8123", wait_for_port(8123))
+    )
+    alias = f"start-{RUN}"
+    Template.build(template, alias)
+    sbx = new_sandbox(alias)
+    try:
+        # No wait here: the create answered once the ready check passed.
+        r = sbx.commands.run(
+            "python3 -c \"import urllib.request; "
+            "print(urllib.request.urlopen('http://127.0.0.1:8123/index.html').read().decode().strip())\""
+        )
+        assert r.stdout.strip() == "started-by-template", r
+    finally:
+        sbx.kill()
+
+
 def main():
     tests = [v for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]

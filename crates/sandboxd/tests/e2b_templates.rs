@@ -83,7 +83,8 @@ async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(&str
     );
 }
 
-/// The Python SDK: template builds with uploads, failures, snapshots (see the module doc).
+/// The Python SDK: template builds with uploads, failures, `set_start_cmd` with `wait_for_port`
+/// (a create answers once the started server listens), snapshots (see the module doc).
 #[test]
 fn python_sdk_builds_templates_and_snapshots_sandboxes() {
     e2b_test(async {
