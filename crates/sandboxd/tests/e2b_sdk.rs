@@ -12,14 +12,9 @@
 mod common;
 mod e2b_support;
 
-use common::Daemon;
-use e2b_support::{e2b_test, API_KEY};
+use e2b_support::{e2b_test, run_script};
 use sandboxd_test_support::workspace_root;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-/// Longest one acceptance script may run.
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(600);
+use std::path::PathBuf;
 
 const PY_INSTALL: &str = "run .ci/run, or: python3 -m venv .venv-e2b && \
     .venv-e2b/bin/pip install e2b pytest requests";
@@ -51,55 +46,13 @@ fn interpreter(env_var: &str, default: &str, install: &str) -> PathBuf {
     path
 }
 
-/// Runs `program args` in the repository root against `daemon`; panics (with the output) unless it
-/// exits 0, and unless it deleted every sandbox it made.
-async fn run_script(daemon: &Daemon, program: &Path, args: &[&str]) {
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .current_dir(workspace_root())
-        .env("E2B_API_URL", daemon.url())
-        .env("E2B_SANDBOX_URL", daemon.url())
-        .env("E2B_API_KEY", API_KEY)
-        .env_remove("E2B_DOMAIN")
-        .env_remove("E2B_DEBUG")
-        .env_remove("E2B_ACCESS_TOKEN")
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(SCRIPT_TIMEOUT, cmd.output())
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} {args:?} ran longer than {SCRIPT_TIMEOUT:?}",
-                program.display()
-            )
-        })
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    // Shown with --nocapture: which checks passed, and which are expected failures (agent features).
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "{} {args:?} exited {:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{}",
-        program.display(),
-        output.status.code(),
-        daemon.log_tail(40)
-    );
-    let left = daemon.list_all().await;
-    assert!(
-        left.is_empty(),
-        "the script left sandboxes behind: {left:?}"
-    );
-}
-
 /// The latest Python SDK: create, commands, files, ports, timeouts, listing, pause/resume, kill.
 #[test]
 fn python_sdk_acceptance() {
     e2b_test(async {
         let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
         let daemon = e2b_support::start().await;
-        run_script(&daemon, &python, &["tests/e2b/test_sdk.py"]).await;
+        run_script(&daemon, &python, &["tests/e2b/test_sdk.py"], &[]).await;
     });
 }
 
@@ -117,7 +70,7 @@ fn js_sdk_acceptance() {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("node"));
         let daemon = e2b_support::start().await;
-        run_script(&daemon, &node, &["tests/e2b/test_sdk.mjs"]).await;
+        run_script(&daemon, &node, &["tests/e2b/test_sdk.mjs"], &[]).await;
     });
 }
 
@@ -141,6 +94,6 @@ fn old_python_sdk_creates_and_runs_a_command() {
             python.display()
         );
         let daemon = e2b_support::start().await;
-        run_script(&daemon, &python, &["tests/e2b/test_sdk_old.py"]).await;
+        run_script(&daemon, &python, &["tests/e2b/test_sdk_old.py"], &[]).await;
     });
 }

@@ -19,15 +19,10 @@
 mod common;
 mod e2b_support;
 
-use common::Daemon;
-use e2b_support::{e2b_test, API_KEY};
+use e2b_support::{e2b_test, run_script};
 use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
 use sandboxd_test_support::workspace_root;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-/// Longest the script may run.
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(600);
+use std::path::PathBuf;
 
 fn python() -> PathBuf {
     let path = std::env::var_os("E2B_PYTHON")
@@ -39,48 +34,6 @@ fn python() -> PathBuf {
         path.display()
     );
     path
-}
-
-/// Runs `program args` in the repository root against `daemon`; panics (with the output) unless it
-/// exits 0 and left no sandbox behind.
-async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(&str, &str)]) {
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .current_dir(workspace_root())
-        .env("E2B_API_URL", daemon.url())
-        .env("E2B_SANDBOX_URL", daemon.url())
-        .env("E2B_API_KEY", API_KEY)
-        .env_remove("E2B_DOMAIN")
-        .env_remove("E2B_DEBUG")
-        .env_remove("E2B_ACCESS_TOKEN")
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    cmd.envs(env.iter().copied());
-    let output = tokio::time::timeout(SCRIPT_TIMEOUT, cmd.output())
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} {args:?} ran longer than {SCRIPT_TIMEOUT:?}",
-                program.display()
-            )
-        })
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "{} {args:?} exited {:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{}",
-        program.display(),
-        output.status.code(),
-        daemon.log_tail(60)
-    );
-    let left = daemon.list_all().await;
-    assert!(
-        left.is_empty(),
-        "the script left sandboxes behind: {left:?}"
-    );
 }
 
 /// The Python SDK: template builds with uploads, failures, `set_start_cmd` with `wait_for_port`

@@ -733,20 +733,7 @@ fn open_archive(path: &Path) -> Result<tar::Archive<Box<dyn Read>>, FileError> {
     Ok(tar::Archive::new(reader))
 }
 
-/// `a/./b//c/` → `a/b/c`; `None` when it climbs above the root.
-fn clean(path: &str) -> Option<String> {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            p => parts.push(p),
-        }
-    }
-    Some(parts.join("/"))
-}
+use crate::builds::context::clean;
 
 /// The build context: each (directory, hash) upload's members re-rooted under that directory
 /// (files, directories and symlinks; other kinds are left out), at most [`MAX_CONTEXT_BYTES`].

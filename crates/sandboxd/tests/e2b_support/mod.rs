@@ -6,11 +6,15 @@
 #![allow(dead_code)] // each test file uses a different part
 
 use crate::common::{run_serially, Auth, Daemon, Setup};
+use sandboxd_test_support::workspace_root;
 use std::future::Future;
+use std::path::Path;
 use std::time::Duration;
 
 /// Cgroup parent of these daemons' sandboxes.
 pub const CGROUP_PARENT: &str = "sandboxd-e2b";
+/// Longest an SDK script may run.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The API key the daemon accepts.
 pub const API_KEY: &str = "e2b-test-key-5b1c9e";
 
@@ -39,5 +43,47 @@ pub fn e2b_test(test: impl Future<Output = ()>) {
         tokio::runtime::Builder::new_multi_thread().worker_threads(2),
         None,
         || test,
+    );
+}
+
+/// Runs `program args` in the repository root against `daemon`; panics (with the output) unless it
+/// exits 0 and left no sandbox behind. `env` is added to the SDK's environment.
+pub async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(&str, &str)]) {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(workspace_root())
+        .env("E2B_API_URL", daemon.url())
+        .env("E2B_SANDBOX_URL", daemon.url())
+        .env("E2B_API_KEY", API_KEY)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_DEBUG")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    cmd.envs(env.iter().copied());
+    let output = tokio::time::timeout(SCRIPT_TIMEOUT, cmd.output())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} {args:?} ran longer than {SCRIPT_TIMEOUT:?}",
+                program.display()
+            )
+        })
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{} {args:?} exited {:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{}",
+        program.display(),
+        output.status.code(),
+        daemon.log_tail(60)
+    );
+    let left = daemon.list_all().await;
+    assert!(
+        left.is_empty(),
+        "the script left sandboxes behind: {left:?}"
     );
 }

@@ -42,7 +42,7 @@ fn bad(message: impl Into<String>) -> ServiceError {
 }
 
 /// `a/./b//c/` → `a/b/c`; `None` when it climbs above the root.
-fn clean(path: &str) -> Option<String> {
+pub(crate) fn clean(path: &str) -> Option<String> {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {
