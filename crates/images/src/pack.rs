@@ -851,17 +851,7 @@ fn unshift(id: u32, shift: u32) -> u32 {
 /// A v3 `security.capability` names the host uid that is root for it; unshift it like an owner
 /// (the unpacker shifts it back). v2 values carry none and are kept as they are.
 fn unshift_capability_rootid(value: &mut [u8], shift: u32) {
-    const VFS_CAP_REVISION_3: u32 = 0x0300_0000;
-    const VFS_CAP_REVISION_MASK: u32 = 0xff00_0000;
-    if value.len() != 24 {
-        return;
-    }
-    let magic = u32::from_le_bytes([value[0], value[1], value[2], value[3]]);
-    if magic & VFS_CAP_REVISION_MASK != VFS_CAP_REVISION_3 {
-        return;
-    }
-    let rootid = u32::from_le_bytes([value[20], value[21], value[22], value[23]]);
-    value[20..24].copy_from_slice(&unshift(rootid, shift).to_le_bytes());
+    crate::unpack::map_capability_rootid(value, |rootid| unshift(rootid, shift));
 }
 
 /// The file type bits of a stat.

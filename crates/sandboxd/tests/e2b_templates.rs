@@ -106,15 +106,7 @@ fn client_mistakes_answer_in_the_e2b_shape() {
     e2b_test(async {
         let d = e2b_support::start().await;
         let hash = "ab".repeat(32);
-        let link: serde_json::Value = d
-            .http()
-            .get(d.endpoint(&format!("/templates/t1/files/{hash}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let link = d.get_json(&format!("/templates/t1/files/{hash}")).await;
         assert_eq!(link["present"], false, "{link}");
         let url = link["url"].as_str().unwrap().to_string();
         let forged = url.replace("signature=v1_", "signature=v1_x");
@@ -136,15 +128,7 @@ fn client_mistakes_answer_in_the_e2b_shape() {
             .await
             .unwrap();
         assert_eq!(resp.status(), 400);
-        let link: serde_json::Value = d
-            .http()
-            .get(d.endpoint(&format!("/templates/t1/files/{hash}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let link = d.get_json(&format!("/templates/t1/files/{hash}")).await;
         assert_eq!(
             link["present"], false,
             "a refused upload stores nothing: {link}"
@@ -152,15 +136,7 @@ fn client_mistakes_answer_in_the_e2b_shape() {
         let tar = tar::Builder::new(Vec::new()).into_inner().unwrap();
         let resp = plain.put(&url).body(tar).send().await.unwrap();
         assert_eq!(resp.status(), 200);
-        let link: serde_json::Value = d
-            .http()
-            .get(d.endpoint(&format!("/templates/t1/files/{hash}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let link = d.get_json(&format!("/templates/t1/files/{hash}")).await;
         assert_eq!(link, serde_json::json!({"present": true}));
 
         let cases: [(&str, &str, Option<serde_json::Value>, u16); 7] = [

@@ -86,6 +86,12 @@ pub(super) fn shift_id(id: u64, shift: u32) -> u32 {
 /// A v3 `security.capability` names the uid that is root for it; shift it like an owner.
 /// v2 values carry none and are kept as they are.
 pub(super) fn shift_capability_rootid(value: &mut [u8], shift: u32) {
+    map_capability_rootid(value, |rootid| shift_id(u64::from(rootid), shift));
+}
+
+/// Replaces the root uid of a v3 `security.capability` value with `map` of it; other values (v2,
+/// malformed) are left as they are. Shared by the unpacker (shift) and `pack` (unshift).
+pub(crate) fn map_capability_rootid(value: &mut [u8], map: impl FnOnce(u32) -> u32) {
     const VFS_CAP_REVISION_3: u32 = 0x0300_0000;
     const VFS_CAP_REVISION_MASK: u32 = 0xff00_0000;
     if value.len() != 24 {
@@ -96,7 +102,7 @@ pub(super) fn shift_capability_rootid(value: &mut [u8], shift: u32) {
         return;
     }
     let rootid = u32::from_le_bytes([value[20], value[21], value[22], value[23]]);
-    value[20..24].copy_from_slice(&shift_id(u64::from(rootid), shift).to_le_bytes());
+    value[20..24].copy_from_slice(&map(rootid).to_le_bytes());
 }
 
 /// A PAX time, `seconds[.fraction]`.

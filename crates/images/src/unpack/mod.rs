@@ -64,7 +64,7 @@ use meta::{apply, chown_at, set_xattr, Meta, Target};
 use paths::{Component, ImpliedDir, WalkError};
 
 /// The xattr and id policy [`crate::pack`] applies in reverse, stated once here.
-pub(crate) use meta::{kept_xattr, ID_RANGE, OVERFLOW_ID};
+pub(crate) use meta::{kept_xattr, map_capability_rootid, ID_RANGE, OVERFLOW_ID};
 
 /// How a layer blob is compressed (from its media type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
