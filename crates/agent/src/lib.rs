@@ -9,6 +9,9 @@
 //! [`callhome`] reports to the daemon once the server answers (`environment-ready`), or that it cannot
 //! (`environment-failed`).
 //!
+//! [`interpreter`] is a third, separate job of the same binary: E2B's code interpreter on Jupyter
+//! kernels, started inside a sandbox by the templates that carry it.
+//!
 //! [`init`] is the PID 1 loop that ties them together: it reaps every zombie and forwards termination
 //! signals to the server. [`confine`] holds the seccomp filter and capability set every sandbox process
 //! runs under.
@@ -17,4 +20,5 @@ pub mod boot;
 pub mod callhome;
 pub mod confine;
 pub mod init;
+pub mod interpreter;
 pub mod server;

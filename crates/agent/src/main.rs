@@ -3,6 +3,8 @@
 //! - `sandboxd-agent boot` is what the runtime executes as PID 1 of a new sandbox; it is not for people.
 //! - `sandboxd-agent serve --socket PATH` serves the envd protocol on a plain unix socket outside any
 //!   sandbox (for tests and debugging); the token is read from `SANDBOXD_AGENT_TOKEN`.
+//! - `sandboxd-agent interpreter` serves the code interpreter (port 49999) inside a sandbox; with
+//!   `--probe` it only checks that one answers (a template's ready command).
 //!
 //! Logs go to stderr (the sandbox's boot log under `boot`), filtered by `RUST_LOG` (default `info`;
 //! the runtime sets it from `SANDBOXD_AGENT_LOG`).
@@ -33,6 +35,15 @@ enum Command {
         #[arg(long, default_value = "user")]
         default_user: String,
     },
+    /// Serve the code interpreter on Jupyter kernels (inside a sandbox).
+    Interpreter {
+        /// Address to listen on.
+        #[arg(long, default_value_t = std::net::SocketAddr::from(([0, 0, 0, 0], sandboxd_agent::interpreter::PORT)))]
+        listen: std::net::SocketAddr,
+        /// Only check that an interpreter answers on --listen (its port on loopback); exit 0 if so.
+        #[arg(long)]
+        probe: bool,
+    },
 }
 
 fn main() {
@@ -40,6 +51,15 @@ fn main() {
     init_logging();
     match cli.command {
         Command::Boot => sandboxd_agent::boot::run(),
+        Command::Interpreter { listen, probe } => {
+            let code = if probe {
+                let local = std::net::SocketAddr::from(([127, 0, 0, 1], listen.port()));
+                sandboxd_agent::interpreter::probe(local)
+            } else {
+                sandboxd_agent::interpreter::run(listen)
+            };
+            std::process::exit(code);
+        }
         Command::Serve {
             socket,
             token,

@@ -323,6 +323,24 @@ pub struct SandboxList {
     pub next_cursor: Option<String>,
 }
 
+/// `POST /v1/sandboxes/{id}/code`: code for the sandbox's code interpreter (a sandbox of the
+/// `code-interpreter-v1` template runs one).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunCode {
+    /// The code.
+    pub code: String,
+    /// The context to run it in (its state is kept between calls); not with `language`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
+    /// `python` (the default) or `bash`: runs in that language's default context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    /// Environment variables for this execution only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envs: Option<BTreeMap<String, String>>,
+}
+
 /// `POST /v1/sandboxes/{id}/exec` (and `/exec/stream`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -52,6 +52,7 @@ impl From<ServiceError> for Error {
             ServiceError::KeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             ServiceError::Exhausted(_) => (S::SERVICE_UNAVAILABLE, "pool_exhausted"),
             ServiceError::Agent(_) => (S::BAD_GATEWAY, "agent_error"),
+            ServiceError::Interpreter(_) => (S::BAD_GATEWAY, "interpreter_error"),
             ServiceError::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
             ServiceError::StartFailed { .. } => (S::INTERNAL_SERVER_ERROR, "sandbox_failed"),
             ServiceError::Runtime(_) | ServiceError::Store(_) => {

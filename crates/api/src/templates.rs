@@ -51,7 +51,19 @@ pub async fn create(
                 build_args: req.build_args.unwrap_or_default(),
             })
         }
-        _ => return Err(Error::invalid("give exactly one of image and dockerfile")),
+        (None, None)
+            if req.context.is_none()
+                && req.build_args.is_none()
+                && req.start_cmd.is_none()
+                && req.ready_cmd.is_none()
+                && sandboxd_service::builtin::find(&req.name).is_some() =>
+        {
+            let template = service.create_builtin_template(&req.name).await?;
+            return Ok((StatusCode::ACCEPTED, Json(template_to_api(&template))));
+        }
+        _ => return Err(Error::invalid(
+            "give exactly one of image and dockerfile (or only the name of a built-in template)",
+        )),
     };
     let credentials = req.registry_auth.map(|a| sandboxd_images::Credentials {
         username: a.username,

@@ -260,6 +260,26 @@ pub async fn exec_stream(
         .into_response())
 }
 
+/// Run code in the sandbox's code interpreter (sandboxes of `code-interpreter-v1`), streaming its
+/// output as NDJSON lines: `number_of_executions`, `stdout`, `stderr`, `result` (text, html, png,
+/// chart, …), `error`, `keepalive`, and `end_of_execution` last — the E2B Code Interpreter's lines.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/code", params(("id" = String, Path)), request_body = api::RunCode,
+    responses((status = 200, content_type = "application/x-ndjson"), (status = 400, body = api::ApiError),
+        (status = 404, body = api::ApiError), (status = 409, body = api::ApiError), (status = 502, body = api::ApiError)))]
+pub async fn run_code(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, Error> {
+    let req: api::RunCode = parse_json(&body)?;
+    let lines = service.run_code(&id, req).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response())
+}
+
 /// Download a file (`?path=/abs/path`).
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(("id" = String, Path), ("path" = String, Query)),
     responses((status = 200, content_type = "application/octet-stream"), (status = 404, body = api::ApiError)))]

@@ -13,6 +13,7 @@
 //! The calls live beside the resource they touch: [`sandboxes`] (create/list/get/delete),
 //! [`exec`] (collected and streamed commands), [`files`] (upload/download/list), [`ports`].
 
+pub mod code;
 mod error;
 pub mod exec;
 pub mod files;

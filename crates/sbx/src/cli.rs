@@ -58,6 +58,9 @@ pub enum Command {
     },
     /// Run a command in a sandbox, streaming its output; exits with its exit code.
     Exec(ExecArgs),
+    /// Run code from stdin in a sandbox's code interpreter (template code-interpreter-v1), keeping
+    /// state between calls; prints its output and results, exits 1 when the code raised.
+    Code(CodeArgs),
     /// Copy a file between the local machine and a sandbox (one side is ID:/abs/path; `-` is stdio).
     Cp {
         /// Source: a local path, `-` (stdin), or ID:/abs/path.
@@ -104,13 +107,14 @@ pub enum TemplatesCommand {
     /// List the templates.
     #[command(alias = "list")]
     Ls,
-    /// Create a template from an image (--image) or a Dockerfile (--file, with --context), and
-    /// follow its build log; exits 0 when it is ready, 1 when the build failed.
+    /// Create a template from an image (--image) or a Dockerfile (--file, with --context) — or,
+    /// with neither, build a built-in template (`code-interpreter-v1`) — and follow its build log;
+    /// exits 0 when it is ready, 1 when the build failed.
     Build {
         /// The template's name (`name` or `name:tag`).
         name: String,
         /// An image reference to make the template of.
-        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        #[arg(long, conflicts_with = "file")]
         image: Option<String>,
         /// The Dockerfile to build.
         #[arg(long, short = 'f')]
@@ -255,6 +259,22 @@ pub struct ExecArgs {
     /// The command and its arguments (put them after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub cmd: Vec<String>,
+}
+
+/// `sbx code`.
+#[derive(Debug, Args)]
+pub struct CodeArgs {
+    /// `python` (default) or `bash`: runs in that language's default context.
+    #[arg(long, conflicts_with = "context")]
+    pub language: Option<String>,
+    /// A context made through the interpreter's API (its own kernel).
+    #[arg(long, value_name = "ID")]
+    pub context: Option<String>,
+    /// Environment for this execution only (repeatable).
+    #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
+    pub env: Vec<(String, String)>,
+    /// Sandbox id.
+    pub id: String,
 }
 
 /// Parses `KEY=VALUE` (the value may be empty and may contain `=`; the key may not be empty).

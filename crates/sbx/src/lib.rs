@@ -10,6 +10,7 @@
 //! - `rm`: 1 when any id failed, after trying all of them.
 
 pub mod cli;
+pub mod code;
 pub mod cp;
 mod error;
 pub mod exec;
@@ -59,6 +60,7 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Pause { id } => sandboxes::print(out, client.pause(&id).await?),
         Command::Resume { id } => sandboxes::print(out, client.resume(&id).await?),
         Command::Exec(args) => exec::run(&client, out, args).await,
+        Command::Code(args) => code::run(&client, out, args).await,
         Command::Cp { src, dst } => cp::run(&client, out, &src, &dst).await,
         Command::Expose { id, port, protocol } => {
             sandboxes::expose(&client, out, &id, port, &protocol).await

@@ -57,6 +57,9 @@ pub enum ServiceError {
     /// The sandbox's agent failed or refused.
     #[error("sandbox agent")]
     Agent(#[source] sandboxd_envd::Error),
+    /// The sandbox's code interpreter failed.
+    #[error("the sandbox's code interpreter failed: {0}")]
+    Interpreter(String),
     /// An image could not be had.
     #[error("image")]
     Image(#[from] sandboxd_images::ImageError),

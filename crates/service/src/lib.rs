@@ -12,6 +12,8 @@
 //! the runtime says what runs. Every write goes through the store's single writer.
 
 pub mod builds;
+pub mod builtin;
+pub mod code;
 pub mod domains;
 pub mod e2b;
 pub mod e2b_templates;

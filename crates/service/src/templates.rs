@@ -364,7 +364,7 @@ impl Service {
         &self,
         name: &str,
     ) -> Result<(ImageRecord, StartCommands), ServiceError> {
-        let template = self.get_template(name).await?;
+        let template = self.template_when_built(name).await?;
         match (template.state, &template.image) {
             (TemplateState::Ready, Some(digest)) => Ok((
                 self.get_image(digest).await?,
