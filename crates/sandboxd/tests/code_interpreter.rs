@@ -1,0 +1,216 @@
+//! The code interpreter end to end: the built-in template `code-interpreter-v1` built by the
+//! daemon's own builder (a real `pip install` of ipykernel, numpy, pandas, matplotlib and
+//! bash_kernel in a build sandbox), the agent's interpreter on real Jupyter kernels, and the real,
+//! unmodified E2B Code Interpreter SDKs (`tests/e2b/test_code_interpreter.py` with
+//! `e2b-code-interpreter`, `tests/e2b/test_code_interpreter.mjs` with `@e2b/code-interpreter`;
+//! `scripts/e2b-sdks` installs both). One daemon serves every step, so the template is built once.
+//!
+//! What it proves beyond the scripts (their docs list theirs):
+//! - **Built once however many ask**: three concurrent creates naming the template before it
+//!   exists all succeed on one build (the log has one `FROM`); `sbx templates build
+//!   code-interpreter-v1` builds it with no Dockerfile given and exits 0 once ready.
+//! - `/v1/sandboxes/{id}/code` streams the interpreter's lines; its mistakes are the caller's
+//!   (400, 404) and a sandbox without an interpreter is a conflict (409).
+//! - `sbx code ID` reads code from stdin, prints its output, exits 1 when it raised.
+//! - A kernel killed by the out-of-memory killer is an `error` line, and the next call runs on a
+//!   fresh kernel; 100 MB of output stream through without the interpreter holding it.
+
+mod common;
+mod e2b_support;
+
+use common::{id_of, stderr, stdout};
+use e2b_support::{e2b_test, run_script};
+use sandboxd_test_support::workspace_root;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+const TEMPLATE: &str = "code-interpreter-v1";
+
+/// `POST /v1/sandboxes/{id}/code` with `body`: the status and, on 200, the output lines.
+async fn run_code(d: &common::Daemon, id: &str, body: Value) -> (u16, Vec<Value>) {
+    let resp = d
+        .post_json(&format!("/v1/sandboxes/{id}/code"), &body)
+        .await;
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("a body");
+    if status != 200 {
+        return (status, vec![json!({ "body": text })]);
+    }
+    let lines = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    (status, lines)
+}
+
+fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["type"] == kind).collect()
+}
+
+#[test]
+fn the_code_interpreter_serves_the_real_sdks_the_v1_route_and_sbx() {
+    e2b_test(async {
+        let d = e2b_support::start().await;
+
+        // Three creates before the template exists: one build serves them all.
+        let creates = (0..3).map(|n| {
+            let body = json!({ "template": TEMPLATE, "metadata": { "n": n.to_string() } });
+            let d = &d;
+            async move { d.create(body).await }
+        });
+        let made = futures::future::join_all(creates).await;
+        let log = d
+            .http()
+            .get(d.endpoint(&format!("/v1/templates/{TEMPLATE}/logs")))
+            .send()
+            .await
+            .expect("the build log")
+            .text()
+            .await
+            .expect("its lines");
+        let builds = log.lines().filter(|l| l.contains("\"FROM base\"")).count();
+        assert_eq!(builds, 1, "one build:\n{log}");
+        for sandbox in &made {
+            let (status, lines) = run_code(&d, &id_of(sandbox), json!({ "code": "6 * 7" })).await;
+            assert_eq!(status, 200);
+            assert_eq!(of_type(&lines, "result")[0]["text"], "42", "{lines:?}");
+            assert_eq!(lines.last().unwrap()["type"], "end_of_execution");
+        }
+        for sandbox in &made {
+            let id = id_of(sandbox);
+            assert!(d
+                .delete(&format!("/v1/sandboxes/{id}"))
+                .await
+                .status()
+                .is_success());
+        }
+
+        // Rebuilt by name with sbx (the build cache makes this quick), exiting 0 once ready.
+        assert!(d
+            .delete(&format!("/v1/templates/{TEMPLATE}"))
+            .await
+            .status()
+            .is_success());
+        let built = d.sbx(&["templates", "build", TEMPLATE]);
+        assert!(
+            built.status.success(),
+            "sbx templates build: {}{}",
+            stdout(&built),
+            stderr(&built)
+        );
+        let template = d.get_json(&format!("/v1/templates/{TEMPLATE}")).await;
+        assert_eq!(template["state"], "ready", "{template}");
+
+        // The real SDKs.
+        let python = workspace_root().join(".venv-e2b/bin/python");
+        run_script(&d, &python, &["tests/e2b/test_code_interpreter.py"], &[]).await;
+        let node = std::env::var_os("E2B_NODE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "node".into());
+        run_script(&d, &node, &["tests/e2b/test_code_interpreter.mjs"], &[]).await;
+
+        // /v1: the caller's mistakes, and a sandbox with no interpreter.
+        let sandbox = d
+            .create(json!({ "template": TEMPLATE, "memoryMB": 512 }))
+            .await;
+        let id = id_of(&sandbox);
+        let (status, body) = run_code(&d, &id, json!({ "code": "1", "contextId": "nope" })).await;
+        assert_eq!(status, 404, "{body:?}");
+        let (status, body) = run_code(&d, &id, json!({ "code": "1", "language": "r" })).await;
+        assert_eq!(status, 400, "{body:?}");
+        assert!(
+            body[0]["body"]
+                .as_str()
+                .unwrap()
+                .contains("\\\"python\\\" and \\\"bash\\\""),
+            "{body:?}"
+        );
+        let both = json!({ "code": "1", "language": "python", "contextId": "x" });
+        assert_eq!(run_code(&d, &id, both).await.0, 400);
+        let plain = d.create_id().await;
+        let (status, body) = run_code(&d, &plain, json!({ "code": "1" })).await;
+        assert_eq!(status, 409, "{body:?}");
+        assert!(
+            body[0]["body"].as_str().unwrap().contains(TEMPLATE),
+            "{body:?}"
+        );
+
+        // 100 MB of output streams through; the interpreter's peak memory stays far below it.
+        let flood =
+            "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * 1_000_000 + '\\n')";
+        let (status, lines) = run_code(&d, &id, json!({ "code": flood })).await;
+        assert_eq!(status, 200);
+        let streamed: usize = of_type(&lines, "stdout")
+            .iter()
+            .map(|l| l["text"].as_str().unwrap().len())
+            .sum();
+        assert!(streamed >= 100_000_000, "streamed {streamed} bytes");
+        let peak = d
+            .exec(
+                &id,
+                &[
+                    "sh",
+                    "-c",
+                    "grep VmHWM /proc/$(pgrep -f 'agent interpreter' | head -1)/status",
+                ],
+            )
+            .await;
+        let kib: u64 = peak
+            .stdout
+            .split_whitespace()
+            .nth(1)
+            .and_then(|k| k.parse().ok())
+            .unwrap_or(u64::MAX);
+        assert!(
+            kib < 64 * 1024,
+            "the interpreter peaked at {kib} KiB: {}",
+            peak.stdout
+        );
+
+        // A kernel the OOM killer ends is an error; the next call gets a fresh kernel.
+        let (_, lines) = run_code(&d, &id, json!({ "code": "kept = 1" })).await;
+        assert!(of_type(&lines, "error").is_empty(), "{lines:?}");
+        let hog = "b = bytearray(2 * 1024 ** 3)";
+        let (status, lines) = run_code(&d, &id, json!({ "code": hog })).await;
+        assert_eq!(status, 200);
+        let errors = of_type(&lines, "error");
+        assert_eq!(errors.len(), 1, "{lines:?}");
+        assert_eq!(errors[0]["name"], "KernelDied", "{lines:?}");
+        let (_, lines) = run_code(&d, &id, json!({ "code": "'kept' in globals(), 1 + 1" })).await;
+        assert_eq!(
+            of_type(&lines, "result")[0]["text"],
+            "(False, 2)",
+            "{lines:?}"
+        );
+
+        // sbx code: code from stdin; the exit code says whether it raised.
+        let sbx_code = |code: &str| {
+            let mut child = d
+                .sbx_command(&["code", &id])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run sbx code");
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(code.as_bytes())
+                .unwrap();
+            child.wait_with_output().expect("sbx code ends")
+        };
+        let ok = sbx_code("print('from stdin')\n6 * 7\n");
+        assert!(ok.status.success(), "{}", stderr(&ok));
+        assert_eq!(stdout(&ok), "from stdin\n42\n");
+        let raised = sbx_code("1/0\n");
+        assert_eq!(raised.status.code(), Some(1));
+        assert!(
+            stderr(&raised).contains("ZeroDivisionError"),
+            "{}",
+            stderr(&raised)
+        );
+    });
+}
