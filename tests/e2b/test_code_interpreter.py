@@ -155,6 +155,19 @@ def test_commands_still_work_in_the_template():
     assert result.exit_code == 0 and result.stdout.strip() == "numpy", result
 
 
+def test_a_snapshot_keeps_files_and_runs_the_interpreter():
+    sbx = sandbox()
+    sbx.files.write("/home/user/kept.txt", "from before")
+    snapshot = sbx.create_snapshot()
+    copy = Sandbox.create(snapshot.snapshot_id, metadata={"suite": "interpreter-py", "run": RUN, "copy": "1"})
+    try:
+        execution = copy.run_code("open('/home/user/kept.txt').read()")
+        assert execution.text == "'from before'", execution
+    finally:
+        copy.kill()
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+
+
 def main():
     tests = [v for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]

@@ -408,11 +408,22 @@ impl ApiFleet {
         &self,
         image: Option<&str>,
     ) -> anyhow::Result<sandboxd_client::types::Sandbox> {
-        let body = CreateSandbox {
+        self.create_with(CreateSandbox {
             image: image.map(str::to_string),
+            ..CreateSandbox::default()
+        })
+        .await
+    }
+
+    /// Creates a sandbox as `body` says, with this run's label and lifetime, and records it.
+    pub(crate) async fn create_with(
+        &self,
+        body: CreateSandbox,
+    ) -> anyhow::Result<sandboxd_client::types::Sandbox> {
+        let body = CreateSandbox {
             metadata: Some(BTreeMap::from([(LABEL.to_string(), self.run.clone())])),
             timeout_sec: Some(SANDBOX_TIMEOUT_SECS),
-            ..CreateSandbox::default()
+            ..body
         };
         let sandbox = self.client.create(&body, None).await?;
         self.ids

@@ -7,7 +7,10 @@
 //! - `bench images` ([`images`], its quota figure in [`quota`]): create→first-exec from a cached
 //!   image vs `base`, a cold pull vs `skopeo copy`, and create with the disk quota on vs off; with a
 //!   daemon and a registry of its own.
-//! - `bench all`: all three, with one daemon of its own ([`daemon`]) for `http` and `images`.
+//! - `bench interpreter` ([`interpreter`]): the code interpreter's first `run_code` after create
+//!   and its `run_code("1+1")` round trip, against a running daemon (its template needs egress to
+//!   build, so `bench all` leaves it out).
+//! - `bench all`: `runtime`, `http` and `images`, with one daemon of its own ([`daemon`]) for `http` and `images`.
 //!
 //! Figures go to stdout, as lines for people or, with `--json`, as one JSON document; progress and
 //! warnings go to stderr. Every bench cleans up what it created on success, error and Ctrl-C (a second
@@ -16,6 +19,7 @@
 pub mod daemon;
 pub mod http;
 pub mod images;
+pub mod interpreter;
 pub mod load;
 pub mod quota;
 pub mod report;
@@ -49,6 +53,8 @@ pub enum Command {
     Http(http::HttpArgs),
     /// Image create→first-exec vs base, cold pull vs skopeo, create with quota on vs off.
     Images(images::ImagesCmd),
+    /// The code interpreter: first run_code after create and its round trip, against a running daemon.
+    Interpreter(interpreter::InterpreterArgs),
     /// `runtime`, then `http` and `images` against a daemon this command starts and stops.
     All(AllArgs),
 }
@@ -104,6 +110,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Images(args) => {
             let report = images::run(args, interrupt).await?;
+            emit(cli.json, &report, || report.print())
+        }
+        Command::Interpreter(args) => {
+            let report = interpreter::run(args, interrupt).await?;
             emit(cli.json, &report, || report.print())
         }
         Command::All(args) => all(args, cli.json, interrupt).await,

@@ -9,6 +9,8 @@
 //! - **Built once however many ask**: three concurrent creates naming the template before it
 //!   exists all succeed on one build (the log has one `FROM`); `sbx templates build
 //!   code-interpreter-v1` builds it with no Dockerfile given and exits 0 once ready.
+//! - The interpreter is reached by host name (`49999-{id}.{domain}`) as well as by the SDKs'
+//!   headers.
 //! - `/v1/sandboxes/{id}/code` streams the interpreter's lines; its mistakes are the caller's
 //!   (400, 404) and a sandbox without an interpreter is a conflict (409).
 //! - `sbx code ID` reads code from stdin, prints its output, exits 1 when it raised.
@@ -136,6 +138,22 @@ fn the_code_interpreter_serves_the_real_sdks_the_v1_route_and_sbx() {
             body[0]["body"].as_str().unwrap().contains(TEMPLATE),
             "{body:?}"
         );
+
+        // Reached by host name too, as `49999-{id}.{domain}`.
+        let by_host = d
+            .http_plain()
+            .post(d.endpoint("/execute"))
+            .header(
+                reqwest::header::HOST,
+                format!("49999-{id}.localhost:{}", d.port()),
+            )
+            .json(&json!({ "code": "6 * 7" }))
+            .send()
+            .await
+            .expect("/execute by host name");
+        assert_eq!(by_host.status(), 200);
+        let text = by_host.text().await.unwrap();
+        assert!(text.contains(r#""text":"42""#), "{text}");
 
         // 100 MB of output streams through; the interpreter's peak memory stays far below it.
         let flood =

@@ -5,7 +5,8 @@
 //! while it is read) and resumed after, whatever happened; the template is `ready` when the call
 //! answers, and sandboxes made from it see the files the sandbox had. The runtime's per-sandbox
 //! files (`/etc/hostname`, `/etc/hosts`, `/etc/resolv.conf`) are not part of it. A name that is taken
-//! is a conflict, and nothing is recorded then.
+//! is a conflict, and nothing is recorded then. The snapshot keeps the start and ready commands of
+//! the sandbox's template (a snapshot of a code-interpreter sandbox runs the interpreter too).
 
 use crate::{Service, ServiceError};
 use sandboxd_images::RunConfig;
@@ -31,8 +32,27 @@ impl Service {
             Some(digest) => Some(self.get_image(digest).await?),
             None => None,
         };
+        // What sandboxes of the source template start (the code interpreter, say), theirs start too.
+        let commands = match self.get_template(&sandbox.template).await {
+            Ok(t) => (t.start_cmd, t.ready_cmd),
+            Err(_) => (None, None),
+        };
         self.begin_template(name, serde_json::json!({ "snapshotOf": sandbox.id }))
             .await?;
+        if commands != (None, None) {
+            let n = name.to_string();
+            let set = self
+                .writer()
+                .write(move |tx| {
+                    tx.set_template_commands(&n, commands.0.as_deref(), commands.1.as_deref())
+                })
+                .await;
+            if let Err(e) = set {
+                let n = name.to_string();
+                let _ = self.writer().write(move |tx| tx.delete_template(&n)).await;
+                return Err(e.into());
+            }
+        }
         let was_running = sandbox.state == SandboxState::Running;
         if was_running {
             self.runtime().pause(&sandbox.id).await?;
