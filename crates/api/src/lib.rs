@@ -13,6 +13,7 @@
 
 pub mod auth;
 pub mod callbacks;
+pub mod daytona;
 pub mod domains;
 pub mod e2b;
 pub mod error;
@@ -77,6 +78,7 @@ pub fn router(
     proxy: Arc<Proxy>,
 ) -> Router {
     let e2b = e2b::router(service.clone(), auth.clone());
+    let daytona = daytona::router(service.clone(), auth.clone());
     let sandboxes = Router::new()
         .route("/sandboxes", post(v1::create).get(v1::list))
         .route("/sandboxes/{id}", get(v1::get).delete(v1::delete))
@@ -151,6 +153,7 @@ pub fn router(
         .nest("/v1", sandboxes)
         .merge(open)
         .merge(e2b)
+        .merge(daytona)
         .fallback(|| async {
             error::Error::new(StatusCode::NOT_FOUND, "not_found", "no such route").into_response()
         })

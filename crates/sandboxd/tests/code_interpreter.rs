@@ -3,7 +3,11 @@
 //! bash_kernel in a build sandbox), the agent's interpreter on real Jupyter kernels, and the real,
 //! unmodified E2B Code Interpreter SDKs (`tests/e2b/test_code_interpreter.py` with
 //! `e2b-code-interpreter`, `tests/e2b/test_code_interpreter.mjs` with `@e2b/code-interpreter`;
-//! `scripts/e2b-sdks` installs both). One daemon serves every step, so the template is built once.
+//! `scripts/e2b-sdks` installs both), and the real Daytona SDK (`tests/daytona/test_sdk.py` with
+//! `daytona`, installed by `scripts/daytona-sdks`), whose default sandboxes are this template's: its
+//! control API, `process.exec`, `process.code_run`, `code_interpreter` contexts and `run_code`, and
+//! 100 concurrent creates of one name giving one sandbox and 99 conflicts. One daemon serves every
+//! step, so the template is built once.
 //!
 //! What it proves beyond the scripts (their docs list theirs):
 //! - **Built once however many ask**: three concurrent creates naming the template before it
@@ -52,7 +56,7 @@ fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
 }
 
 #[test]
-fn the_code_interpreter_serves_the_real_sdks_the_v1_route_and_sbx() {
+fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
     e2b_test(async {
         let d = e2b_support::start().await;
 
@@ -112,6 +116,18 @@ fn the_code_interpreter_serves_the_real_sdks_the_v1_route_and_sbx() {
             .map(PathBuf::from)
             .unwrap_or_else(|| "node".into());
         run_script(&d, &node, &["tests/e2b/test_code_interpreter.mjs"], &[]).await;
+        // The real Daytona SDK: its default snapshot is this template (code_run, code_interpreter).
+        let daytona = workspace_root().join(".venv-daytona/bin/python");
+        assert!(
+            daytona.exists(),
+            "the Daytona SDK is not installed: run scripts/daytona-sdks"
+        );
+        let api = format!("{}/api", d.url());
+        let env = [
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+        ];
+        run_script(&d, &daytona, &["tests/daytona/test_sdk.py"], &env).await;
 
         // /v1: the caller's mistakes, and a sandbox with no interpreter.
         let sandbox = d

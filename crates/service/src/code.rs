@@ -19,6 +19,72 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The interpreter's output: one JSON object per line, ending with `end_of_execution`.
 pub type CodeOutput = futures::stream::BoxStream<'static, Result<bytes::Bytes, std::io::Error>>;
 
+/// The interpreter's output as JSON values, one per line, whatever the chunks the bytes came in
+/// (a line that is not JSON ends the stream with an error).
+pub fn code_lines(
+    output: CodeOutput,
+) -> futures::stream::BoxStream<'static, Result<serde_json::Value, ServiceError>> {
+    use futures::StreamExt;
+    let state = (
+        output,
+        Vec::<u8>::new(),
+        std::collections::VecDeque::<Vec<u8>>::new(),
+    );
+    futures::stream::unfold(state, |(mut output, mut partial, mut ready)| async move {
+        loop {
+            if let Some(line) = ready.pop_front() {
+                let parsed = serde_json::from_slice::<serde_json::Value>(&line).map_err(|e| {
+                    ServiceError::Interpreter(format!("an output line that is not JSON: {e}"))
+                });
+                return Some((parsed, (output, partial, ready)));
+            }
+            match output.next().await {
+                Some(Ok(chunk)) => {
+                    partial.extend_from_slice(&chunk);
+                    while let Some(pos) = partial.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = partial.drain(..=pos).collect();
+                        if !line.iter().all(u8::is_ascii_whitespace) {
+                            ready.push_back(line);
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    let failed = Err(ServiceError::Interpreter(e.to_string()));
+                    return Some((failed, (output, partial, ready)));
+                }
+                None => return None,
+            }
+        }
+    })
+    .boxed()
+}
+
+/// A failed call: a sandbox that listens on no interpreter port is a conflict.
+fn no_interpreter(sandbox: &str, e: reqwest::Error) -> ServiceError {
+    if e.is_connect() {
+        ServiceError::Conflict(format!(
+            "sandbox {sandbox} runs no code interpreter (sandboxes of the {} template do)",
+            crate::builtin::CODE_INTERPRETER
+        ))
+    } else {
+        ServiceError::Interpreter(e.to_string())
+    }
+}
+
+/// The interpreter's 400 and 404 are the caller's errors; any other failure is its own.
+async fn check(response: reqwest::Response) -> Result<reqwest::Response, ServiceError> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let message = response.text().await.unwrap_or_default();
+    Err(match status.as_u16() {
+        400 => ServiceError::InvalidRequest(message),
+        404 => ServiceError::NotFound(message),
+        _ => ServiceError::Interpreter(format!("{status}: {message}")),
+    })
+}
+
 fn client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
@@ -31,6 +97,48 @@ fn client() -> &'static reqwest::Client {
 }
 
 impl Service {
+    /// Calls the code interpreter of sandbox `key` (`method path`, with `body` as JSON) and returns
+    /// its JSON answer (`null` for an empty one): its contexts API (`/contexts…`).
+    pub async fn interpreter_call(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value, ServiceError> {
+        let (sandbox, url) = self.interpreter_url(key, path).await?;
+        let mut request = client().request(method, &url);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| no_interpreter(&sandbox, e))?;
+        let response = check(response).await?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| ServiceError::Interpreter(e.to_string()))?;
+        if bytes.is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ServiceError::Interpreter(format!("an answer that is not JSON: {e}")))
+    }
+
+    /// The running sandbox `key` and the URL of `path` on its interpreter.
+    async fn interpreter_url(
+        &self,
+        key: &str,
+        path: &str,
+    ) -> Result<(String, String), ServiceError> {
+        let sandbox = self.awake(key).await?;
+        let endpoint = self.endpoint(&sandbox.id).await?;
+        let url = format!("http://{}:{INTERPRETER_PORT}{path}", endpoint.address);
+        Ok((sandbox.id, url))
+    }
+
     /// Runs `req` in the code interpreter of sandbox `key` (resuming it when paused with
     /// auto-resume) and streams the interpreter's output lines.
     pub async fn run_code(&self, key: &str, req: api::RunCode) -> Result<CodeOutput, ServiceError> {
@@ -39,35 +147,20 @@ impl Service {
                 "give contextId or language, not both".into(),
             ));
         }
-        let sandbox = self.awake(key).await?;
-        let endpoint = self.endpoint(&sandbox.id).await?;
-        let url = format!("http://{}:{INTERPRETER_PORT}/execute", endpoint.address);
+        let (sandbox, url) = self.interpreter_url(key, "/execute").await?;
         let body = serde_json::json!({
             "code": req.code,
             "context_id": req.context_id,
             "language": req.language,
             "env_vars": req.envs,
         });
-        let response = client().post(&url).json(&body).send().await.map_err(|e| {
-            if e.is_connect() {
-                ServiceError::Conflict(format!(
-                    "sandbox {} runs no code interpreter (sandboxes of the {} template do)",
-                    sandbox.id,
-                    crate::builtin::CODE_INTERPRETER
-                ))
-            } else {
-                ServiceError::Interpreter(e.to_string())
-            }
-        })?;
-        let status = response.status();
-        if !status.is_success() {
-            let message = response.text().await.unwrap_or_default();
-            return Err(match status.as_u16() {
-                400 => ServiceError::InvalidRequest(message),
-                404 => ServiceError::NotFound(message),
-                _ => ServiceError::Interpreter(format!("{status}: {message}")),
-            });
-        }
+        let response = client()
+            .post(&url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| no_interpreter(&sandbox, e))?;
+        let response = check(response).await?;
         use futures::StreamExt;
         Ok(response
             .bytes_stream()

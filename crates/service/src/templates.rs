@@ -24,6 +24,8 @@ use std::sync::Mutex;
 
 /// Default of [`crate::ServiceConfig::ready_cmd_timeout`].
 pub const READY_CMD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often a waiting caller looks at a build.
+const BUILD_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 /// How often the ready command is tried.
 const READY_CMD_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -309,6 +311,53 @@ impl Service {
             .read(move |tx| tx.get_template(&n))
             .await?
             .ok_or_else(|| ServiceError::NotFound(format!("template {name:?} not found")))
+    }
+
+    /// Template `name` once its build has ended (`ready` or `failed`), looking every
+    /// [`BUILD_POLL`]; a conflict when it still builds after `timeout`.
+    pub async fn await_template(
+        &self,
+        name: &str,
+        timeout: std::time::Duration,
+    ) -> Result<TemplateRecord, ServiceError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let template = self.get_template(name).await?;
+            if template.state != TemplateState::Building {
+                return Ok(template);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ServiceError::Conflict(format!(
+                    "template {name:?} is still being built after {timeout:?}"
+                )));
+            }
+            tokio::time::sleep(BUILD_POLL).await;
+        }
+    }
+
+    /// Template `name` built from `dockerfile` (no context), once its build has ended: the one
+    /// there is, or one this call begins (a racing call's build is waited for, not repeated).
+    pub async fn template_from_dockerfile(
+        &self,
+        name: &str,
+        dockerfile: &str,
+        timeout: std::time::Duration,
+    ) -> Result<TemplateRecord, ServiceError> {
+        if let Err(ServiceError::NotFound(_)) = self.get_template(name).await {
+            let spec = crate::builds::BuildSpec {
+                dockerfile: dockerfile.to_string(),
+                ..Default::default()
+            };
+            let source = TemplateSource::Dockerfile(spec);
+            match self
+                .create_template(name, source, None, StartCommands::default())
+                .await
+            {
+                Ok(_) | Err(ServiceError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.await_template(name, timeout).await
     }
 
     /// Every template.

@@ -96,7 +96,13 @@ impl IntoResponse for E2bError {
 
 /// Whether `path` belongs to the native surface (which keeps its own error shape).
 fn is_native(path: &str) -> bool {
-    path == "/v1" || path.starts_with("/v1/") || path == "/health" || path == "/metrics"
+    // `/api` is Daytona's, which has an error shape of its own.
+    path == "/v1"
+        || path.starts_with("/v1/")
+        || path == "/api"
+        || path.starts_with("/api/")
+        || path == "/health"
+        || path == "/metrics"
 }
 
 /// Largest error body re-read to reshape it.

@@ -18,8 +18,6 @@ use std::time::Duration;
 pub const CODE_INTERPRETER: &str = "code-interpreter-v1";
 /// How long a create waits for a built-in template's build.
 const BUILD_WAIT: Duration = Duration::from_secs(20 * 60);
-/// How often the waiting create looks at the build.
-const BUILD_POLL: Duration = Duration::from_millis(250);
 
 /// A built-in template's recipe.
 pub struct Builtin {
@@ -82,34 +80,27 @@ impl Service {
         let Some(builtin) = find(name) else {
             return self.get_template(name).await;
         };
-        let deadline = tokio::time::Instant::now() + BUILD_WAIT;
-        let mut began = false;
-        loop {
-            match self.get_template(name).await {
-                Err(ServiceError::NotFound(_)) if !began => {
-                    tracing::info!(template = %builtin.name, "building a built-in template on first need");
-                    match self.create_builtin_template(name).await {
-                        Ok(_) | Err(ServiceError::Conflict(_)) => began = true,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(t) if t.state == TemplateState::Building => {}
-                // Failed builds are retried by the next need, not by this one.
-                Ok(t) if t.state == TemplateState::Failed && !began => {
-                    match self.delete_template(name).await {
-                        // Gone already, or a racing need began building it again.
-                        Ok(()) | Err(ServiceError::NotFound(_) | ServiceError::Conflict(_)) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                other => return other,
+        let begin = || async {
+            tracing::info!(template = %builtin.name, "building a built-in template on first need");
+            match self.create_builtin_template(name).await {
+                Ok(_) | Err(ServiceError::Conflict(_)) => Ok(()),
+                Err(e) => Err(e),
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ServiceError::Conflict(format!(
-                    "template {name:?} is still being built after {BUILD_WAIT:?}"
-                )));
+        };
+        match self.get_template(name).await {
+            Err(ServiceError::NotFound(_)) => begin().await?,
+            // A failed build is retried by the next need.
+            Ok(t) if t.state == TemplateState::Failed => {
+                match self.delete_template(name).await {
+                    // Gone already, or a racing need began building it again.
+                    Ok(()) | Err(ServiceError::NotFound(_) | ServiceError::Conflict(_)) => {}
+                    Err(e) => return Err(e),
+                }
+                begin().await?
             }
-            tokio::time::sleep(BUILD_POLL).await;
+            Ok(_) => {}
+            Err(e) => return Err(e),
         }
+        self.await_template(name, BUILD_WAIT).await
     }
 }

@@ -1,0 +1,269 @@
+//! Daytona's control API (`/api/sandbox…`), translated onto the service's flows.
+//!
+//! - A create answers once the sandbox runs (state `started`), as the SDK's wait on it would end.
+//!   Its root: `snapshot` names a template (an unknown one is a 404, nothing created); a
+//!   `buildInfo.dockerfileContent` of one `FROM <image>` line is that image (pulled as any create
+//!   pulls); a longer Dockerfile is built once into the template `daytona-<hash of the file>` and
+//!   reused by every create of the same file; neither is [`DEFAULT_SNAPSHOT`] (the code interpreter:
+//!   Daytona's default sandbox runs `code_run`). Builds with local files (`contextHashes`) need
+//!   Daytona's object store and are refused.
+//! - `cpu`, `memory` and `disk` (GiB) are the sandbox's limits; `labels` its metadata (the SDK keeps
+//!   the code language there); `networkBlockAll` turns egress off. `autoStopInterval` (minutes,
+//!   default 15, 0: a day) is the sandbox's lifetime — counted from the create, not from the last
+//!   activity as Daytona counts it.
+//! - Names are the sandboxes' names: unique (a conflict is a 409), and `GET /api/sandbox/{idOrName}`
+//!   finds a sandbox by either.
+//! - `start` resumes a paused sandbox (a running one is answered as it is); `stop` is refused (501):
+//!   a stopped state that ends the processes and keeps the filesystem is not built yet.
+
+use super::error::DaytonaError;
+use super::models::{CreateSandbox, DaytonaSandbox, SandboxPage, LANGUAGE_LABEL};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::Json;
+use sandboxd_api_types as api;
+use sandboxd_service::Service;
+use sandboxd_store::{SandboxFilter, SandboxState};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The template a create that names no snapshot and no image gets.
+pub const DEFAULT_SNAPSHOT: &str = sandboxd_service::builtin::CODE_INTERPRETER;
+/// Daytona's default auto-stop interval, minutes.
+const DEFAULT_AUTO_STOP_MINUTES: u64 = 15;
+/// Lifetime of a sandbox whose auto-stop is disabled (0).
+const NO_AUTO_STOP_SECS: u64 = 24 * 3600;
+/// How long a create waits for its Dockerfile's build.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+
+/// Where the toolbox of this daemon is, as the caller reached the daemon.
+pub fn toolbox_url(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    format!("http://{host}/api/toolbox")
+}
+
+fn parse<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Result<T, DaytonaError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| DaytonaError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// The one image a Dockerfile of a single `FROM` line names.
+fn single_from(dockerfile: &str) -> Option<&str> {
+    let mut lines = dockerfile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
+    let first = lines.next()?;
+    let image = first
+        .strip_prefix("FROM ")
+        .or_else(|| first.strip_prefix("from "))?
+        .trim();
+    (lines.next().is_none() && !image.contains(char::is_whitespace)).then_some(image)
+}
+
+/// `POST /api/sandbox`.
+pub async fn create(
+    State(service): State<Service>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<DaytonaSandbox>, DaytonaError> {
+    let req: CreateSandbox = parse(&body)?;
+    if let Some(why) = req.refusal() {
+        return Err(DaytonaError::bad_request(why));
+    }
+    let (template, image) = match (&req.snapshot, &req.build_info) {
+        (Some(_), Some(_)) => {
+            return Err(DaytonaError::bad_request(
+                "give a snapshot or buildInfo, not both",
+            ))
+        }
+        (Some(snapshot), None) => (Some(snapshot.clone()), None),
+        (None, Some(build)) => {
+            if build.context_hashes.as_ref().is_some_and(|h| !h.is_empty()) {
+                return Err(DaytonaError::bad_request(
+                    "images with local files (add_local_file/add_local_dir) need Daytona's object store, \
+                     which sandboxd does not serve yet",
+                ));
+            }
+            let dockerfile = build.dockerfile_content.clone().unwrap_or_default();
+            match single_from(&dockerfile) {
+                Some(image) => (None, Some(image.to_string())),
+                None => (Some(build_template(&service, &dockerfile).await?), None),
+            }
+        }
+        (None, None) => (Some(DEFAULT_SNAPSHOT.to_string()), None),
+    };
+    let minutes = req.auto_stop_interval.unwrap_or(DEFAULT_AUTO_STOP_MINUTES);
+    let timeout_sec = if minutes == 0 {
+        NO_AUTO_STOP_SECS
+    } else {
+        minutes.saturating_mul(60)
+    };
+    let mut labels = req.labels.clone().unwrap_or_default();
+    labels
+        .entry(LANGUAGE_LABEL.to_string())
+        .or_insert_with(|| "python".to_string());
+    let create = api::CreateSandbox {
+        name: req.name.clone().filter(|n| !n.is_empty()),
+        template,
+        image,
+        cpu: req.cpu.map(|c| c as f64),
+        memory_mb: req.memory.map(|g| g.saturating_mul(1024)),
+        disk_mb: req.disk.map(|g| g.saturating_mul(1024)),
+        env: req.env.clone(),
+        metadata: Some(labels),
+        timeout_sec: Some(timeout_sec),
+        network: Some(api::NetworkPolicy {
+            egress: !req.network_block_all.unwrap_or(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let sandbox = service.create(create).await?;
+    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
+}
+
+/// The template a Dockerfile is built into, built once per distinct file.
+async fn build_template(service: &Service, dockerfile: &str) -> Result<String, DaytonaError> {
+    let digest = hex::encode(Sha256::digest(dockerfile.as_bytes()));
+    let name = format!("daytona-{}", &digest[..16]);
+    let template = service
+        .template_from_dockerfile(&name, dockerfile, BUILD_TIMEOUT)
+        .await?;
+    if template.state != sandboxd_store::TemplateState::Ready {
+        return Err(DaytonaError::new(
+            StatusCode::BAD_REQUEST,
+            "build_failed",
+            format!(
+                "the image build failed: {}",
+                template.error.unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(name)
+}
+
+/// `GET /api/sandbox/{idOrName}`.
+pub async fn get(
+    State(service): State<Service>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<DaytonaSandbox>, DaytonaError> {
+    let sandbox = service.get(&key).await?;
+    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
+}
+
+/// `GET /api/sandbox?cursor=&limit=&labels=<JSON object>`.
+pub async fn list(
+    State(service): State<Service>,
+    Query(query): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<SandboxPage>, DaytonaError> {
+    let labels: BTreeMap<String, String> = match query.get("labels") {
+        Some(raw) if !raw.is_empty() => serde_json::from_str(raw).map_err(|e| {
+            DaytonaError::bad_request(format!("labels must be a JSON object of strings: {e}"))
+        })?,
+        _ => BTreeMap::new(),
+    };
+    let limit = match query.get("limit") {
+        Some(l) => l
+            .parse::<usize>()
+            .map_err(|_| DaytonaError::bad_request("limit must be a whole number"))?,
+        None => 0,
+    };
+    let filter = SandboxFilter {
+        metadata: labels.into_iter().collect(),
+        states: vec![
+            SandboxState::Starting,
+            SandboxState::Running,
+            SandboxState::Paused,
+            SandboxState::Stopped,
+            SandboxState::Failed,
+        ],
+        cursor: query.get("cursor").filter(|c| !c.is_empty()).cloned(),
+        limit,
+    };
+    let (rows, next) = service.list(filter).await?;
+    let url = toolbox_url(&headers);
+    Ok(Json(SandboxPage {
+        items: rows.iter().map(|s| DaytonaSandbox::of(s, &url)).collect(),
+        next_cursor: next,
+    }))
+}
+
+/// `DELETE /api/sandbox/{idOrName}`: 200 with the sandbox as it was, `destroyed`.
+pub async fn delete(
+    State(service): State<Service>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<DaytonaSandbox>, DaytonaError> {
+    let sandbox = service.get(&key).await?;
+    service.delete(&sandbox.id).await?;
+    let mut gone = DaytonaSandbox::of(&sandbox, &toolbox_url(&headers));
+    gone.state = "destroyed";
+    Ok(Json(gone))
+}
+
+/// `POST /api/sandbox/{idOrName}/start`.
+pub async fn start(
+    State(service): State<Service>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<DaytonaSandbox>, DaytonaError> {
+    let sandbox = service.get(&key).await?;
+    let sandbox = match sandbox.state {
+        SandboxState::Paused => service.resume(&sandbox.id).await?.0,
+        SandboxState::Running => sandbox,
+        SandboxState::Stopped => {
+            return Err(DaytonaError::not_served("starting a stopped sandbox"))
+        }
+        other => {
+            return Err(DaytonaError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("sandbox {} is {other}, it cannot be started", sandbox.id),
+            ))
+        }
+    };
+    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
+}
+
+/// `POST /api/sandbox/{idOrName}/stop`.
+pub async fn stop(Path(_key): Path<String>) -> DaytonaError {
+    DaytonaError::not_served("stopping a sandbox (processes ended, filesystem kept)")
+}
+
+/// `GET /api/sandbox/{idOrName}/toolbox-proxy-url`.
+pub async fn toolbox_proxy_url(
+    State(service): State<Service>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, DaytonaError> {
+    service.get(&key).await?;
+    Ok(Json(serde_json::json!({ "url": toolbox_url(&headers) })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dockerfile_of_one_from_line_is_that_image() {
+        assert_eq!(
+            single_from("FROM python:3.12-slim\n"),
+            Some("python:3.12-slim")
+        );
+        assert_eq!(single_from("# base\n\nFROM alpine\n"), Some("alpine"));
+        assert_eq!(single_from("FROM alpine\nRUN true\n"), None);
+        assert_eq!(single_from("FROM alpine AS x\n"), None);
+        assert_eq!(single_from(""), None);
+    }
+}

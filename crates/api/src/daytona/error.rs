@@ -1,0 +1,74 @@
+//! The Daytona surface's error shape, `{"statusCode": <HTTP status>, "message": "...", "code":
+//! "<kind>"}`, and the one place service errors become it. Statuses are the native API's
+//! ([`crate::error::Error`]'s mapping), so every surface agrees on what each service error means.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sandboxd_service::ServiceError;
+
+/// An error answer of the Daytona surface.
+#[derive(Debug)]
+pub struct DaytonaError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl DaytonaError {
+    /// Any status.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// A 501: a part of Daytona's API sandboxd does not serve (yet), said plainly rather than
+    /// pretended.
+    pub fn not_served(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            format!("{what} is not served by sandboxd's Daytona API yet"),
+        )
+    }
+}
+
+impl From<ServiceError> for DaytonaError {
+    fn from(e: ServiceError) -> Self {
+        let native = crate::error::Error::from(e);
+        Self {
+            status: native.status,
+            code: native.code,
+            message: native.message,
+        }
+    }
+}
+
+impl From<crate::error::Error> for DaytonaError {
+    fn from(native: crate::error::Error) -> Self {
+        Self {
+            status: native.status,
+            code: native.code,
+            message: native.message,
+        }
+    }
+}
+
+impl IntoResponse for DaytonaError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "statusCode": self.status.as_u16(),
+            "message": self.message,
+            "code": self.code,
+        });
+        (self.status, Json(body)).into_response()
+    }
+}

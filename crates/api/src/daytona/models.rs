@@ -1,0 +1,218 @@
+//! Daytona's wire types, as its generated clients (`daytona_api_client`,
+//! `daytona_toolbox_api_client`) parse them: every field they require is present and of the exact
+//! type (integers are integers, never null), and what they do not know is not sent.
+
+use sandboxd_store::{Sandbox, SandboxState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The organization every sandbox belongs to (sandboxd has one).
+pub const ORGANIZATION: &str = "sandboxd";
+/// The label Daytona's SDKs keep a sandbox's code language in.
+pub const LANGUAGE_LABEL: &str = "code-toolbox-language";
+
+/// A sandbox as Daytona describes one.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DaytonaSandbox {
+    pub id: String,
+    pub organization_id: &'static str,
+    pub name: String,
+    pub snapshot: String,
+    pub user: &'static str,
+    pub env: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub public: bool,
+    pub network_block_all: bool,
+    pub kvm: bool,
+    pub target: &'static str,
+    /// Whole CPUs (rounded up).
+    pub cpu: u64,
+    pub gpu: u64,
+    /// GiB (rounded up).
+    pub memory: u64,
+    /// GiB (rounded up).
+    pub disk: u64,
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub toolbox_proxy_url: String,
+}
+
+/// Daytona's name for a sandbox state.
+pub fn state_name(state: SandboxState) -> &'static str {
+    match state {
+        SandboxState::Creating | SandboxState::Starting => "starting",
+        SandboxState::Running => "started",
+        SandboxState::Stopping => "stopping",
+        SandboxState::Stopped => "stopped",
+        SandboxState::Paused => "paused",
+        SandboxState::Deleting => "destroying",
+        SandboxState::Failed | SandboxState::Lost => "error",
+    }
+}
+
+fn gib(mb: u64) -> u64 {
+    mb.div_ceil(1024)
+}
+
+impl DaytonaSandbox {
+    /// `s` as Daytona describes it; its toolbox is served under `toolbox_url`.
+    pub fn of(s: &Sandbox, toolbox_url: &str) -> DaytonaSandbox {
+        let egress = s.network["egress"].as_bool().unwrap_or(false);
+        DaytonaSandbox {
+            id: s.id.clone(),
+            organization_id: ORGANIZATION,
+            name: if s.name.is_empty() {
+                s.id.clone()
+            } else {
+                s.name.clone()
+            },
+            snapshot: s.template.clone(),
+            user: "user",
+            env: s.env.clone(),
+            labels: s.metadata.clone(),
+            public: false,
+            network_block_all: !egress,
+            kvm: false,
+            target: "local",
+            cpu: u64::from(s.cpu_millis).div_ceil(1000).max(1),
+            gpu: 0,
+            memory: gib(u64::from(s.memory_mb)),
+            disk: gib(u64::from(s.disk_mb)),
+            state: state_name(s.state),
+            error_reason: s.failure_reason.clone(),
+            created_at: sandboxd_service::sandboxes::rfc3339(s.created_at),
+            updated_at: sandboxd_service::sandboxes::rfc3339(s.updated_at),
+            toolbox_proxy_url: toolbox_url.to_string(),
+        }
+    }
+}
+
+/// `POST /api/sandbox`: what sandboxd honours of Daytona's create body; other fields are accepted
+/// and have no effect unless [`CreateSandbox::refusal`] names them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSandbox {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub public: Option<bool>,
+    #[serde(default)]
+    pub network_block_all: Option<bool>,
+    #[serde(default)]
+    pub cpu: Option<u64>,
+    #[serde(default)]
+    pub gpu: Option<u64>,
+    #[serde(default)]
+    pub memory: Option<u64>,
+    #[serde(default)]
+    pub disk: Option<u64>,
+    #[serde(default)]
+    pub auto_stop_interval: Option<u64>,
+    #[serde(default)]
+    pub build_info: Option<BuildInfo>,
+    #[serde(default)]
+    pub volumes: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    pub kvm: Option<bool>,
+}
+
+impl CreateSandbox {
+    /// Why this create cannot be honoured, if it cannot.
+    pub fn refusal(&self) -> Option<String> {
+        if self.gpu.unwrap_or(0) > 0 {
+            return Some("GPUs are not available on sandboxd".into());
+        }
+        if self.kvm == Some(true) {
+            return Some("KVM inside sandboxes is not available on sandboxd".into());
+        }
+        if self.public == Some(true) {
+            return Some("public previews are not served by sandboxd's Daytona API yet".into());
+        }
+        if self.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
+            return Some("volumes are not available on sandboxd".into());
+        }
+        None
+    }
+}
+
+/// A create's build: a Dockerfile (the SDK sends `FROM <image>` alone for a plain image).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildInfo {
+    #[serde(default)]
+    pub dockerfile_content: Option<String>,
+    #[serde(default)]
+    pub context_hashes: Option<Vec<String>>,
+}
+
+/// `GET /api/sandbox`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxPage {
+    pub items: Vec<DaytonaSandbox>,
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /process/execute`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecuteRequest {
+    pub command: String,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub envs: Option<BTreeMap<String, String>>,
+    /// Seconds.
+    #[serde(default)]
+    pub timeout: Option<u64>,
+}
+
+/// `POST /process/code-run`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CodeRunRequest {
+    pub code: String,
+    #[serde(default)]
+    pub language: Option<String>,
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    #[serde(default)]
+    pub envs: Option<BTreeMap<String, String>>,
+    /// Seconds.
+    #[serde(default)]
+    pub timeout: Option<u64>,
+}
+
+/// `POST /process/interpreter/context`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateContext {
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub language: Option<String>,
+}
+
+/// The first frame of the interpreter's WebSocket.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterpreterExecute {
+    pub code: String,
+    #[serde(default)]
+    pub context_id: Option<String>,
+    #[serde(default)]
+    pub envs: Option<BTreeMap<String, String>>,
+    /// Seconds; 0 or absent: Daytona's default of 10 minutes.
+    #[serde(default)]
+    pub timeout: Option<u64>,
+}

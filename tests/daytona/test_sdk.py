@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Acceptance test: sandboxd's Daytona API through the real, unmodified `daytona` Python SDK.
+
+Environment: DAYTONA_API_URL (the daemon's URL + `/api`), DAYTONA_API_KEY (a daemon token). The
+daemon's code-interpreter-v1 template (Daytona's default snapshot here) must be built. Exit status
+0 = every check passed. Run by crates/sandboxd/tests/daytona_sdk.rs.
+"""
+
+import sys
+import time
+import traceback
+import uuid
+
+from daytona import (
+    ListSandboxesQuery,
+    CreateSandboxFromSnapshotParams,
+    Daytona,
+    DaytonaConflictError,
+    DaytonaError,
+    DaytonaNotFoundError,
+    DaytonaTimeoutError,
+)
+
+RUN = uuid.uuid4().hex[:8]
+DAYTONA = Daytona()
+SBX = None
+
+
+def sandbox():
+    global SBX
+    if SBX is None:
+        SBX = DAYTONA.create(
+            CreateSandboxFromSnapshotParams(language="python", name=f"dt-{RUN}", labels={"suite": RUN})
+        )
+    return SBX
+
+
+def test_create_answers_a_started_sandbox_found_by_id_and_name():
+    sbx = sandbox()
+    assert sbx.state == "started", sbx.state
+    assert DAYTONA.get(sbx.id).id == sbx.id
+    assert DAYTONA.get(f"dt-{RUN}").id == sbx.id
+    assert sbx.labels["suite"] == RUN and sbx.labels["code-toolbox-language"] == "python", sbx.labels
+
+
+def test_list_filters_by_label():
+    sbx = sandbox()
+    found = [s.id for s in DAYTONA.list(ListSandboxesQuery(labels={"suite": RUN}))]
+    assert found == [sbx.id], found
+    assert list(DAYTONA.list(ListSandboxesQuery(labels={"suite": "no-such-" + RUN}))) == []
+
+
+def test_a_taken_name_is_a_conflict():
+    sandbox()
+    try:
+        DAYTONA.create(CreateSandboxFromSnapshotParams(name=f"dt-{RUN}"))
+        raise AssertionError("a second sandbox got a taken name")
+    except DaytonaConflictError:
+        pass
+
+
+def test_one_name_across_100_concurrent_creates():
+    from concurrent.futures import ThreadPoolExecutor
+
+    name = f"dt-race-{RUN}"
+
+    def attempt(_):
+        try:
+            return DAYTONA.create(
+                CreateSandboxFromSnapshotParams(snapshot="base", name=name, labels={"race": RUN})
+            )
+        except DaytonaConflictError:
+            return None
+
+    with ThreadPoolExecutor(max_workers=100) as pool:
+        outcomes = list(pool.map(attempt, range(100)))
+    made = [s for s in outcomes if s is not None]
+    try:
+        assert len(made) == 1, f"{len(made)} sandboxes got the name"
+        assert outcomes.count(None) == 99
+        assert [s.id for s in DAYTONA.list(ListSandboxesQuery(labels={"race": RUN}))] == [made[0].id]
+    finally:
+        for s in made:
+            DAYTONA.delete(s)
+
+
+def test_an_unknown_snapshot_is_not_found():
+    try:
+        DAYTONA.create(CreateSandboxFromSnapshotParams(snapshot="no-such-snapshot-" + RUN))
+        raise AssertionError("created from an unknown snapshot")
+    except DaytonaNotFoundError:
+        pass
+    assert list(DAYTONA.list(ListSandboxesQuery(labels={"suite": RUN, "n": "unknown-snapshot"}))) == []
+
+
+def test_exec_returns_output_and_exit_codes():
+    sbx = sandbox()
+    response = sbx.process.exec("echo hi; echo $GREETING; exit 3", env={"GREETING": "there"})
+    assert response.exit_code == 3, response
+    assert response.result == "hi\nthere\n", response.result
+    assert sbx.process.exec("pwd", cwd="/tmp").result.strip() == "/tmp"
+    assert sbx.get_user_home_dir() == "/home/user"
+
+
+def test_code_run_runs_python_on_the_interpreter():
+    sbx = sandbox()
+    response = sbx.process.code_run("x = 20 + 22\nprint(f'sum: {x}')")
+    assert response.exit_code == 0 and response.result == "sum: 42\n", response
+    failed = sbx.process.code_run("1/0")
+    assert failed.exit_code == 1 and "ZeroDivisionError" in failed.result, failed
+    plot = sbx.process.code_run(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\nplt.title('T')\nplt.show()"
+    )
+    charts = plot.artifacts.charts
+    assert len(charts) == 1 and charts[0].type == "line" and charts[0].title == "T", charts
+
+
+def test_code_interpreter_keeps_state_streams_and_reports_errors():
+    sbx = sandbox()
+    seen = []
+    sbx.code_interpreter.run_code("counter = 5")
+    result = sbx.code_interpreter.run_code("print(counter * 2)", on_stdout=lambda m: seen.append(m.output))
+    assert result.stdout == "10\n" and seen == ["10\n"], (result.stdout, seen)
+    failed = sbx.code_interpreter.run_code("raise ValueError('nope')")
+    assert failed.error is not None and failed.error.name == "ValueError", failed.error
+    assert failed.error.value == "nope"
+    envs = sbx.code_interpreter.run_code("import os\nprint(os.environ['WHO'])", envs={"WHO": "daytona"})
+    assert envs.stdout == "daytona\n", envs.stdout
+
+
+def test_code_interpreter_contexts_are_separate():
+    sbx = sandbox()
+    ctx = sbx.code_interpreter.create_context(cwd="/tmp")
+    assert ctx.cwd == "/tmp" and ctx.language == "python", ctx
+    sbx.code_interpreter.run_code("only_here = 1", context=ctx)
+    assert sbx.code_interpreter.run_code("print(only_here)", context=ctx).stdout == "1\n"
+    other = sbx.code_interpreter.run_code("print(only_here)")
+    assert other.error is not None and other.error.name == "NameError", other
+    assert ctx.id in [c.id for c in sbx.code_interpreter.list_contexts()]
+    sbx.code_interpreter.delete_context(ctx)
+    assert ctx.id not in [c.id for c in sbx.code_interpreter.list_contexts()]
+
+
+def test_code_interpreter_timeout_interrupts():
+    sbx = sandbox()
+    started = time.monotonic()
+    try:
+        sbx.code_interpreter.run_code("import time\ntime.sleep(60)", timeout=2)
+        raise AssertionError("no timeout")
+    except DaytonaTimeoutError:
+        pass
+    assert time.monotonic() - started < 15
+    assert sbx.code_interpreter.run_code("print('after')").stdout == "after\n"
+
+
+def test_delete_then_not_found():
+    global SBX
+    sbx = sandbox()
+    DAYTONA.delete(sbx)
+    SBX = None
+    try:
+        DAYTONA.get(sbx.id)
+        raise AssertionError("a deleted sandbox was found")
+    except DaytonaNotFoundError:
+        pass
+
+
+def main():
+    tests = [v for k, v in globals().items() if k.startswith("test_") and callable(v)]
+    only = sys.argv[1:]
+    failed = []
+    try:
+        for test in tests:
+            if only and test.__name__ not in only:
+                continue
+            try:
+                test()
+                print(f"ok   {test.__name__}", flush=True)
+            except Exception:
+                failed.append(test.__name__)
+                print(f"FAIL {test.__name__}", flush=True)
+                traceback.print_exc()
+    finally:
+        if SBX is not None:
+            try:
+                DAYTONA.delete(SBX)
+            except DaytonaError:
+                pass
+    if failed:
+        print(f"{len(failed)} failed: {failed}")
+        sys.exit(1)
+    print("all passed")
+
+
+if __name__ == "__main__":
+    main()
