@@ -84,6 +84,28 @@ def test_one_name_across_100_concurrent_creates():
             DAYTONA.delete(s)
 
 
+def test_stop_ends_the_processes_and_start_keeps_the_files():
+    sbx = DAYTONA.create(CreateSandboxFromSnapshotParams(snapshot="base", labels={"stop": RUN}))
+    try:
+        setup = sbx.process.exec("echo kept > /home/user/kept.txt; nohup sleep 1000 >/dev/null 2>&1 &")
+        assert setup.exit_code == 0, setup
+        assert sbx.process.exec("pgrep -x sleep").exit_code == 0
+        sbx.stop()
+        assert sbx.state == "stopped", sbx.state
+        assert DAYTONA.get(sbx.id).state == "stopped"
+        try:
+            sbx.process.exec("true")
+            raise AssertionError("a stopped sandbox ran a command")
+        except DaytonaError as e:
+            assert "stopped" in str(e), e
+        sbx.start()
+        assert sbx.state == "started", sbx.state
+        assert sbx.process.exec("cat /home/user/kept.txt").result == "kept\n"
+        assert sbx.process.exec("pgrep -x sleep").exit_code == 1, "a process outlived the stop"
+    finally:
+        DAYTONA.delete(sbx)
+
+
 def test_an_unknown_snapshot_is_not_found():
     try:
         DAYTONA.create(CreateSandboxFromSnapshotParams(snapshot="no-such-snapshot-" + RUN))

@@ -37,7 +37,7 @@ use utoipa::OpenApi;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
-    paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::exec, v1::exec_stream, v1::run_code, v1::download, v1::upload,
+    paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::stop, v1::start, v1::exec, v1::exec_stream, v1::run_code, v1::download, v1::upload,
           v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
           callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune,
@@ -84,6 +84,8 @@ pub fn router(
         .route("/sandboxes/{id}", get(v1::get).delete(v1::delete))
         .route("/sandboxes/{id}/pause", post(v1::pause))
         .route("/sandboxes/{id}/resume", post(v1::resume))
+        .route("/sandboxes/{id}/stop", post(v1::stop))
+        .route("/sandboxes/{id}/start", post(v1::start))
         .route("/admin/reconcile", post(v1::reconcile))
         .route("/images", post(images::pull).get(images::list))
         .route("/images/prune", post(images::prune))

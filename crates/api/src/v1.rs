@@ -203,6 +203,31 @@ pub async fn pause(
     Ok(Json(to_api(&service.pause(&id).await?)))
 }
 
+/// Stop a running or paused sandbox: its processes end and its memory is released; what it wrote,
+/// its name and its address are kept for a start (a stopped one is returned unchanged).
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/stop", params(("id" = String, Path, description = "id or name")),
+    responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
+              (status = 409, description = "neither running, paused nor stopped", body = api::ApiError)))]
+pub async fn stop(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<Json<api::Sandbox>, Error> {
+    Ok(Json(to_api(&service.stop(&id).await?.0)))
+}
+
+/// Start a stopped sandbox again on its filesystem; answers once it runs (and its template's start
+/// commands are up). A paused one is resumed, a running one returned unchanged.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/start", params(("id" = String, Path, description = "id or name")),
+    responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
+              (status = 409, description = "being created, deleted, or failed", body = api::ApiError),
+              (status = 500, description = "it could not boot again (it is then failed)", body = api::ApiError)))]
+pub async fn start(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<Json<api::Sandbox>, Error> {
+    Ok(Json(to_api(&service.start(&id).await?.0)))
+}
+
 /// Resume a paused sandbox (a running one is returned unchanged). An auto-paused sandbox gets its
 /// timeout again.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", params(("id" = String, Path, description = "id or name")),

@@ -113,6 +113,20 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/sandboxes/{idOrName}/stop`.
+    pub async fn stop(&self, id_or_name: &str) -> Result<Sandbox, ClientError> {
+        let url = self.sandbox_endpoint(id_or_name, &["stop"])?;
+        self.send_json(self.request(Method::POST, url), "sandbox")
+            .await
+    }
+
+    /// `POST /v1/sandboxes/{idOrName}/start`.
+    pub async fn start(&self, id_or_name: &str) -> Result<Sandbox, ClientError> {
+        let url = self.sandbox_endpoint(id_or_name, &["start"])?;
+        self.send_json(self.request(Method::POST, url), "sandbox")
+            .await
+    }
+
     /// `DELETE /v1/sandboxes/{id}`.
     pub async fn delete(&self, id: &str) -> Result<(), ClientError> {
         let url = self.sandbox_endpoint(id, &[])?;

@@ -51,6 +51,16 @@ pub enum Command {
         /// Id or name.
         id: String,
     },
+    /// Stop a sandbox: its processes end, its filesystem is kept; prints its id.
+    Stop {
+        /// Id or name.
+        id: String,
+    },
+    /// Start a stopped sandbox again on its filesystem; prints its id.
+    Start {
+        /// Id or name.
+        id: String,
+    },
     /// Resume a paused sandbox; prints its id.
     Resume {
         /// Id or name.

@@ -59,6 +59,8 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Get { id } => sandboxes::get(&client, out, &id).await,
         Command::Pause { id } => sandboxes::print(out, client.pause(&id).await?),
         Command::Resume { id } => sandboxes::print(out, client.resume(&id).await?),
+        Command::Stop { id } => sandboxes::print(out, client.stop(&id).await?),
+        Command::Start { id } => sandboxes::print(out, client.start(&id).await?),
         Command::Exec(args) => exec::run(&client, out, args).await,
         Command::Code(args) => code::run(&client, out, args).await,
         Command::Cp { src, dst } => cp::run(&client, out, &src, &dst).await,

@@ -20,6 +20,7 @@ pub const KINDS: &[&str] = &[
     SANDBOX_LOST,
     SANDBOX_PAUSED,
     SANDBOX_RESUMED,
+    SANDBOX_STOPPED,
     SANDBOX_DELETED,
     PORT_EXPOSED,
     PORT_UNEXPOSED,
@@ -36,6 +37,8 @@ pub const SANDBOX_LOST: &str = "sandbox.lost";
 pub const SANDBOX_PAUSED: &str = "sandbox.paused";
 /// The sandbox was thawed.
 pub const SANDBOX_RESUMED: &str = "sandbox.resumed";
+/// The sandbox's processes were ended on request; its filesystem is kept (state `stopped`).
+pub const SANDBOX_STOPPED: &str = "sandbox.stopped";
 /// The sandbox row is gone.
 pub const SANDBOX_DELETED: &str = "sandbox.deleted";
 /// A port was exposed.

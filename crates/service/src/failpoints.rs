@@ -6,6 +6,7 @@
 //! | `create.after-insert` | row `creating` and slot leased; the runtime has made nothing |
 //! | `create.after-runtime` | row `starting`, the sandbox booted; its endpoint not yet stored |
 //! | `delete.after-mark` | row `deleting`; the runtime's sandbox not yet destroyed |
+//! | `stop.after-claim` | row `stopping`; the sandbox's processes not yet ended |
 //! | `expose.forwarder` | exposure row `exposing`; its TCP forwarder not yet listening (synchronous: `return` fails the install, `sleep(MS)` blocks it) |
 //! | `idempotency.before-complete` | the work done; its claim not yet completed |
 //! | `callback.before-apply` | an agent's event received; nothing written |

@@ -33,6 +33,7 @@ pub mod reconcile;
 pub mod sandboxes;
 mod settle;
 pub mod snapshots;
+pub mod stop;
 pub mod templates;
 #[cfg(test)]
 mod test_support;

@@ -145,7 +145,7 @@ impl Service {
     /// Moves sandbox `id` from `from` to `to` and, in the same transaction, sets its deadline to
     /// `deadline` (when given) and emits `event`; publishes the event once committed. `None` when the
     /// sandbox was no longer in `from`.
-    async fn transition(
+    pub(crate) async fn transition(
         &self,
         id: &str,
         from: SandboxState,

@@ -13,8 +13,8 @@
 //!   activity as Daytona counts it.
 //! - Names are the sandboxes' names: unique (a conflict is a 409), and `GET /api/sandbox/{idOrName}`
 //!   finds a sandbox by either.
-//! - `start` resumes a paused sandbox (a running one is answered as it is); `stop` is refused (501):
-//!   a stopped state that ends the processes and keeps the filesystem is not built yet.
+//! - `stop` ends the sandbox's processes and releases its memory, keeping its filesystem; `start`
+//!   boots it again on that filesystem (and resumes a paused one) — [`sandboxd_service::stop`].
 
 use super::error::DaytonaError;
 use super::models::{CreateSandbox, DaytonaSandbox, SandboxPage, LANGUAGE_LABEL};
@@ -212,33 +212,25 @@ pub async fn delete(
     Ok(Json(gone))
 }
 
-/// `POST /api/sandbox/{idOrName}/start`.
+/// `POST /api/sandbox/{idOrName}/start`: boots a stopped sandbox again on its filesystem (a paused
+/// one is resumed, a running one answered as it is).
 pub async fn start(
     State(service): State<Service>,
     Path(key): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
-    let sandbox = service.get(&key).await?;
-    let sandbox = match sandbox.state {
-        SandboxState::Paused => service.resume(&sandbox.id).await?.0,
-        SandboxState::Running => sandbox,
-        SandboxState::Stopped => {
-            return Err(DaytonaError::not_served("starting a stopped sandbox"))
-        }
-        other => {
-            return Err(DaytonaError::new(
-                StatusCode::CONFLICT,
-                "conflict",
-                format!("sandbox {} is {other}, it cannot be started", sandbox.id),
-            ))
-        }
-    };
+    let (sandbox, _) = service.start(&key).await?;
     Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
 }
 
-/// `POST /api/sandbox/{idOrName}/stop`.
-pub async fn stop(Path(_key): Path<String>) -> DaytonaError {
-    DaytonaError::not_served("stopping a sandbox (processes ended, filesystem kept)")
+/// `POST /api/sandbox/{idOrName}/stop`: ends its processes, keeps its filesystem.
+pub async fn stop(
+    State(service): State<Service>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<DaytonaSandbox>, DaytonaError> {
+    let (sandbox, _) = service.stop(&key).await?;
+    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
 }
 
 /// `GET /api/sandbox/{idOrName}/toolbox-proxy-url`.

@@ -29,16 +29,6 @@ impl DaytonaError {
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
-
-    /// A 501: a part of Daytona's API sandboxd does not serve (yet), said plainly rather than
-    /// pretended.
-    pub fn not_served(what: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            format!("{what} is not served by sandboxd's Daytona API yet"),
-        )
-    }
 }
 
 impl From<ServiceError> for DaytonaError {

@@ -6,7 +6,7 @@
 //! What is served so far (the rest of Daytona's surface answers 404 or, where a route exists but
 //! the feature does not, 501):
 //! - Control ([`control`]): `POST /api/sandbox`, `GET /api/sandbox` (`{items, nextCursor}`,
-//!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop` (501),
+//!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop`,
 //!   `GET …/toolbox-proxy-url`.
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
 //!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`.

@@ -113,7 +113,15 @@ async fn resolve(
                 .into_iter()
                 .collect())
         }
-        SandboxState::Stopping | SandboxState::Deleting => {
+        SandboxState::Stopping => {
+            if !svc.is_stuck(row.updated_at, now) {
+                return Ok(vec![]);
+            }
+            svc.finish_stop(&row.id).await?;
+            tracing::info!(sandbox_id = %row.id, "finished an interrupted stop");
+            Ok(vec!["stopped"])
+        }
+        SandboxState::Deleting => {
             if !svc.is_stuck(row.updated_at, now) {
                 return Ok(vec![]);
             }

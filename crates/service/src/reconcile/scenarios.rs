@@ -122,15 +122,27 @@ async fn interrupted_deletes_are_finished() {
     let f = fixture();
     f.row("sb-del", "x", SandboxState::Deleting, before_start())
         .await;
-    f.row("sb-stop", "", SandboxState::Stopping, before_start())
-        .await;
     f.rt.plant("sb-del", RuntimeState::Running);
     let report = f.pass().await;
-    assert_eq!(actions(&report, "sandboxes"), [("deleted", 2)]);
+    assert_eq!(actions(&report, "sandboxes"), [("deleted", 1)]);
     assert!(f.get("sb-del").await.is_none());
-    assert!(f.get("sb-stop").await.is_none());
     assert!(f.rt.ids().is_empty());
     assert!(f.leased().await.is_empty());
+}
+
+/// An interrupted stop is finished, not undone: the processes end and the row is `stopped`, with
+/// its filesystem (the runtime's sandbox) and its slot kept for a start.
+#[tokio::test]
+async fn interrupted_stops_are_finished_keeping_the_sandbox() {
+    let f = fixture();
+    f.row("sb-stop", "kept", SandboxState::Stopping, before_start())
+        .await;
+    f.rt.plant("sb-stop", RuntimeState::Running);
+    let report = f.pass().await;
+    assert_eq!(actions(&report, "sandboxes"), [("stopped", 1)]);
+    assert_eq!(f.get("sb-stop").await.unwrap().state, SandboxState::Stopped);
+    assert_eq!(f.rt.state_of("sb-stop"), Some(RuntimeState::Stopped));
+    assert_eq!(f.leased().await.len(), 1);
 }
 
 #[tokio::test]
