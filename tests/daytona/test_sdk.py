@@ -13,6 +13,7 @@ import uuid
 
 from daytona import (
     ListSandboxesQuery,
+    SessionExecuteRequest,
     CreateSandboxFromSnapshotParams,
     Daytona,
     DaytonaConflictError,
@@ -102,6 +103,49 @@ def test_stop_ends_the_processes_and_start_keeps_the_files():
         assert sbx.state == "started", sbx.state
         assert sbx.process.exec("cat /home/user/kept.txt").result == "kept\n"
         assert sbx.process.exec("pgrep -x sleep").exit_code == 1, "a process outlived the stop"
+    finally:
+        DAYTONA.delete(sbx)
+
+
+def test_sessions_keep_shell_state_and_stream_async_logs():
+    import asyncio
+
+    sbx = DAYTONA.create(CreateSandboxFromSnapshotParams(snapshot="base", labels={"sessions": RUN}))
+    try:
+        sbx.process.create_session("work")
+        try:
+            sbx.process.create_session("work")
+            raise AssertionError("a session id was created twice")
+        except DaytonaConflictError:
+            pass
+        sbx.process.execute_session_command("work", SessionExecuteRequest(command="cd /tmp && export KEPT=yes"))
+        same = sbx.process.execute_session_command("work", SessionExecuteRequest(command="pwd; echo $KEPT; echo oops >&2; exit_code() { return 4; }; exit_code"))
+        assert same.stdout == "/tmp\nyes\n" and same.stderr == "oops\n" and same.exit_code == 4, same
+        started = sbx.process.execute_session_command(
+            "work", SessionExecuteRequest(command="for i in 1 2 3; do echo line $i; sleep 0.3; done; echo done >&2", run_async=True)
+        )
+        assert started.exit_code is None, started
+        out, err = [], []
+
+        async def follow():
+            await sbx.process.get_session_command_logs_async("work", started.cmd_id, out.append, err.append)
+
+        asyncio.run(follow())
+        assert "".join(out) == "line 1\nline 2\nline 3\n" and "".join(err) == "done\n", (out, err)
+        command = sbx.process.get_session_command("work", started.cmd_id)
+        assert command.exit_code == 0 and "line $i" in command.command, command
+        logs = sbx.process.get_session_command_logs("work", started.cmd_id)
+        assert logs.stdout == "line 1\nline 2\nline 3\n", logs
+        session = sbx.process.get_session("work")
+        assert [c.id for c in session.commands][-1] == started.cmd_id and len(session.commands) == 3, session
+        assert [s.session_id for s in sbx.process.list_sessions()] == ["work"]
+        sbx.process.delete_session("work")
+        assert sbx.process.list_sessions() == []
+        try:
+            sbx.process.get_session("work")
+            raise AssertionError("a deleted session was found")
+        except DaytonaNotFoundError:
+            pass
     finally:
         DAYTONA.delete(sbx)
 

@@ -31,6 +31,7 @@ pub mod ports;
 pub mod readiness;
 pub mod reconcile;
 pub mod sandboxes;
+pub mod sessions;
 mod settle;
 pub mod snapshots;
 pub mod stop;

@@ -9,7 +9,9 @@
 //!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop`,
 //!   `GET …/toolbox-proxy-url`.
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
-//!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`.
+//!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`; sessions
+//!   ([`sessions`]: create, exec sync and async, command status, logs and their `follow` WebSocket,
+//!   delete).
 //! - The SDK's Socket.IO endpoint (`/api/socket.io/`) is a 404: the SDK then polls.
 //!
 //! Errors are `{statusCode, message, code}` ([`error`]) with the statuses the SDK maps.
@@ -17,6 +19,7 @@
 pub mod control;
 pub mod error;
 pub mod models;
+pub mod sessions;
 pub mod toolbox;
 
 use crate::auth::{self, Auth};
@@ -58,6 +61,30 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route(
             "/api/toolbox/{id}/process/interpreter/execute",
             get(toolbox::run_code_socket),
+        )
+        .route(
+            "/api/toolbox/{id}/process/session",
+            post(sessions::create).get(sessions::list),
+        )
+        .route(
+            "/api/toolbox/{id}/process/session/{sid}",
+            get(sessions::get).delete(sessions::delete),
+        )
+        .route(
+            "/api/toolbox/{id}/process/session/{sid}/exec",
+            post(sessions::exec),
+        )
+        .route(
+            "/api/toolbox/{id}/process/session/{sid}/command/{cid}",
+            get(sessions::command),
+        )
+        .route(
+            "/api/toolbox/{id}/process/session/{sid}/command/{cid}/logs",
+            get(sessions::logs),
+        )
+        .route(
+            "/api/toolbox/{id}/process/session/{sid}/command/{cid}/input",
+            post(sessions::input),
         )
         .route(
             "/api/toolbox/{id}/user-home-dir",

@@ -1,0 +1,341 @@
+//! Shell sessions: a long-lived `bash` in a sandbox that runs one command after another, keeping
+//! its state (working directory, variables, functions) between them — Daytona's sessions.
+//!
+//! Everything is in the sandbox, on the agent's process and file machinery, so a session outlives
+//! the daemon process: the shell is an agent process tagged `session:<id>` (its stdin open), and
+//! each command `<c>` of it has files in `/tmp/.sandboxd-sessions/<id>/`: `<c>.cmd` (the command),
+//! `<c>.out` and `<c>.err` (its output, written as it runs), `<c>.exit` (its exit code, renamed
+//! into place once it ended, so it is never read half-written).
+//!
+//! Contract:
+//! - Session ids are 1–64 of `[A-Za-z0-9._-]`; creating one that exists is a conflict.
+//! - A command runs in the session's shell itself (not a subshell), with stdin from `/dev/null`;
+//!   commands of one session run in order. [`Service::session_exec`] answers once the command is
+//!   handed to the shell; [`Service::session_wait`] waits for its end.
+//! - Deleting a session kills its shell (and what it runs) and removes its files.
+
+use crate::exec::agent_error;
+use crate::{Service, ServiceError};
+use bytes::Bytes;
+use sandboxd_envd::process::{ProcessConfig, ProcessSelector, Signal, StartRequest};
+use std::time::Duration;
+
+/// Where sessions keep their commands' files.
+pub const SESSIONS_DIR: &str = "/tmp/.sandboxd-sessions";
+/// How often a waiter looks for a command's end.
+const POLL: Duration = Duration::from_millis(20);
+
+/// One command of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCommand {
+    pub id: String,
+    pub command: String,
+    /// `None` while it runs.
+    pub exit_code: Option<i32>,
+}
+
+/// What a command wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandOutput {
+    pub stdout: Bytes,
+    pub stderr: Bytes,
+    /// `None` while it runs.
+    pub exit_code: Option<i32>,
+}
+
+fn tag(session: &str) -> String {
+    format!("session:{session}")
+}
+
+fn dir(session: &str) -> String {
+    format!("{SESSIONS_DIR}/{session}")
+}
+
+/// Session and command ids: safe as file names and process tags.
+pub fn validate_id(what: &str, id: &str) -> Result<(), ServiceError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ServiceError::InvalidRequest(format!(
+            "invalid {what} id {id:?}: use 1 to 64 letters, digits, '.', '_' or '-'"
+        )))
+    }
+}
+
+/// The shell text that runs `command` as command `cid` of the session in `dir`.
+fn script(dir: &str, cid: &str, command: &str) -> String {
+    let base = format!("{dir}/{cid}");
+    // The newline before `}` ends a trailing comment of the command.
+    format!(
+        "{{ {command}\n}} </dev/null >'{base}.out' 2>'{base}.err'; echo $? >'{base}.exit.tmp'; mv '{base}.exit.tmp' '{base}.exit'\n"
+    )
+}
+
+impl Service {
+    /// Starts session `session` in sandbox `key`.
+    pub async fn create_session(&self, key: &str, session: &str) -> Result<(), ServiceError> {
+        validate_id("session", session)?;
+        let (_, client) = self.agent(key, None).await?;
+        if self.session_exists(&client, session).await? {
+            return Err(ServiceError::Conflict(format!(
+                "session {session:?} already exists"
+            )));
+        }
+        let request = StartRequest {
+            process: ProcessConfig {
+                cmd: "/bin/bash".into(),
+                args: vec!["--noprofile".into(), "--norc".into()],
+                ..Default::default()
+            },
+            pty: None,
+            tag: Some(tag(session)),
+            stdin: Some(true),
+        };
+        // The shell outlives this call; its events are not needed.
+        let started = client.start(request).await.map_err(agent_error)?;
+        drop(started);
+        let setup = format!("mkdir -p '{}'\n", dir(session));
+        client
+            .send_stdin(ProcessSelector::Tag(tag(session)), Bytes::from(setup))
+            .await
+            .map_err(agent_error)
+    }
+
+    /// The sessions of sandbox `key`, by id.
+    pub async fn list_sessions(&self, key: &str) -> Result<Vec<String>, ServiceError> {
+        let (_, client) = self.agent(key, None).await?;
+        let mut ids: Vec<String> = client
+            .list()
+            .await
+            .map_err(agent_error)?
+            .into_iter()
+            .filter_map(|p| {
+                p.tag
+                    .and_then(|t| t.strip_prefix("session:").map(str::to_string))
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn session_exists(
+        &self,
+        client: &sandboxd_envd::EnvdClient,
+        session: &str,
+    ) -> Result<bool, ServiceError> {
+        let want = tag(session);
+        Ok(client
+            .list()
+            .await
+            .map_err(agent_error)?
+            .iter()
+            .any(|p| p.tag.as_deref() == Some(want.as_str())))
+    }
+
+    /// Hands `command` to session `session`'s shell; returns its command id.
+    pub async fn session_exec(
+        &self,
+        key: &str,
+        session: &str,
+        command: &str,
+    ) -> Result<String, ServiceError> {
+        validate_id("session", session)?;
+        if command.trim().is_empty() || command.contains('\0') {
+            return Err(ServiceError::InvalidRequest(
+                "command must be a non-empty shell command without NUL bytes".into(),
+            ));
+        }
+        let (_, client) = self.agent(key, None).await?;
+        if !self.session_exists(&client, session).await? {
+            return Err(ServiceError::NotFound(format!(
+                "session {session:?} not found"
+            )));
+        }
+        // Time first: ids sort in the order the commands were given.
+        let cid = crate::sandboxes::random_id(
+            &format!("c{:013x}-", sandboxd_store::unix_millis_now()),
+            8,
+        );
+        let record = format!("{}/{cid}.cmd", dir(session));
+        client
+            .write_file(&record, None, Bytes::from(command.to_string()))
+            .await
+            .map_err(agent_error)?;
+        let text = script(&dir(session), &cid, command);
+        client
+            .send_stdin(ProcessSelector::Tag(tag(session)), Bytes::from(text))
+            .await
+            .map_err(agent_error)?;
+        Ok(cid)
+    }
+
+    /// The commands session `session` was given, oldest first.
+    pub async fn session_commands(
+        &self,
+        key: &str,
+        session: &str,
+    ) -> Result<Vec<SessionCommand>, ServiceError> {
+        validate_id("session", session)?;
+        let (_, client) = self.agent(key, None).await?;
+        if !self.session_exists(&client, session).await? {
+            return Err(ServiceError::NotFound(format!(
+                "session {session:?} not found"
+            )));
+        }
+        let entries = match client.list_dir(&dir(session), 1).await.map_err(agent_error) {
+            Ok(e) => e,
+            // The shell has not made its directory yet: no commands.
+            Err(ServiceError::NotFound(_)) => return Ok(vec![]),
+            Err(e) => return Err(e),
+        };
+        let mut ids: Vec<String> = entries
+            .into_iter()
+            .filter_map(|e| e.name.strip_suffix(".cmd").map(str::to_string))
+            .collect();
+        ids.sort();
+        let mut commands = Vec::with_capacity(ids.len());
+        for id in ids {
+            let command = client
+                .read_file(&format!("{}/{id}.cmd", dir(session)), None)
+                .await
+                .map_err(agent_error)?;
+            commands.push(SessionCommand {
+                exit_code: self.exit_code(&client, session, &id).await?,
+                command: String::from_utf8_lossy(&command).into_owned(),
+                id,
+            });
+        }
+        Ok(commands)
+    }
+
+    async fn exit_code(
+        &self,
+        client: &sandboxd_envd::EnvdClient,
+        session: &str,
+        cid: &str,
+    ) -> Result<Option<i32>, ServiceError> {
+        match client
+            .read_file(&format!("{}/{cid}.exit", dir(session)), None)
+            .await
+        {
+            Ok(text) => Ok(String::from_utf8_lossy(&text).trim().parse().ok()),
+            Err(e) => match agent_error(e) {
+                ServiceError::NotFound(_) => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// What command `cid` of session `session` wrote so far, and its exit code once it ended.
+    pub async fn session_output(
+        &self,
+        key: &str,
+        session: &str,
+        cid: &str,
+    ) -> Result<CommandOutput, ServiceError> {
+        validate_id("session", session)?;
+        validate_id("command", cid)?;
+        let (_, client) = self.agent(key, None).await?;
+        let base = format!("{}/{cid}", dir(session));
+        if client.stat(&format!("{base}.cmd")).await.is_err() {
+            return Err(ServiceError::NotFound(format!(
+                "command {cid:?} of session {session:?} not found"
+            )));
+        }
+        // The exit code first: when it is there, the output files are complete.
+        let exit_code = self.exit_code(&client, session, cid).await?;
+        let read = |suffix: &'static str| {
+            let path = format!("{base}.{suffix}");
+            let client = client.clone();
+            async move {
+                match client.read_file(&path, None).await {
+                    Ok(b) => Ok(b),
+                    Err(e) => match agent_error(e) {
+                        ServiceError::NotFound(_) => Ok(Bytes::new()),
+                        other => Err(other),
+                    },
+                }
+            }
+        };
+        Ok(CommandOutput {
+            stdout: read("out").await?,
+            stderr: read("err").await?,
+            exit_code,
+        })
+    }
+
+    /// Waits (up to `timeout`) for command `cid` of session `session` to end; its output.
+    pub async fn session_wait(
+        &self,
+        key: &str,
+        session: &str,
+        cid: &str,
+        timeout: Duration,
+    ) -> Result<CommandOutput, ServiceError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let output = self.session_output(key, session, cid).await?;
+            if output.exit_code.is_some() {
+                return Ok(output);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ServiceError::Conflict(format!(
+                    "command {cid} still runs after {timeout:?}"
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Kills session `session`'s shell and removes its files.
+    pub async fn delete_session(&self, key: &str, session: &str) -> Result<(), ServiceError> {
+        validate_id("session", session)?;
+        let (_, client) = self.agent(key, None).await?;
+        if !self.session_exists(&client, session).await? {
+            return Err(ServiceError::NotFound(format!(
+                "session {session:?} not found"
+            )));
+        }
+        client
+            .send_signal(ProcessSelector::Tag(tag(session)), Signal::Sigkill)
+            .await
+            .map_err(agent_error)?;
+        match client.remove(&dir(session)).await {
+            Ok(()) => Ok(()),
+            Err(e) => match agent_error(e) {
+                ServiceError::NotFound(_) => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_file_names_and_nothing_else() {
+        for good in ["s1", "my.session", "a_b-c"] {
+            assert!(validate_id("session", good).is_ok(), "{good}");
+        }
+        for bad in ["", ".", "..", "a/b", "a b", "x'y", &"x".repeat(65)] {
+            assert!(validate_id("session", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_command_runs_in_the_shell_itself_and_its_exit_code_lands_whole() {
+        let s = script("/d", "c1", "cd /tmp # a comment");
+        assert!(s.starts_with("{ cd /tmp # a comment\n}"), "{s}");
+        assert!(s.contains("</dev/null >'/d/c1.out' 2>'/d/c1.err'"));
+        assert!(s.ends_with("mv '/d/c1.exit.tmp' '/d/c1.exit'\n"));
+    }
+}
