@@ -1,13 +1,16 @@
 //! The disk quota on a sandbox's writable layer, against real sandboxes: a full layer refuses writes
 //! and the sandbox lives on; destroy takes the layer with it; without a backend a sandbox still works
 //! and a limit is refused; sandboxes made without a quota are still found; a restart reuses the pool.
+//! The tests on the default backend take what this host offers (btrfs here); the project-quota
+//! tests make their own XFS with `prjquota` and skip, saying so, on a kernel without quota support.
 
 mod common;
 
-use common::{config, fixture, fixture_with, spec, text};
+use common::{config, fixture, fixture_with, spec, text, Fixture};
 use sandboxd_runtime::namespace::NamespaceRuntime;
 use sandboxd_runtime::quota::{DiskBackend, DiskMode};
 use sandboxd_runtime::{ResourceLimits, Runtime, RuntimeError};
+use sandboxd_test_support::xfs::QuotaXfs;
 use sandboxd_test_support::{require_root, test_slot};
 
 const MIB: u64 = 1024 * 1024;
@@ -239,4 +242,157 @@ async fn a_failed_create_rolls_back_only_what_it_made() {
     // destroy cleans up an orphan layer even without a sandbox record.
     fx.rt.destroy(&spec.id).await.expect("destroy");
     assert!(!foreign.exists());
+}
+
+/// A runtime in project-quota mode whose `layers/` is a fresh XFS mounted with `prjquota` (the
+/// backend of a host whose data directory is on XFS), and that XFS; `None` when the kernel has no
+/// quota support (the test is then skipped, see [`QuotaXfs::mount_on`]).
+async fn project_fixture() -> Option<(Fixture, QuotaXfs)> {
+    let dir = tempfile::Builder::new()
+        .prefix("sandboxd-rt-")
+        .tempdir()
+        .expect("tempdir");
+    let xfs = QuotaXfs::mount_on(&dir.path().join("runtime/layers"), 512)?;
+    let rt = NamespaceRuntime::new(project_config(dir.path()))
+        .await
+        .expect("runtime on project quotas");
+    Some((Fixture { rt, dir }, xfs))
+}
+
+fn project_config(dir: &std::path::Path) -> sandboxd_runtime::namespace::NamespaceConfig {
+    let mut config = config(dir);
+    config.disk.mode = DiskMode::Project;
+    config
+}
+
+/// The bytes `stat` printed on the last line of `stdout`.
+fn last_size(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no size in {stdout:?}"))
+}
+
+/// Project quotas on XFS: a 128 MiB limit stops `dd` for the sandbox's user and its root alike — with
+/// ENOSPC, XFS's answer for a project over its limit, on a filesystem with room to spare — usage is
+/// exact (and comes back when files go), another sandbox's project is its own, a restarted runtime
+/// reads the limits back, and destroy clears the project's limit.
+#[tokio::test]
+async fn project_quotas_on_xfs_stop_writes_at_the_limit() {
+    if !require_root() {
+        return;
+    }
+    let Some((fx, xfs)) = project_fixture().await else {
+        return;
+    };
+    assert_eq!(fx.rt.disk_backend(), DiskBackend::ProjectQuota);
+    let sb = fx.sandbox_with(limited(128)).await;
+    let other = fx.sandbox_with(limited(64)).await;
+    let id = sb.info.id().to_string();
+    let usage = fx.rt.disk_usage(&id).await.expect("usage");
+    assert_eq!(usage.limit_bytes, Some(128 * MIB));
+    assert!(usage.used_bytes < MIB, "a fresh layer uses {usage:?}");
+
+    // The XFS (512 MiB) has room to spare: the quota, not the filesystem, stops this (the other
+    // sandbox still writes below, and the filesystem's free space is checked).
+    let fill = sb
+        .sh("dd if=/dev/zero of=/home/user/fill bs=1M count=300; echo rc=$?; sync; stat -c %s /home/user/fill")
+        .await;
+    let (stdout, stderr) = (text(&fill.stdout), text(&fill.stderr));
+    assert!(
+        stderr.contains("No space left on device"),
+        "dd was not stopped by the quota: {stderr}"
+    );
+    let free = nix::sys::statvfs::statvfs(xfs.path()).expect("statvfs");
+    let free = free.blocks_available() * free.fragment_size();
+    assert!(
+        free > 256 * MIB,
+        "the XFS itself is full: {free} bytes free"
+    );
+    assert!(!stdout.contains("rc=0"), "dd succeeded: {stdout}");
+    let written = last_size(&stdout);
+    assert!(
+        (96 * MIB..=128 * MIB).contains(&written),
+        "{written} bytes written under a 128 MiB limit"
+    );
+    let usage = fx.rt.disk_usage(&id).await.expect("usage");
+    assert!(
+        (written..=128 * MIB).contains(&usage.used_bytes),
+        "usage {usage:?} after writing {written} bytes"
+    );
+
+    // Root in the sandbox is held as well: XFS enforces project limits whatever the capabilities.
+    let as_root = sb
+        .sh_as(
+            Some("root"),
+            "dd if=/dev/zero of=/home/user/more bs=1M count=50; echo rc=$?",
+        )
+        .await;
+    assert!(
+        text(&as_root.stderr).contains("No space left on device"),
+        "root wrote past the quota: {} {}",
+        text(&as_root.stdout),
+        text(&as_root.stderr)
+    );
+    assert_eq!(text(&sb.sh("echo alive").await.stdout), "alive\n");
+
+    // The other sandbox has a project of its own: the full one does not hold it back.
+    let beside = other
+        .sh("dd if=/dev/zero of=/home/user/f bs=1M count=30 && sync && stat -c %s /home/user/f")
+        .await;
+    assert_eq!(beside.exit_code, 0, "stderr: {}", text(&beside.stderr));
+    assert_eq!(last_size(&text(&beside.stdout)), 30 * MIB);
+    let other_usage = fx.rt.disk_usage(other.info.id()).await.expect("usage");
+    assert_eq!(other_usage.limit_bytes, Some(64 * MIB));
+    assert!(
+        (30 * MIB..40 * MIB).contains(&other_usage.used_bytes),
+        "{other_usage:?}"
+    );
+
+    // Space comes back as soon as the files are gone.
+    let again = sb
+        .sh("rm -f /home/user/fill /home/user/more && dd if=/dev/zero of=/home/user/again bs=1M count=30 && sync && stat -c %s /home/user/again")
+        .await;
+    assert_eq!(again.exit_code, 0, "stderr: {}", text(&again.stderr));
+    let usage = fx.rt.disk_usage(&id).await.expect("usage");
+    assert!(
+        (30 * MIB..40 * MIB).contains(&usage.used_bytes),
+        "usage {usage:?} after freeing all but 30 MiB"
+    );
+
+    // A runtime started again on the same state directory takes the same backend and limits.
+    let restarted = NamespaceRuntime::new(project_config(fx.dir.path()))
+        .await
+        .expect("restarted runtime");
+    assert_eq!(restarted.disk_backend(), DiskBackend::ProjectQuota);
+    let seen = restarted
+        .disk_usage(&id)
+        .await
+        .expect("usage after restart");
+    assert_eq!(seen.limit_bytes, Some(128 * MIB));
+    drop(restarted);
+
+    // Destroy removes the layers and clears their projects' limits on the filesystem.
+    let layer = fx.rt.layer_dir(&id);
+    fx.destroy(&sb).await;
+    fx.destroy(&other).await;
+    assert!(!layer.exists(), "destroy left {}", layer.display());
+    assert!(matches!(
+        fx.rt.disk_usage(&id).await,
+        Err(RuntimeError::NotFound(_))
+    ));
+    let report = std::process::Command::new("xfs_quota")
+        .args(["-x", "-c", "report -p -n -b -N"])
+        .arg(xfs.path())
+        .output()
+        .expect("run xfs_quota");
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let report = text(&report.stdout);
+    // Lines: "#<project id> <used> <soft> <hard> <warnings> <grace>" (KiB).
+    let limited: Vec<&str> = report
+        .lines()
+        .filter(|l| l.split_whitespace().nth(3).is_some_and(|hard| hard != "0"))
+        .collect();
+    assert!(limited.is_empty(), "projects still limited: {limited:?}");
 }

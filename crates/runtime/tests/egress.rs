@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{fixture, spec, text, Fixture};
+use common::{connect_within, fixture, spec, text, Fixture};
 use sandboxd_envd::{EnvdClient, ExecOptions};
 use sandboxd_runtime::namespace::egress;
 use sandboxd_runtime::{Ipv4Net, ResourceLimits, Runtime, SandboxInfo};
@@ -78,18 +78,31 @@ impl Outside {
         self.serve_once_on(&self.server(), port)
     }
 
-    /// Serves one connection on `address:port` inside, answering with the peer's address.
+    /// Serves one connection on `address:port` inside, answering with the peer's address; returns
+    /// once the server listens (it says so on stdout).
     fn serve_once_on(&self, address: &str, port: u16) -> std::process::Child {
         let script = format!(
             "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
              s.bind(('{address}', {port})); s.listen(1); s.settimeout(20)\n\
+             print('listening', flush=True)\n\
              c,a=s.accept(); c.sendall(a[0].encode()); c.close()"
         );
-        let child = Command::new("ip")
+        let mut child = Command::new("ip")
             .args(["netns", "exec", &self.name, "python3", "-c", &script])
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(
+            line, "listening\n",
+            "the server in {} did not start",
+            self.name
+        );
         child
     }
 
@@ -289,8 +302,10 @@ async fn egress_is_natted_when_asked_for_and_absent_otherwise() {
     // Egress does not open the way to another sandbox.
     let target = closed.info.net.sandbox;
     closed
-        .sh("nohup python3 -m http.server 8081 >/dev/null 2>&1 & sleep 0.5")
+        .sh("nohup python3 -m http.server 8081 >/dev/null 2>&1 &")
         .await;
+    // The host reaches it (so it listens), the other sandbox must not.
+    connect_within((target, 8081).into(), Duration::from_secs(30)).await;
     let across = open.reach(&target.to_string(), 8081).await;
     assert!(across.starts_with("unreachable"), "{across}");
 

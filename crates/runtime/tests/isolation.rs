@@ -2,8 +2,8 @@
 
 mod common;
 
-use common::{fixture, text};
-use sandboxd_runtime::ResourceLimits;
+use common::{connect_within, fixture, text, wait_for};
+use sandboxd_runtime::{ResourceLimits, Runtime};
 use sandboxd_test_support::require_root;
 use std::time::{Duration, Instant};
 
@@ -125,17 +125,11 @@ async fn host_services_are_unreachable() {
     let via_pair = sb.sh(&probe(sb.info.net.host.to_string(), port)).await;
     assert_eq!(text(&via_pair.stdout), "closed\n");
     // Control: the pair itself works — the host reaches a server inside the sandbox, so the refusals
-    // above are isolation, not a broken network.
-    sb.sh("nohup python3 -m http.server 8081 >/dev/null 2>&1 & sleep 0.5")
+    // above are isolation, not a broken network. (The server takes a moment to listen: up to a
+    // second on an emulated machine.)
+    sb.sh("nohup python3 -m http.server 8081 >/dev/null 2>&1 &")
         .await;
-    let inside = std::net::TcpStream::connect_timeout(
-        &(sb.info.net.sandbox, 8081).into(),
-        std::time::Duration::from_secs(2),
-    );
-    assert!(
-        inside.is_ok(),
-        "the host cannot reach the sandbox: {inside:?}"
-    );
+    connect_within((sb.info.net.sandbox, 8081).into(), Duration::from_secs(30)).await;
     drop(everywhere);
     fx.destroy(&sb).await;
 }
@@ -246,7 +240,15 @@ async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
     // Then the classic bomb, left running against the limit while the host is timed.
     sb.sh("(bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 &")
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for(
+        "the bomb pressing against pids.max",
+        Duration::from_secs(30),
+        || async {
+            let stats = fx.rt.stats(sb.info.id()).await.expect("stats");
+            (stats.pids_current >= 56).then_some(())
+        },
+    )
+    .await;
     let started = Instant::now();
     let host = std::process::Command::new("true").status().unwrap();
     assert!(host.success());

@@ -78,8 +78,16 @@ fn kill9_before_readiness_is_applied_fails_the_unanswered_sandbox() {
             "SELECT id FROM sandboxes WHERE name = 'unready' AND state = 'starting'",
         )
         .await;
-        // Its agent serves within milliseconds of the boot and its report is then held.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Its agent reports within moments of the boot, and the report is then held.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !d.log_tail(200).contains("holding at a failpoint") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent's report never reached the failpoint: {}",
+                d.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         d.kill9();
         assert!(
             hung.await.unwrap().is_err(),

@@ -1,8 +1,11 @@
-//! The disk quota through the daemon: `diskMB` on create limits everything a sandbox writes.
+//! The disk quota through the daemon: `diskMB` on create limits everything a sandbox writes — on
+//! the backend this host offers (btrfs here), and on XFS project quotas on a filesystem the test
+//! makes (skipped, saying so, on a kernel without quota support).
 
 mod common;
 
-use common::{e2e, id_of, Daemon};
+use common::{e2e, id_of, Daemon, Setup};
+use sandboxd_test_support::xfs::QuotaXfs;
 use serde_json::{json, Value};
 
 /// Free bytes of the filesystem holding `path`.
@@ -69,6 +72,66 @@ fn writes_stop_at_disk_mb_and_the_sandbox_lives_on() {
             let v: Value = resp.json().await.unwrap();
             assert_eq!(v["code"], "invalid_request");
         }
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
+        let layer = d.data_dir().join(format!("runtime/layers/{id}"));
+        assert!(!layer.exists(), "the sandbox's layer outlived it");
+    });
+}
+
+/// With `--disk-backend project` on a data dir whose layers live on an XFS with project quotas, a
+/// sandbox's `diskMB` stops `dd` (with "No space left on device": XFS's answer for a project over its
+/// limit) while the filesystem has room, and the sandbox lives on and E2B's metrics report the limit
+/// and the use.
+#[test]
+fn project_quotas_limit_disk_mb_through_the_daemon() {
+    e2e(|| async {
+        let mut xfs = None;
+        let d = Daemon::start_prepared(Setup::default(), |data, setup| {
+            xfs = QuotaXfs::mount_on(&data.join("runtime/layers"), 512);
+            if xfs.is_some() {
+                setup
+                    .args
+                    .extend(["--disk-backend".into(), "project".into()]);
+            }
+        })
+        .await;
+        // Skipped on a kernel without quotas; else `xfs`, declared before `d`, outlives the daemon.
+        if xfs.is_none() {
+            return;
+        }
+        let s = d.create(json!({ "diskMB": 128, "memoryMB": 256 })).await;
+        assert_eq!(s["diskMB"], 128, "{s}");
+        let id = id_of(&s);
+        let out = d
+            .exec(
+                &id,
+                &["sh", "-c", "dd if=/dev/zero of=/home/user/fill bs=1M count=300 2>&1; sync; wc -c < /home/user/fill"],
+            )
+            .await;
+        assert!(
+            out.stdout.contains("No space left on device"),
+            "dd was not stopped by the project quota: {}",
+            out.stdout
+        );
+        let layers = d.data_dir().join("runtime/layers");
+        assert!(
+            free_bytes(&layers) > 256 << 20,
+            "the XFS itself is full: {} bytes free",
+            free_bytes(&layers)
+        );
+        let written: u64 = out.stdout.lines().last().unwrap().trim().parse().unwrap();
+        assert!(
+            (96 << 20..=128 << 20).contains(&written),
+            "wrote {written} bytes under a 128 MiB quota"
+        );
+        assert_eq!(d.exec(&id, &["echo", "alive"]).await.stdout.trim(), "alive");
+        let metrics = d.get_json(&format!("/sandboxes/{id}/metrics")).await;
+        assert_eq!(metrics[0]["diskTotal"], 128u64 << 20, "{metrics}");
+        let used = metrics[0]["diskUsed"].as_u64().unwrap_or(0);
+        assert!(
+            (written..=128 << 20).contains(&used),
+            "diskUsed {used} after writing {written} bytes: {metrics}"
+        );
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
         let layer = d.data_dir().join(format!("runtime/layers/{id}"));
         assert!(!layer.exists(), "the sandbox's layer outlived it");

@@ -435,8 +435,15 @@ fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
         assert!(pid.parse::<u32>().is_ok(), "ticker pid: {started}");
         let tick = d.upper_dir(&id).join("tmp/tick");
         let read_tick = || std::fs::read_to_string(&tick).unwrap_or_default();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_ne!(read_tick(), "", "the ticker writes {}", tick.display());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while read_tick().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the ticker never wrote {}",
+                tick.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
 
         let resp = post(&d, &format!("/sandboxes/{id}/pause"), json!({})).await;
         assert_eq!(resp.status(), 204);
@@ -480,8 +487,11 @@ fn pause_freezes_in_place_and_connect_resumes_the_same_processes() {
             alive["exitCode"], 0,
             "the process started before the pause is alive: {alive}"
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_ne!(read_tick(), frozen_at, "it runs again");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while read_tick() == frozen_at {
+            assert!(Instant::now() < deadline, "it never ran again");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let connected = post(
             &d,
             &format!("/sandboxes/{id}/connect"),

@@ -15,15 +15,26 @@ use std::time::{Duration, Instant};
 
 /// Polls sandbox `id` until its state is `want`; panics after `within`.
 async fn wait_for_state(d: &Daemon, id: &str, want: &str, within: Duration) -> Value {
+    wait_for_sandbox(d, id, want, within, |s| s["state"] == want).await
+}
+
+/// Polls sandbox `id` until `done` holds for it (`what` names that for the panic after `within`).
+async fn wait_for_sandbox(
+    d: &Daemon,
+    id: &str,
+    what: &str,
+    within: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + within;
     loop {
         let sandbox = d.get_json(&format!("/v1/sandboxes/{id}")).await;
-        if sandbox["state"] == want {
+        if done(&sandbox) {
             return sandbox;
         }
         assert!(
             Instant::now() < deadline,
-            "{id} not {want} within {within:?}: {sandbox}"
+            "{id} not {what} within {within:?}: {sandbox}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -54,11 +65,17 @@ fn a_timeout_pauses_in_place_and_a_command_resumes() {
         let id = id_of(&created);
         let pid = start_sleeper(&d, &id).await;
 
-        let paused = wait_for_state(&d, &id, "paused", Duration::from_secs(6)).await;
-        assert!(
-            paused.get("expiresAt").is_none(),
-            "paused with a deadline: {paused}"
-        );
+        // Pausing at the deadline is two steps (freeze, then drop the deadline; see the kill9 test
+        // below): wait for both.
+        let paused = |s: &Value| s["state"] == "paused" && s.get("expiresAt").is_none();
+        wait_for_sandbox(
+            &d,
+            &id,
+            "paused without a deadline",
+            Duration::from_secs(6),
+            paused,
+        )
+        .await;
         assert_eq!(d.cgroup_frozen(&id), Some(true), "paused but not frozen");
         // Past its deadline and more expiry sweeps (every 1 s): kept, still paused.
         tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -209,6 +226,20 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         wait_for_state(&d, &id, "paused", Duration::from_secs(6)).await;
+        // Counted from here: on a slow machine the server may start listening only after the first
+        // deadline, and the polling above then resumed the sandbox once already.
+        let resumes = || {
+            query(
+                &d,
+                &format!(
+                    "SELECT count(*) FROM webhook_outbox WHERE kind = 'sandbox.resumed' \
+                     AND sandbox_id = '{id}'"
+                ),
+            )[0]
+            .parse::<u64>()
+            .unwrap()
+        };
+        let before = resumes();
 
         let answers = futures::future::join_all((0..20).map(|_| get())).await;
         for resp in answers {
@@ -219,14 +250,7 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
         }
         let sandbox = d.get_json(&format!("/v1/sandboxes/{id}")).await;
         assert_eq!(sandbox["state"], "running", "{sandbox}");
-        let resumed = query(
-            &d,
-            &format!(
-                "SELECT count(*) FROM webhook_outbox WHERE kind = 'sandbox.resumed' \
-                 AND sandbox_id = '{id}'"
-            ),
-        );
-        assert_eq!(resumed, ["1"], "one resume for 20 requests");
+        assert_eq!(resumes(), before + 1, "one resume for 20 requests");
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
     });
 }

@@ -8,6 +8,7 @@
 //! - [`cargo_bin`]: a binary of another workspace package (e.g. the `sbx` CLI), built on first use.
 //! - [`registry`]: a real OCI registry (`docker-registry`) and OCI images built with `umoci` from
 //!   busybox-static, for tests that pull images.
+//! - [`xfs`]: a loop-mounted XFS with project quotas, or a printed skip where the kernel has none.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 pub mod registry;
+pub mod xfs;
 
 /// The target triple the agent is built for (statically linked).
 pub const AGENT_TARGET: &str = "x86_64-unknown-linux-gnu";
@@ -168,9 +170,20 @@ pub fn daemon_slots() -> DaemonSlots {
 ///
 /// For binaries of *other* packages: a test's own package's binaries are `env!("CARGO_BIN_EXE_<bin>")`.
 /// Honours `CARGO_TARGET_DIR`; cargo's own lock serialises concurrent builds from several test processes.
+/// With `SANDBOXD_TEST_BIN_DIR` set, `<that dir>/<bin>` is used as it is, without cargo (for test
+/// binaries run where there is no toolchain, e.g. the Debian VM of `scripts/test-debian-vm`).
 pub fn cargo_bin(package: &str, bin: &str) -> PathBuf {
     use std::collections::HashMap;
     use std::sync::Mutex;
+    if let Some(dir) = std::env::var_os("SANDBOXD_TEST_BIN_DIR") {
+        let path = PathBuf::from(dir).join(bin);
+        assert!(
+            path.is_file(),
+            "SANDBOXD_TEST_BIN_DIR is set but {} (of {package}) is missing",
+            path.display()
+        );
+        return path;
+    }
     static BUILT: OnceLock<Mutex<HashMap<(String, String), PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(Default::default);
     // Held across the build: two threads asking for the same binary build it once.

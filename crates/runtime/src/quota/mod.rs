@@ -3,7 +3,9 @@
 //! Contract: once [`DiskQuota::open`] has chosen a backend other than [`DiskBackend::Off`], every
 //! layer [`DiskQuota::create`] makes lives in its own accounting unit under
 //! `<state_dir>/layers/<id>/`, and with a limit the kernel refuses writes beyond it (`EDQUOT`,
-//! "Disk quota exceeded") for every process of the sandbox, whatever uid it runs as:
+//! "Disk quota exceeded"; XFS reports a project over its limit as `ENOSPC`, "No space left on
+//! device", as a filesystem of that size would) for every process of the sandbox, whatever uid it
+//! runs as:
 //!
 //! - [`DiskBackend::ProjectQuota`] (XFS mounted with `prjquota`): `layers/<id>` is a plain
 //!   directory carrying its own project id with `PROJINHERIT`, so everything created below it

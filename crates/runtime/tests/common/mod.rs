@@ -140,3 +140,45 @@ impl Sandbox {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// Polls `check` every 20 ms until it returns `Some`; panics naming `what` after `within`. For
+/// conditions that take a moment (a server starting to listen, a limit being reached): waiting for
+/// the condition holds on a slow or loaded machine, where a fixed sleep does not.
+pub async fn wait_for<T, F, Fut>(what: &str, within: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Connects to `addr`, retrying until something listens there; panics with the last error after
+/// `within`.
+pub async fn connect_within(
+    addr: std::net::SocketAddr,
+    within: std::time::Duration,
+) -> std::net::TcpStream {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let err =
+            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)) {
+                Ok(stream) => return stream,
+                Err(e) => e,
+            };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listens on {addr} within {within:?}: {err}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -211,7 +211,15 @@ impl Daemon {
     /// Starts a daemon on a fresh data dir as `setup` says and waits until it is ready (when `setup`
     /// gives no token, until it has saved the one it generated, which [`Daemon::token`] then is).
     pub async fn start_setup(setup: Setup) -> Self {
+        Self::start_prepared(setup, |_, _| {}).await
+    }
+
+    /// Like [`Daemon::start_setup`], calling `prepare` with the data dir (not yet created) and the
+    /// setup (which it may still change) before the daemon first starts, e.g. to mount a filesystem
+    /// where the daemon will keep its layers and to add the flags that depend on it.
+    pub async fn start_prepared(setup: Setup, prepare: impl FnOnce(&Path, &mut Setup)) -> Self {
         let mut daemon = Self::unstarted(setup);
+        prepare(&daemon.data_dir(), &mut daemon.setup);
         daemon.spawn();
         daemon.wait_ready(daemon.setup.ready_timeout).await;
         if daemon.setup.token.is_none() {
