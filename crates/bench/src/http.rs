@@ -397,6 +397,11 @@ impl ApiFleet {
         }
     }
 
+    /// This run's label: its key and value.
+    pub(crate) fn label(&self) -> (String, String) {
+        (LABEL.to_string(), self.run.clone())
+    }
+
     /// Creates a `base` sandbox with this run's label and lifetime.
     pub(crate) async fn create(&self) -> anyhow::Result<sandboxd_client::types::Sandbox> {
         self.create_from(None).await

@@ -16,12 +16,11 @@
 //! Guarantees: sandboxes are [`ApiFleet`]'s (labelled, with a lifetime, all deleted at the end, on
 //! success, error and Ctrl-C alike); the template is left in place (it is the daemon's built-in).
 
+use crate::conn::KeepAlive;
 use crate::http::{wait_for_daemon, ApiFleet};
 use crate::report::{Latency, Target};
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use sandboxd_client::types::{CreateSandbox, CreateTemplate, RunCode};
 use sandboxd_client::{Client, ClientError};
 use serde::Serialize;
@@ -221,50 +220,32 @@ async fn v1_run(client: &Client, id: &str) -> anyhow::Result<Vec<serde_json::Val
     Ok(out)
 }
 
-/// One keep-alive HTTP/1.1 connection to the daemon, addressed as the E2B SDK addresses the
-/// interpreter.
+/// The interpreter as the E2B SDK addresses it, over one keep-alive connection to the daemon.
 struct ProxyPath {
-    sender: tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
-    host: String,
+    conn: KeepAlive,
     token: String,
     sandbox: String,
 }
 
 impl ProxyPath {
     async fn connect(api: &str, token: &str, sandbox: &str) -> anyhow::Result<ProxyPath> {
-        let uri: hyper::Uri = api.parse().context("--api")?;
-        let host = uri.authority().context("--api has no host")?.to_string();
-        let stream = tokio::net::TcpStream::connect(&host)
-            .await
-            .with_context(|| format!("connecting to {host}"))?;
-        stream.set_nodelay(true)?;
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-        tokio::spawn(conn);
         Ok(ProxyPath {
-            sender: tokio::sync::Mutex::new(sender),
-            host,
+            conn: KeepAlive::connect(api).await?,
             token: token.to_string(),
             sandbox: sandbox.to_string(),
         })
     }
 
     async fn run(&self, code: &str) -> anyhow::Result<Vec<serde_json::Value>> {
-        let body = serde_json::to_vec(&serde_json::json!({ "code": code }))?;
-        let request = hyper::Request::post("/execute")
-            .header("host", &self.host)
-            .header("content-type", "application/json")
-            .header("x-api-key", &self.token)
-            .header("e2b-sandbox-id", &self.sandbox)
-            .header("e2b-sandbox-port", "49999")
-            .body(Full::new(Bytes::from(body)))?;
-        let mut sender = self.sender.lock().await;
-        sender.ready().await?;
-        let response = sender.send_request(request).await?;
-        if !response.status().is_success() {
-            bail!("/execute through the proxy answered {}", response.status());
-        }
-        let body = response.into_body().collect().await?.to_bytes();
+        let headers = [
+            ("x-api-key", self.token.as_str()),
+            ("e2b-sandbox-id", self.sandbox.as_str()),
+            ("e2b-sandbox-port", "49999"),
+        ];
+        let body = self
+            .conn
+            .post_json("/execute", &headers, &serde_json::json!({ "code": code }))
+            .await?;
         body.split(|b| *b == b'\n')
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_slice(l).context("an output line"))

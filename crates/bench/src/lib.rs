@@ -10,13 +10,17 @@
 //! - `bench interpreter` ([`interpreter`]): the code interpreter's first `run_code` after create
 //!   and its `run_code("1+1")` round trip, against a running daemon (its template needs egress to
 //!   build, so `bench all` leaves it out).
+//! - `bench daytona` ([`daytona`]): Daytona create→first exec and toolbox exec, beside `/v1`'s,
+//!   against a running daemon.
 //! - `bench all`: `runtime`, `http` and `images`, with one daemon of its own ([`daemon`]) for `http` and `images`.
 //!
 //! Figures go to stdout, as lines for people or, with `--json`, as one JSON document; progress and
 //! warnings go to stderr. Every bench cleans up what it created on success, error and Ctrl-C (a second
 //! Ctrl-C, a second or more later, exits at once and may leave sandboxes behind). Targets are printed with a verdict; an unmet target does not fail the run.
 
+pub mod conn;
 pub mod daemon;
+pub mod daytona;
 pub mod http;
 pub mod images;
 pub mod interpreter;
@@ -53,6 +57,8 @@ pub enum Command {
     Http(http::HttpArgs),
     /// Image create→first-exec vs base, cold pull vs skopeo, create with quota on vs off.
     Images(images::ImagesCmd),
+    /// The Daytona API: create→first exec and toolbox exec beside /v1's, against a running daemon.
+    Daytona(daytona::DaytonaArgs),
     /// The code interpreter: first run_code after create and its round trip, against a running daemon.
     Interpreter(interpreter::InterpreterArgs),
     /// `runtime`, then `http` and `images` against a daemon this command starts and stops.
@@ -110,6 +116,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Images(args) => {
             let report = images::run(args, interrupt).await?;
+            emit(cli.json, &report, || report.print())
+        }
+        Command::Daytona(args) => {
+            let report = daytona::run(args, interrupt).await?;
             emit(cli.json, &report, || report.print())
         }
         Command::Interpreter(args) => {
