@@ -16,8 +16,12 @@
 
 pub mod control;
 pub mod error;
+pub mod files;
 pub mod models;
+pub mod multipart;
 pub mod toolbox;
+pub mod toolbox_error;
+pub mod transfer;
 
 use crate::auth::{self, Auth};
 use axum::extract::DefaultBodyLimit;
@@ -64,7 +68,27 @@ pub fn router(service: Service, auth: Auth) -> Router {
             get(toolbox::user_home_dir),
         )
         .route("/api/toolbox/{id}/work-dir", get(toolbox::work_dir))
+        .merge(files_router())
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
         .with_state(service)
 }
+
+/// The toolbox's file-system routes ([`files`], [`transfer`]); transfers take bodies of any size.
+fn files_router() -> Router<Service> {
+    let t = "/api/toolbox/{id}/files";
+    Router::new()
+        .route(t, get(files::list).delete(files::delete))
+        .route(&format!("{t}/info"), get(files::info))
+        .route(&format!("{t}/folder"), post(files::create_folder))
+        .route(&format!("{t}/move"), post(files::move_file))
+        .route(&format!("{t}/permissions"), post(files::set_permissions))
+        .route(&format!("{t}/find"), get(files::find))
+        .route(&format!("{t}/search"), get(files::search))
+        .route(&format!("{t}/replace"), post(files::replace))
+        .route(&format!("{t}/bulk-download"), post(transfer::bulk_download))
+        .route(&format!("{t}/download"), get(transfer::download))
+        .route(&format!("{t}/bulk-upload"), post(transfer::bulk_upload))
+        .route(&format!("{t}/upload-v2"), post(transfer::upload))
+}
+
