@@ -17,6 +17,9 @@
 pub mod control;
 pub mod error;
 pub mod files;
+pub mod git;
+pub mod git_cmd;
+pub mod git_more;
 pub mod models;
 pub mod multipart;
 pub mod toolbox;
@@ -69,6 +72,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
         )
         .route("/api/toolbox/{id}/work-dir", get(toolbox::work_dir))
         .merge(files_router())
+        .merge(git_router())
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
         .with_state(service)
@@ -92,3 +96,34 @@ fn files_router() -> Router<Service> {
         .route(&format!("{t}/upload-v2"), post(transfer::upload))
 }
 
+/// The toolbox's git routes ([`git`], [`git_more`]).
+fn git_router() -> Router<Service> {
+    let g = "/api/toolbox/{id}/git";
+    Router::new()
+        .route(&format!("{g}/clone"), post(git::clone))
+        .route(&format!("{g}/status"), get(git::status))
+        .route(&format!("{g}/add"), post(git::add))
+        .route(&format!("{g}/commit"), post(git::commit))
+        .route(
+            &format!("{g}/branches"),
+            get(git::branches)
+                .post(git::create_branch)
+                .delete(git::delete_branch),
+        )
+        .route(&format!("{g}/checkout"), post(git::checkout))
+        .route(&format!("{g}/push"), post(git::push))
+        .route(&format!("{g}/pull"), post(git::pull))
+        .route(&format!("{g}/init"), post(git_more::init))
+        .route(
+            &format!("{g}/remotes"),
+            get(git_more::remotes).post(git_more::add_remote),
+        )
+        .route(&format!("{g}/reset"), post(git_more::reset))
+        .route(&format!("{g}/restore"), post(git_more::restore))
+        .route(
+            &format!("{g}/config"),
+            get(git_more::get_config).post(git_more::set_config),
+        )
+        .route(&format!("{g}/config/user"), post(git_more::configure_user))
+        .route(&format!("{g}/credentials"), post(git_more::authenticate))
+}
