@@ -19,7 +19,8 @@
 //! - The rest of the SDK's `Git` ([`super::git_more`]): init, remotes, reset, restore, config.
 
 use super::files::absolute;
-use super::git_cmd::{parse_status, strip_userinfo, Credentials, GitRun, GitStatus};
+use super::git_cmd::{strip_userinfo, Credentials, GitRun};
+use super::git_status::{parse_status, GitStatus};
 use super::toolbox_error::ToolboxError;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};

@@ -10,9 +10,16 @@
 //!   `GET …/toolbox-proxy-url`.
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
 //!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`.
+//! - Toolbox file system ([`files`], [`transfer`]) at `/api/toolbox/{id}/files…`: list, `info`,
+//!   `folder`, delete, `move`, `permissions`, `find`, `search`, `replace`, `bulk-upload`,
+//!   `bulk-download` (multipart, [`multipart`]), `download`, `upload-v2`.
+//! - Toolbox git ([`git`], [`git_more`], run by [`git_cmd`], read by [`git_status`]) at `/api/toolbox/{id}/git/…`:
+//!   `clone`, `status`, `add`, `commit`, `branches` (list, create, delete), `checkout`, `push`,
+//!   `pull`, `init`, `remotes`, `reset`, `restore`, `config`, `config/user`; `credentials` is a 501.
 //! - The SDK's Socket.IO endpoint (`/api/socket.io/`) is a 404: the SDK then polls.
 //!
-//! Errors are `{statusCode, message, code}` ([`error`]) with the statuses the SDK maps.
+//! Errors are `{statusCode, message, code}` ([`error`]) with the statuses the SDK maps; the file
+//! and git routes add the daemon's codes and `source` ([`toolbox_error`]).
 
 pub mod control;
 pub mod error;
@@ -20,6 +27,7 @@ pub mod files;
 pub mod git;
 pub mod git_cmd;
 pub mod git_more;
+pub mod git_status;
 pub mod models;
 pub mod multipart;
 pub mod toolbox;
