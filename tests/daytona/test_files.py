@@ -21,6 +21,7 @@ never logged it). Exit status 0 = every check passed. Run by crates/sandboxd/tes
 
 import base64
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -444,6 +445,7 @@ def main():
                 pass
         if "server" in GIT:
             GIT["server"].shutdown()
+            shutil.rmtree(GIT["tmp"], ignore_errors=True)
     if failed:
         print(f"{len(failed)} failed: {failed}")
         sys.exit(1)
