@@ -21,6 +21,7 @@ pub mod error;
 pub mod events;
 pub mod exec;
 pub mod failpoints;
+pub mod files;
 pub mod forwarders;
 pub mod idempotency;
 pub mod images;

@@ -12,15 +12,30 @@
 //!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`; sessions
 //!   ([`sessions`]: create, exec sync and async, command status, logs and their `follow` WebSocket,
 //!   delete).
+//! - Toolbox file system ([`files`], [`transfer`]) at `/api/toolbox/{id}/files…`: list, `info`,
+//!   `folder`, delete, `move`, `permissions`, `find`, `search`, `replace`, `bulk-upload`,
+//!   `bulk-download` (multipart, [`multipart`]), `download`, `upload-v2`.
+//! - Toolbox git ([`git`], [`git_more`], run by [`git_cmd`], read by [`git_status`]) at `/api/toolbox/{id}/git/…`:
+//!   `clone`, `status`, `add`, `commit`, `branches` (list, create, delete), `checkout`, `push`,
+//!   `pull`, `init`, `remotes`, `reset`, `restore`, `config`, `config/user`; `credentials` is a 501.
 //! - The SDK's Socket.IO endpoint (`/api/socket.io/`) is a 404: the SDK then polls.
 //!
-//! Errors are `{statusCode, message, code}` ([`error`]) with the statuses the SDK maps.
+//! Errors are `{statusCode, message, code}` ([`error`]) with the statuses the SDK maps; the file
+//! and git routes add the daemon's codes and `source` ([`toolbox_error`]).
 
 pub mod control;
 pub mod error;
+pub mod files;
+pub mod git;
+pub mod git_cmd;
+pub mod git_more;
+pub mod git_status;
 pub mod models;
+pub mod multipart;
 pub mod sessions;
 pub mod toolbox;
+pub mod toolbox_error;
+pub mod transfer;
 
 use crate::auth::{self, Auth};
 use axum::extract::DefaultBodyLimit;
@@ -91,7 +106,59 @@ pub fn router(service: Service, auth: Auth) -> Router {
             get(toolbox::user_home_dir),
         )
         .route("/api/toolbox/{id}/work-dir", get(toolbox::work_dir))
+        .merge(files_router())
+        .merge(git_router())
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
         .with_state(service)
+}
+
+/// The toolbox's file-system routes ([`files`], [`transfer`]); transfers take bodies of any size.
+fn files_router() -> Router<Service> {
+    let t = "/api/toolbox/{id}/files";
+    Router::new()
+        .route(t, get(files::list).delete(files::delete))
+        .route(&format!("{t}/info"), get(files::info))
+        .route(&format!("{t}/folder"), post(files::create_folder))
+        .route(&format!("{t}/move"), post(files::move_file))
+        .route(&format!("{t}/permissions"), post(files::set_permissions))
+        .route(&format!("{t}/find"), get(files::find))
+        .route(&format!("{t}/search"), get(files::search))
+        .route(&format!("{t}/replace"), post(files::replace))
+        .route(&format!("{t}/bulk-download"), post(transfer::bulk_download))
+        .route(&format!("{t}/download"), get(transfer::download))
+        .route(&format!("{t}/bulk-upload"), post(transfer::bulk_upload))
+        .route(&format!("{t}/upload-v2"), post(transfer::upload))
+}
+
+/// The toolbox's git routes ([`git`], [`git_more`]).
+fn git_router() -> Router<Service> {
+    let g = "/api/toolbox/{id}/git";
+    Router::new()
+        .route(&format!("{g}/clone"), post(git::clone))
+        .route(&format!("{g}/status"), get(git::status))
+        .route(&format!("{g}/add"), post(git::add))
+        .route(&format!("{g}/commit"), post(git::commit))
+        .route(
+            &format!("{g}/branches"),
+            get(git::branches)
+                .post(git::create_branch)
+                .delete(git::delete_branch),
+        )
+        .route(&format!("{g}/checkout"), post(git::checkout))
+        .route(&format!("{g}/push"), post(git::push))
+        .route(&format!("{g}/pull"), post(git::pull))
+        .route(&format!("{g}/init"), post(git_more::init))
+        .route(
+            &format!("{g}/remotes"),
+            get(git_more::remotes).post(git_more::add_remote),
+        )
+        .route(&format!("{g}/reset"), post(git_more::reset))
+        .route(&format!("{g}/restore"), post(git_more::restore))
+        .route(
+            &format!("{g}/config"),
+            get(git_more::get_config).post(git_more::set_config),
+        )
+        .route(&format!("{g}/config/user"), post(git_more::configure_user))
+        .route(&format!("{g}/credentials"), post(git_more::authenticate))
 }

@@ -1,0 +1,168 @@
+//! The Daytona toolbox's file system and git end to end: the real, unmodified `daytona` Python SDK
+//! (`tests/daytona/test_files.py`, installed by `scripts/daytona-sdks`) against a real daemon, with
+//! a real git server (`git http-backend` behind basic auth, run by the script on the host's address
+//! and reached by a sandbox whose `allowOut` names it). The script's docs list what it proves.
+//!
+//! Beyond the script:
+//! - The git password the script's server wants (chosen here) never appears in the daemon's log.
+//! - The caller's mistakes over plain HTTP are 400s and 404s in Daytona's error shape, never 500s:
+//!   a `..` path (`INVALID_FILE_PATH`), a bad depth, an empty bulk download, a malformed body, an
+//!   unknown sandbox, an option smuggled in as a branch name.
+
+mod common;
+mod e2b_support;
+
+use e2b_support::{e2b_test, run_script};
+use sandboxd_test_support::workspace_root;
+use serde_json::{json, Value};
+
+/// `method path` with an optional JSON body: the status and the JSON answer.
+async fn call(
+    d: &common::Daemon,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = d.http().request(method, d.endpoint(path));
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.expect("the daemon answers");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("a body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[test]
+fn the_daytona_sdk_moves_files_and_drives_git_in_a_sandbox() {
+    e2b_test(async {
+        let git = std::process::Command::new("git").arg("--version").output();
+        assert!(
+            git.is_ok_and(|o| o.status.success()),
+            "git is not installed on the host (scripts/test installs it)"
+        );
+        let python = workspace_root().join(".venv-daytona/bin/python");
+        assert!(
+            python.exists(),
+            "the Daytona SDK is not installed: run scripts/daytona-sdks"
+        );
+        let d = e2b_support::start().await;
+
+        // The caller's mistakes, over plain HTTP.
+        let id = common::id_of(&d.create(json!({ "template": "base" })).await);
+        let t = format!("/api/toolbox/{id}");
+        use reqwest::Method as M;
+        let cases = [
+            (
+                M::GET,
+                format!("{t}/files/info?path=/home/../etc"),
+                None,
+                400,
+                "INVALID_FILE_PATH",
+            ),
+            (
+                M::GET,
+                format!("{t}/files/info?path=/no/such"),
+                None,
+                404,
+                "FILE_NOT_FOUND",
+            ),
+            (
+                M::GET,
+                format!("{t}/files?path=/home/user&depth=0"),
+                None,
+                400,
+                "BAD_REQUEST",
+            ),
+            (
+                M::GET,
+                format!("{t}/files/find?path=/home/user"),
+                None,
+                400,
+                "BAD_REQUEST",
+            ),
+            (
+                M::GET,
+                format!("{t}/files/search?path=/home/user&pattern=a["),
+                None,
+                400,
+                "BAD_REQUEST",
+            ),
+            (
+                M::POST,
+                format!("{t}/files/bulk-download"),
+                Some(json!({ "paths": [] })),
+                400,
+                "BAD_REQUEST",
+            ),
+            (
+                M::POST,
+                format!("{t}/files/replace"),
+                Some(json!({ "files": 3 })),
+                400,
+                "BAD_REQUEST",
+            ),
+            (
+                M::POST,
+                format!("{t}/files/folder?path=/home/user/x&mode=999"),
+                None,
+                400,
+                "BAD_REQUEST",
+            ),
+            (
+                M::DELETE,
+                format!("{t}/files?path=/"),
+                None,
+                400,
+                "BAD_REQUEST",
+            ),
+            (
+                M::POST,
+                format!("{t}/git/checkout"),
+                Some(json!({ "path": "/home/user", "branch": "-f" })),
+                400,
+                "BAD_REQUEST",
+            ),
+            (
+                M::GET,
+                format!("{t}/git/status?path=/home/user/none"),
+                None,
+                404,
+                "GIT_REPO_NOT_FOUND",
+            ),
+            (
+                M::GET,
+                "/api/toolbox/nosuchsandbox/files?path=/".to_string(),
+                None,
+                404,
+                "not_found",
+            ),
+        ];
+        for (method, path, body, status, code) in cases {
+            let (got, answer) = call(&d, method.clone(), &path, body).await;
+            assert_eq!(got, status, "{method} {path}: {answer}");
+            assert_eq!(answer["code"], code, "{method} {path}: {answer}");
+            assert_eq!(answer["statusCode"], status, "{method} {path}: {answer}");
+        }
+        let (status, _) = call(&d, M::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
+        assert!(status < 300, "delete: {status}");
+
+        // The real SDK, and a git server whose password the daemon must never print.
+        let password = format!("pw-{}", std::process::id());
+        let api = format!("{}/api", d.url());
+        let env = [
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+            ("SANDBOXD_TEST_GIT_PASSWORD", password.as_str()),
+        ];
+        run_script(&d, &python, &["tests/daytona/test_files.py"], &env).await;
+        let log = d.log_tail(usize::MAX);
+        assert!(
+            !log.contains(&password),
+            "the daemon logged the git password"
+        );
+    });
+}
