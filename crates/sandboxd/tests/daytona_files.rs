@@ -166,3 +166,36 @@ fn the_daytona_sdk_moves_files_and_drives_git_in_a_sandbox() {
         );
     });
 }
+
+/// A Daytona create's `networkAllowList` (comma-separated CIDRs) is the sandbox's `allowOut`, and
+/// `networkBlockAll` its egress switch (the API lists the blocks in order).
+#[test]
+fn a_daytona_create_carries_its_network_allow_list() {
+    e2b_test(async {
+        let d = e2b_support::start().await;
+        let body = json!({
+            "snapshot": "base",
+            "networkBlockAll": true,
+            "networkAllowList": "203.0.113.7/32, 198.51.100.0/24",
+        });
+        let (status, made) = call(&d, reqwest::Method::POST, "/api/sandbox", Some(body)).await;
+        assert_eq!(status, 200, "{made}");
+        assert_eq!(made["networkBlockAll"], true, "{made}");
+        let id = made["id"].as_str().expect("an id").to_string();
+        let sandbox = d.get_json(&format!("/v1/sandboxes/{id}")).await;
+        assert_eq!(sandbox["network"]["egress"], false, "{sandbox}");
+        assert_eq!(
+            sandbox["network"]["allowOut"],
+            json!(["198.51.100.0/24", "203.0.113.7/32"]),
+            "{sandbox}"
+        );
+        let (status, _) = call(
+            &d,
+            reqwest::Method::DELETE,
+            &format!("/api/sandbox/{id}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200);
+    });
+}

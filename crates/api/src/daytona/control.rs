@@ -8,7 +8,8 @@
 //!   Daytona's default sandbox runs `code_run`). Builds with local files (`contextHashes`) need
 //!   Daytona's object store and are refused.
 //! - `cpu`, `memory` and `disk` (GiB) are the sandbox's limits; `labels` its metadata (the SDK keeps
-//!   the code language there); `networkBlockAll` turns egress off. `autoStopInterval` (minutes,
+//!   the code language there); `networkBlockAll` turns egress off and `networkAllowList` (comma-separated
+//!   IPv4 addresses and CIDR blocks) is the sandbox's `allowOut`. `autoStopInterval` (minutes,
 //!   default 15, 0: a day) is the sandbox's lifetime — counted from the create, not from the last
 //!   activity as Daytona counts it.
 //! - Names are the sandboxes' names: unique (a conflict is a 409), and `GET /api/sandbox/{idOrName}`
@@ -123,6 +124,15 @@ pub async fn create(
         timeout_sec: Some(timeout_sec),
         network: Some(api::NetworkPolicy {
             egress: !req.network_block_all.unwrap_or(false),
+            allow_out: req
+                .network_allow_list
+                .as_deref()
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_string)
+                .collect(),
             ..Default::default()
         }),
         ..Default::default()

@@ -108,6 +108,9 @@ pub struct CreateSandbox {
     pub public: Option<bool>,
     #[serde(default)]
     pub network_block_all: Option<bool>,
+    /// Comma-separated IPv4 addresses or CIDR blocks the sandbox may always reach.
+    #[serde(default)]
+    pub network_allow_list: Option<String>,
     #[serde(default)]
     pub cpu: Option<u64>,
     #[serde(default)]
