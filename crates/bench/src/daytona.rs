@@ -12,11 +12,10 @@
 //! metadata), so the fleet's teardown deletes them all, on success, error and Ctrl-C alike.
 
 use crate::conn::KeepAlive;
-use crate::http::{wait_for_daemon, ApiFleet};
+use crate::http::{with_fleet, ApiFleet};
 use crate::report::Latency;
-use crate::{interrupted, Interrupt};
+use crate::Interrupt;
 use anyhow::{bail, Context};
-use sandboxd_client::Client;
 use serde::Serialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -70,22 +69,11 @@ pub async fn run(args: &DaytonaArgs, interrupt: Interrupt) -> anyhow::Result<Day
     if args.creates == 0 || args.calls == 0 {
         bail!("--creates and --calls must be at least 1");
     }
-    let client = Client::new(&args.api, args.token.clone())?;
-    wait_for_daemon(&client).await?;
-    let fleet = Arc::new(ApiFleet::new(client));
-    let work = tokio::spawn(measure(fleet.clone(), args.clone()));
-    let abort = work.abort_handle();
-    let outcome = tokio::select! {
-        r = work => r.unwrap_or_else(|e| Err(anyhow::anyhow!("the measuring task failed: {e}"))),
-        _ = interrupted(interrupt) => {
-            abort.abort();
-            Err(anyhow::anyhow!("interrupted"))
-        }
-    };
-    let teardown = fleet.teardown().await;
-    let report = outcome?;
-    teardown?;
-    Ok(report)
+    let owned = args.clone();
+    with_fleet(&args.api, &args.token, interrupt, move |fleet| {
+        measure(fleet, owned)
+    })
+    .await
 }
 
 /// The Daytona API as the SDK calls it, over one keep-alive connection.

@@ -193,10 +193,31 @@ pub async fn run(args: &HttpArgs, interrupt: Interrupt) -> anyhow::Result<HttpRe
     if load.requests == 0 || load.concurrency == 0 || load.creates == 0 {
         bail!("--requests, --concurrency and --creates must be at least 1");
     }
-    let client = Client::new(&args.api, args.token.clone())?;
+    let (api, load) = (args.api.clone(), load.clone());
+    with_fleet(&args.api, &args.token, interrupt, move |fleet| {
+        measure(fleet, api, load)
+    })
+    .await
+}
+
+/// Runs `measure` against the daemon at `api` with a fleet of its own: waits for the daemon, runs
+/// the measuring future on its own task (aborted on interrupt), then tears the fleet down whatever
+/// happened; the measurement's error first, then the teardown's.
+pub(crate) async fn with_fleet<T, F, Fut>(
+    api: &str,
+    token: &str,
+    interrupt: Interrupt,
+    measure: F,
+) -> anyhow::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Arc<ApiFleet>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>> + Send + 'static,
+{
+    let client = Client::new(api, token.to_string())?;
     wait_for_daemon(&client).await?;
     let fleet = Arc::new(ApiFleet::new(client));
-    let work = tokio::spawn(measure(fleet.clone(), args.api.clone(), load.clone()));
+    let work = tokio::spawn(measure(fleet.clone()));
     let abort = work.abort_handle();
     let outcome = tokio::select! {
         r = work => r.unwrap_or_else(|e| Err(anyhow::anyhow!("the measuring task failed: {e}"))),

@@ -17,9 +17,9 @@
 //! success, error and Ctrl-C alike); the template is left in place (it is the daemon's built-in).
 
 use crate::conn::KeepAlive;
-use crate::http::{wait_for_daemon, ApiFleet};
+use crate::http::{with_fleet, ApiFleet};
 use crate::report::{Latency, Target};
-use crate::{interrupted, Interrupt};
+use crate::Interrupt;
 use anyhow::{bail, Context};
 use sandboxd_client::types::{CreateSandbox, CreateTemplate, RunCode};
 use sandboxd_client::{Client, ClientError};
@@ -87,22 +87,11 @@ pub async fn run(
     if args.creates == 0 || args.calls == 0 {
         bail!("--creates and --calls must be at least 1");
     }
-    let client = Client::new(&args.api, args.token.clone())?;
-    wait_for_daemon(&client).await?;
-    let fleet = Arc::new(ApiFleet::new(client));
-    let work = tokio::spawn(measure(fleet.clone(), args.clone()));
-    let abort = work.abort_handle();
-    let outcome = tokio::select! {
-        r = work => r.unwrap_or_else(|e| Err(anyhow::anyhow!("the measuring task failed: {e}"))),
-        _ = interrupted(interrupt) => {
-            abort.abort();
-            Err(anyhow::anyhow!("interrupted"))
-        }
-    };
-    let teardown = fleet.teardown().await;
-    let report = outcome?;
-    teardown?;
-    Ok(report)
+    let owned = args.clone();
+    with_fleet(&args.api, &args.token, interrupt, move |fleet| {
+        measure(fleet, owned)
+    })
+    .await
 }
 
 async fn measure(fleet: Arc<ApiFleet>, args: InterpreterArgs) -> anyhow::Result<InterpreterReport> {

@@ -34,26 +34,31 @@ impl Service {
                 )))
             }
         };
-        let rid = id.clone();
-        let claimed = self
-            .writer()
-            .write(move |tx| {
-                tx.set_state(
-                    &rid,
-                    &[from],
-                    SandboxState::Stopping,
-                    None,
-                    unix_millis_now(),
-                )
-            })
-            .await?;
-        if !claimed {
-            return Err(ServiceError::Conflict(format!(
-                "sandbox {id} is being deleted"
-            )));
-        }
+        self.claim_state(&id, from, SandboxState::Stopping).await?;
         crate::failpoints::hold("stop.after-claim").await;
         self.finish_stop(&id).await.map(|s| (s, true))
+    }
+
+    /// Moves sandbox `id` from `from` to `to`; a conflict when it was no longer in `from` (only a
+    /// delete moves it meanwhile: the caller holds the sandbox's lock).
+    async fn claim_state(
+        &self,
+        id: &str,
+        from: SandboxState,
+        to: SandboxState,
+    ) -> Result<(), ServiceError> {
+        let rid = id.to_string();
+        let claimed = self
+            .writer()
+            .write(move |tx| tx.set_state(&rid, &[from], to, None, unix_millis_now()))
+            .await?;
+        if claimed {
+            Ok(())
+        } else {
+            Err(ServiceError::Conflict(format!(
+                "sandbox {id} is being deleted"
+            )))
+        }
     }
 
     /// Ends the processes of `stopping` sandbox `id` and records it `stopped` (also the reconciler's
@@ -92,24 +97,8 @@ impl Service {
                 )))
             }
         }
-        let rid = id.clone();
-        let claimed = self
-            .writer()
-            .write(move |tx| {
-                tx.set_state(
-                    &rid,
-                    &[SandboxState::Stopped],
-                    SandboxState::Starting,
-                    None,
-                    unix_millis_now(),
-                )
-            })
+        self.claim_state(&id, SandboxState::Stopped, SandboxState::Starting)
             .await?;
-        if !claimed {
-            return Err(ServiceError::Conflict(format!(
-                "sandbox {id} is being deleted"
-            )));
-        }
         let deadline = tokio::time::Instant::now() + self.config().ready_deadline;
         match self.runtime().start(&id).await {
             Ok(info) => self.record_endpoint(&info).await,

@@ -235,18 +235,29 @@ struct BranchRequest {
     name: String,
 }
 
-/// `POST /git/branches` → 201.
+/// Runs `git <verb…> <name>` for the branch a request names.
+async fn branch_command(
+    service: &Service,
+    id: &str,
+    bytes: &Bytes,
+    verb: &[&str],
+) -> Result<(), ToolboxError> {
+    let req: BranchRequest = body(bytes)?;
+    let repo = repo_path(&req.path)?;
+    ref_name("branch", &req.name)?;
+    let mut args = verb.to_vec();
+    args.push(&req.name);
+    GitRun::new(&repo, &args).run(service, id).await?;
+    Ok(())
+}
+
+/// `POST /git/branches` → 201 (the new branch is checked out, as Daytona does).
 pub async fn create_branch(
     State(service): State<Service>,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
-    let req: BranchRequest = body(&bytes)?;
-    let repo = repo_path(&req.path)?;
-    ref_name("branch", &req.name)?;
-    GitRun::new(&repo, &["checkout", "--quiet", "-b", &req.name])
-        .run(&service, &id)
-        .await?;
+    branch_command(&service, &id, &bytes, &["checkout", "--quiet", "-b"]).await?;
     Ok(StatusCode::CREATED)
 }
 
@@ -256,12 +267,7 @@ pub async fn delete_branch(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
-    let req: BranchRequest = body(&bytes)?;
-    let repo = repo_path(&req.path)?;
-    ref_name("branch", &req.name)?;
-    GitRun::new(&repo, &["branch", "--quiet", "-D", &req.name])
-        .run(&service, &id)
-        .await?;
+    branch_command(&service, &id, &bytes, &["branch", "--quiet", "-D"]).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
