@@ -3,7 +3,8 @@
 //!
 //! 1. **create→first exec over the SDK's path**: `POST /api/sandbox {snapshot: "base"}` (the SDK's
 //!    create answers once the sandbox is `started`), then `POST /api/toolbox/{id}/process/execute
-//!    {command: "true"}`; against `POST /v1/sandboxes` + `POST /v1/sandboxes/{id}/exec ["true"]`.
+//!    {command: "true"}`; against `POST /v1/sandboxes` (with egress, as Daytona's default has it) +
+//!    `POST /v1/sandboxes/{id}/exec ["true"]`.
 //!    N of each, alternating, one untimed of each first, each sandbox deleted (untimed) after.
 //! 2. **toolbox exec round trip**: M `process/execute "true"` calls on one keep-alive connection,
 //!    against M `/v1` exec calls on another.
@@ -16,6 +17,7 @@ use crate::http::{with_fleet, ApiFleet};
 use crate::report::Latency;
 use crate::Interrupt;
 use anyhow::{bail, Context};
+use sandboxd_client::types::{CreateSandbox, NetworkPolicy};
 use serde::Serialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -119,7 +121,16 @@ async fn measure(fleet: Arc<ApiFleet>, args: DaytonaArgs) -> anyhow::Result<Dayt
                 daytona.exec_true(&id).await?;
                 id
             } else {
-                let made = fleet.create().await?;
+                // With egress, as Daytona's sandboxes have it unless `networkBlockAll`.
+                let made = fleet
+                    .create_with(CreateSandbox {
+                        network: Some(NetworkPolicy {
+                            egress: true,
+                            ..NetworkPolicy::default()
+                        }),
+                        ..CreateSandbox::default()
+                    })
+                    .await?;
                 crate::http::run_ok(&fleet.client, &made.id, &["true"]).await?;
                 made.id
             };
