@@ -1,8 +1,8 @@
 //! Shell sessions: a long-lived `bash` in a sandbox that runs one command after another, keeping
 //! its state (working directory, variables, functions) between them — Daytona's sessions.
 //!
-//! Everything is in the sandbox, on the agent's process and file machinery, so a session outlives
-//! the daemon process: the shell is an agent process tagged `session:<id>` (its stdin open), and
+//! Everything is in the sandbox, on the agent's process and file machinery; the daemon holds none
+//! of it: the shell is an agent process tagged `session:<id>` (its stdin open), and
 //! each command `<c>` of it has files in `/tmp/.sandboxd-sessions/<id>/`: `<c>.cmd` (the command),
 //! `<c>.out` and `<c>.err` (its output, written as it runs), `<c>.exit` (its exit code, renamed
 //! into place once it ended, so it is never read half-written).
