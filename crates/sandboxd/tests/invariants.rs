@@ -114,6 +114,40 @@ fn two_hundred_concurrent_exposes_share_one_host_port() {
     });
 }
 
+/// Invariant: a pool port another process on the host listens on is skipped, not answered with a 503,
+/// even while a hundred callers race to expose the same port.
+#[test]
+fn pool_ports_held_by_other_processes_are_skipped() {
+    e2e(|| async {
+        let d = Daemon::start_with(&["--host-ports", "23110-23113"], &[]).await;
+        let _foreign: Vec<std::net::TcpListener> = (23110..=23112)
+            .map(|p| std::net::TcpListener::bind(("0.0.0.0", p)).expect("hold a pool port"))
+            .collect();
+        let id = d.create_id().await;
+        serve_port(&d, &id, 8000).await;
+        let path = format!("/v1/sandboxes/{id}/ports");
+        let body = json!({"port": 8000, "protocol": "tcp"});
+        let answers = join_all((0..100).map(|_| post(&d, &path, None, &body))).await;
+        for (status, value, _) in &answers {
+            assert!(*status == 201 || *status == 200, "{value}");
+            assert_eq!(value["hostPort"], 23113, "{value}");
+        }
+        let page = reqwest::get("http://127.0.0.1:23113/").await.unwrap();
+        assert!(page.text().await.unwrap().contains("Directory listing"));
+        // With every port held, the answer is the typed 503 and no row is left behind.
+        serve_port(&d, &id, 8001).await;
+        let (status, value, _) =
+            post(&d, &path, None, &json!({"port": 8001, "protocol": "tcp"})).await;
+        assert_eq!(
+            (status, value["code"].as_str()),
+            (503, Some("pool_exhausted")),
+            "{value}"
+        );
+        let listed: Vec<Value> = serde_json::from_value(d.get_json(&path).await).unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+    });
+}
+
 /// Invariant: a host port is bound to one exposure; a full pool is a typed 503, not a hang.
 #[test]
 fn racing_sandboxes_never_share_a_host_port_and_a_full_pool_is_503() {

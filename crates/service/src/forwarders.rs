@@ -1,6 +1,10 @@
 //! The TCP forwarders behind `protocol: "tcp"` exposures: one listener per exposed host port, carrying
 //! bytes to the sandbox's port. The store's `exposed_ports` row is the promise; a forwarder is its
 //! installation, and exists only while this daemon runs (start-up reinstalls them).
+//!
+//! Installs are serialized ([`Forwarders::install_turn`]): concurrent exposes of one port each try to
+//! install its forwarder, and without a turn the second bind of the same host port fails with
+//! `EADDRINUSE` against its twin's listener.
 
 use sandboxd_proxy::{TcpForwarder, Upstream};
 use std::collections::HashMap;
@@ -9,11 +13,19 @@ use std::sync::Mutex;
 
 /// Installed forwarders by (sandbox id, sandbox port).
 #[derive(Default)]
-pub struct Forwarders(Mutex<HashMap<(String, u16), TcpForwarder>>);
+pub struct Forwarders {
+    map: Mutex<HashMap<(String, u16), TcpForwarder>>,
+    turn: tokio::sync::Mutex<()>,
+}
 
 impl Forwarders {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u16), TcpForwarder>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The turn to install (and, on failure, to roll back) one forwarder; hold it across both.
+    pub async fn install_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.turn.lock().await
     }
 
     /// Whether the exposure has its forwarder.

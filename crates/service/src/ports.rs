@@ -13,7 +13,7 @@ use sandboxd_api_types as api;
 use sandboxd_proxy::{port_is_listening, Resolver, RouteError, Target, Upstream};
 use sandboxd_runtime::SandboxInfo;
 use sandboxd_store::{
-    unix_millis_now, ExposedPort, PortState, Protocol, SandboxState, StoredEndpoint,
+    unix_millis_now, ExposedPort, HostPorts, PortState, Protocol, SandboxState, StoredEndpoint,
 };
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -173,44 +173,77 @@ impl Service {
         {
             return Err(ServiceError::PortNotListening(req.port));
         }
-        let id = sandbox.id.clone();
-        let row = match protocol {
-            Protocol::Tcp => {
-                let pool = self.config().host_ports.clone();
-                let host = self.config().forward_ip;
-                self.writer()
-                    .write(move |tx| {
-                        let out = tx.allocate_host_port(
-                            &id,
-                            req.port,
-                            Protocol::Tcp,
-                            pool,
-                            |hp| format!("tcp://{host}:{hp}"),
-                            unix_millis_now(),
-                        )?;
-                        announce_exposure(tx, out)
-                    })
-                    .await?
-            }
+        let (row, reused) = match protocol {
+            Protocol::Tcp => self.expose_tcp(&sandbox.id, req.port, upstream).await?,
             _ => {
-                let url = self.public_url(&sandbox.id, req.port);
-                self.writer()
+                let (id, url) = (sandbox.id.clone(), self.public_url(&sandbox.id, req.port));
+                let (row, reused, exposed) = self
+                    .writer()
                     .write(move |tx| {
                         let out = tx.expose_http(&id, req.port, &url, unix_millis_now())?;
                         announce_exposure(tx, out)
                     })
-                    .await?
+                    .await?;
+                self.publish(exposed);
+                (row, reused)
             }
         };
-        let (row, reused) = {
-            let (row, reused, exposed) = row;
-            self.publish(exposed);
-            (row, reused)
-        };
-        if row.protocol == Protocol::Tcp {
-            self.install_forwarder(&row, upstream, reused).await?;
-        }
         Ok((to_api(&row), reused))
+    }
+
+    /// Reserves a host port from the pool and installs its forwarder. A pool port another process on
+    /// the host listens on is skipped: the reservation is withdrawn and another port is tried, up to
+    /// [`BUSY_HOST_PORT_RETRIES`] times. A racing caller that found another caller's reservation, not
+    /// yet installed, on such a port withdraws it just the same and retries.
+    async fn expose_tcp(
+        &self,
+        id: &str,
+        port: u16,
+        upstream: Upstream,
+    ) -> Result<(ExposedPort, bool), ServiceError> {
+        let pool = self.config().host_ports.clone();
+        let host = self.config().forward_ip;
+        let mut busy: Vec<u16> = Vec::new();
+        loop {
+            let (id, pool, avoid) = (id.to_string(), pool.clone(), busy.clone());
+            let (row, reused, exposed) = self
+                .writer()
+                .write(move |tx| {
+                    let out = tx.allocate_host_port(
+                        &id,
+                        port,
+                        Protocol::Tcp,
+                        HostPorts {
+                            range: pool,
+                            avoid: &avoid,
+                        },
+                        |hp| format!("tcp://{host}:{hp}"),
+                        unix_millis_now(),
+                    )?;
+                    announce_exposure(tx, out)
+                })
+                .await?;
+            self.publish(exposed);
+            // A reservation not yet installed whose host port another process holds can never be
+            // installed: whichever caller finds that out withdraws it.
+            let busy_port = |e: &std::io::Error| {
+                e.kind() == std::io::ErrorKind::AddrInUse && row.state == PortState::Exposing
+            };
+            let withdraws = |e: &std::io::Error| !reused || busy_port(e);
+            let failure = match self.forward(&row, upstream.clone(), withdraws).await? {
+                Ok(()) => return Ok((row, reused)),
+                Err(e) => e,
+            };
+            if busy_port(&failure) && busy.len() < BUSY_HOST_PORT_RETRIES {
+                tracing::info!(
+                    host_port = row.host_port,
+                    "host port in use on the host; trying another"
+                );
+                busy.push(row.host_port);
+                continue;
+            }
+            return Err(listen_failed(&row, &failure));
+        }
     }
 
     /// Installs the forwarder of a TCP exposure. When it fails, the row is rolled back only if this call
@@ -221,15 +254,29 @@ impl Service {
         upstream: Upstream,
         reused: bool,
     ) -> Result<(), ServiceError> {
+        self.forward(row, upstream, |_| !reused)
+            .await?
+            .map_err(|e| listen_failed(row, &e))
+    }
+
+    /// Installs the forwarder of `row`, answering the listen failure apart from the store's errors.
+    /// On failure the reservation is withdrawn when `withdraws(error)` says so. The install and its
+    /// withdrawal take one turn.
+    async fn forward(
+        &self,
+        row: &ExposedPort,
+        upstream: Upstream,
+        withdraws: impl Fn(&std::io::Error) -> bool,
+    ) -> Result<std::io::Result<()>, ServiceError> {
         let listen = SocketAddr::new(self.config().forward_ip, row.host_port);
-        let installed = self
-            .inner
-            .forwarders
+        let forwarders = &self.inner.forwarders;
+        let _turn = forwarders.install_turn().await;
+        let installed = forwarders
             .install(&row.sandbox_id, row.port, listen, upstream)
             .await;
         if let Err(e) = installed {
             tracing::warn!(sandbox_id = %row.sandbox_id, port = row.port, host_port = row.host_port, error = %e, "forwarder install failed");
-            if !reused {
+            if withdraws(&e) {
                 let mine = row.clone();
                 let withdrawn = self
                     .writer()
@@ -244,16 +291,13 @@ impl Service {
                 // It was announced as exposed when its row was written.
                 self.publish(withdrawn);
             }
-            return Err(ServiceError::Exhausted(format!(
-                "could not listen on host port {}: {e}",
-                row.host_port
-            )));
+            return Ok(Err(e));
         }
         let mine = row.clone();
         self.writer()
             .write(move |tx| tx.mark_port_active(&mine))
             .await?;
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Reinstalls the forwarders of every TCP exposure of running sandboxes (after a restart).
@@ -321,6 +365,16 @@ impl Service {
 }
 
 /// Emits `port.exposed` for an exposure this write made (not for one that already existed).
+/// How many pool ports held by other processes one expose skips before it answers 503.
+const BUSY_HOST_PORT_RETRIES: usize = 8;
+
+fn listen_failed(row: &ExposedPort, e: &std::io::Error) -> ServiceError {
+    ServiceError::Exhausted(format!(
+        "could not listen on host port {}: {e}",
+        row.host_port
+    ))
+}
+
 fn announce_exposure(
     tx: &mut sandboxd_store::WriteTx<'_>,
     (row, reused): (ExposedPort, bool),

@@ -71,7 +71,7 @@ pub use idempotency::{AbandonedClaim, ClaimOutcome, ClaimRecord, ClaimState, Sto
 pub use images::{ImageRecord, ImageState, LayerRecord};
 pub use open::{Store, StoreConfig, Synchronous};
 pub use outbox::{NewWebhook, OutboxEntry, OutboxState};
-pub use ports::{ExposedPort, PortState, Protocol, ReserveOutcome};
+pub use ports::{ExposedPort, HostPorts, PortState, Protocol, ReserveOutcome};
 pub use reader::{ReadTx, StoreReader};
 pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState};
 pub use slots::SlotLease;

@@ -125,6 +125,20 @@ pub struct ExposedPort {
     pub created_at: UnixMillis,
 }
 
+/// The candidates of a host-port allocation: a range, less the ports the caller found held by other
+/// processes on the host.
+#[derive(Clone, Debug)]
+pub struct HostPorts<'a> {
+    pub range: RangeInclusive<u16>,
+    pub avoid: &'a [u16],
+}
+
+impl From<RangeInclusive<u16>> for HostPorts<'_> {
+    fn from(range: RangeInclusive<u16>) -> Self {
+        HostPorts { range, avoid: &[] }
+    }
+}
+
 /// The outcome of one [`WriteTx::try_reserve_host_port`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReserveOutcome {
@@ -253,14 +267,14 @@ impl WriteTx<'_> {
 
     /// Binds a host port from `pool` for `(sandbox_id, port)`, trying candidates from a random start and
     /// wrapping around. Returns the row and whether it already existed (`reused`). `public_url(host_port)`
-    /// makes the URL stored with a new row. [`StoreError::PoolExhausted`] when every port of the pool is
-    /// bound; [`StoreError::PortConflict`] when the port is already exposed with another protocol.
-    pub fn allocate_host_port(
+    /// makes the URL stored with a new row. [`StoreError::PoolExhausted`] when every candidate is bound;
+    /// [`StoreError::PortConflict`] when the port is already exposed with another protocol.
+    pub fn allocate_host_port<'a>(
         &mut self,
         sandbox_id: &str,
         port: u16,
         protocol: Protocol,
-        pool: RangeInclusive<u16>,
+        pool: impl Into<HostPorts<'a>>,
         public_url: impl Fn(u16) -> String,
         now: UnixMillis,
     ) -> Result<(ExposedPort, bool)> {
@@ -269,12 +283,15 @@ impl WriteTx<'_> {
                 "http exposures have no host port; use expose_http".into(),
             ));
         }
-        let (lo, hi) = ((*pool.start()).max(1), *pool.end());
+        let HostPorts { range, avoid } = pool.into();
+        let (lo, hi) = ((*range.start()).max(1), *range.end());
         if lo > hi {
             return Err(StoreError::PoolExhausted { pool: "host port" });
         }
         let start = rand::rng().random_range(lo..=hi);
-        let walk = (start..=hi).chain(lo..start);
+        let walk = (start..=hi)
+            .chain(lo..start)
+            .filter(|candidate| !avoid.contains(candidate));
         for candidate in walk {
             let url = public_url(candidate);
             match self.try_reserve_host_port(sandbox_id, port, protocol, candidate, &url, now)? {
@@ -601,6 +618,53 @@ mod tests {
         assert!(!a1.1 && a1_again.1 && !b1.1);
         assert_eq!(a1.0, a1_again.0);
         assert_eq!((a1.0.host_port, b1.0.host_port), (0, 0));
+    }
+
+    /// Ports the caller found held by another process are never handed out; when they are all that is
+    /// left, the pool is exhausted.
+    #[tokio::test]
+    async fn avoided_host_ports_are_skipped() {
+        let (_dir, store, _t) = open_temp();
+        seed_sandboxes(&store, &["a"]).await;
+        let w = store.writer();
+        for i in 0..20 {
+            let (row, _) = w
+                .write(move |tx| {
+                    let out = tx.allocate_host_port(
+                        "a",
+                        4000 + i,
+                        Protocol::Tcp,
+                        HostPorts {
+                            range: 55000..=55002,
+                            avoid: &[55000, 55002],
+                        },
+                        url,
+                        1,
+                    )?;
+                    tx.delete_exposed_port(&out.0)?;
+                    Ok(out)
+                })
+                .await
+                .unwrap();
+            assert_eq!(row.host_port, 55001);
+        }
+        let err = w
+            .write(|tx| {
+                tx.allocate_host_port(
+                    "a",
+                    1,
+                    Protocol::Tcp,
+                    HostPorts {
+                        range: 55000..=55001,
+                        avoid: &[55000, 55001],
+                    },
+                    url,
+                    1,
+                )
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::PoolExhausted { .. }), "{err:?}");
     }
 
     #[tokio::test]
