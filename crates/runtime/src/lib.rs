@@ -32,6 +32,14 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop(&self, id: &str) -> Result<(), RuntimeError>;
     /// Stops the sandbox and removes everything it had. Unknown ids succeed.
     async fn destroy(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Ends every process of the sandbox as fast as it can, leaving the rest of its teardown (cgroup,
+    /// network, layer) to a later [`Runtime::destroy`]. Unknown ids succeed.
+    async fn halt(&self, id: &str) -> Result<(), RuntimeError> {
+        self.stop(id).await.or_else(|e| match e {
+            RuntimeError::NotFound(_) => Ok(()),
+            e => Err(e),
+        })
+    }
     /// What the runtime observes about one sandbox; `None` when it has no trace of it.
     async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError>;
     /// Every sandbox the runtime has a trace of, running or not.

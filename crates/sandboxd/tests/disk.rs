@@ -73,8 +73,7 @@ fn writes_stop_at_disk_mb_and_the_sandbox_lives_on() {
             assert_eq!(v["code"], "invalid_request");
         }
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
-        let layer = d.data_dir().join(format!("runtime/layers/{id}"));
-        assert!(!layer.exists(), "the sandbox's layer outlived it");
+        d.wait_torn_down(&id).await;
     });
 }
 
@@ -133,7 +132,6 @@ fn project_quotas_limit_disk_mb_through_the_daemon() {
             "diskUsed {used} after writing {written} bytes: {metrics}"
         );
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
-        let layer = d.data_dir().join(format!("runtime/layers/{id}"));
-        assert!(!layer.exists(), "the sandbox's layer outlived it");
+        d.wait_torn_down(&id).await;
     });
 }

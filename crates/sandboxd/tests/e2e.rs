@@ -518,16 +518,7 @@ fn expired_sandbox_is_destroyed() {
             "timing: timeoutSec 2 sandbox gone after {:?}",
             created_at.elapsed()
         );
-        assert!(
-            !daemon.sandbox_dir(&id).exists(),
-            "{} outlived the expired sandbox",
-            daemon.sandbox_dir(&id).display()
-        );
-        assert_eq!(
-            cgroup_dirs_of(&id),
-            Vec::<std::path::PathBuf>::new(),
-            "cgroups outlived the expired sandbox"
-        );
+        daemon.wait_torn_down(&id).await;
         assert!(daemon.list_all().await.is_empty());
     });
 }
@@ -544,15 +535,7 @@ fn delete_is_404_the_second_time() {
         expect_error("second delete", second, 404, Some("not_found")).await;
         let get = daemon.http().get(&url).send().await.unwrap();
         expect_error("get after delete", get, 404, Some("not_found")).await;
-        assert!(
-            !daemon.sandbox_dir(&id).exists(),
-            "runtime dir outlived delete"
-        );
-        assert_eq!(
-            cgroup_dirs_of(&id),
-            Vec::<std::path::PathBuf>::new(),
-            "cgroups outlived delete"
-        );
+        daemon.wait_torn_down(&id).await;
 
         let out = daemon.sbx(&["rm", &id]);
         assert_eq!(

@@ -126,6 +126,41 @@ fn kill9_after_a_delete_is_marked_finishes_the_delete() {
     });
 }
 
+/// Invariant: a delete answers once the sandbox's processes have ended; from then on it is gone for
+/// every caller and its name is free, and a teardown a crash interrupts is finished by the reconciler.
+#[test]
+fn kill9_during_a_teardown_behind_a_delete_finishes_it() {
+    e2e(|| async {
+        let mut d =
+            Daemon::start_with(&[], &[("FAILPOINTS", "delete.teardown=return(60000)")]).await;
+        let kept = d.create_id().await;
+        let doomed = id_of(&d.create(json!({"name": "doomed"})).await);
+        let state: Value = serde_json::from_slice(
+            &std::fs::read(d.sandbox_dir(&doomed).join("state.json")).unwrap(),
+        )
+        .unwrap();
+        let pid = state["pid"].as_i64().expect("init pid");
+        let path = format!("/v1/sandboxes/{doomed}");
+        assert_eq!(d.delete(&path).await.status(), 204);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            stat.rsplit(')')
+                .next()
+                .is_none_or(|r| r.trim_start().is_empty() || r.trim_start().starts_with('Z')),
+            "the delete answered while the sandbox's init {pid} still ran: {stat}"
+        );
+        assert_eq!(get(&d, &doomed).await.0, 404);
+        let listed: Vec<String> = d.list_all().await.iter().map(id_of).collect();
+        assert_eq!(listed, vec![kept.clone()]);
+        assert!(!d.remains(&doomed).is_empty(), "the teardown is held");
+        let again = id_of(&d.create(json!({"name": "doomed"})).await);
+        d.kill9();
+        restart_and_reconcile(&mut d).await;
+        assert!(d.remains(&doomed).is_empty(), "{:?}", d.remains(&doomed));
+        assert_agree(&d, &[&kept, &again]).await;
+    });
+}
+
 /// Invariant: a running sandbox whose processes die without anyone reporting it is found by the
 /// reconciler: `lost` with a reason, its name and slot released, its remains destroyed.
 #[test]

@@ -89,7 +89,7 @@ fn a_stop_ends_every_process_and_a_start_keeps_the_files() {
         // A stopped sandbox can be deleted, and its layer goes with it.
         assert_eq!(post(&d, &id, "stop").await.0, 200);
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
-        assert!(!d.sandbox_dir(&id).exists());
+        d.wait_torn_down(&id).await;
     });
 }
 

@@ -6,6 +6,7 @@
 //! | `create.after-insert` | row `creating` and slot leased; the runtime has made nothing |
 //! | `create.after-runtime` | row `starting`, the sandbox booted; its endpoint not yet stored |
 //! | `delete.after-mark` | row `deleting`; the runtime's sandbox not yet destroyed |
+//! | `delete.teardown` | row `deleting`, the sandbox's processes ended and the delete answered; its cgroup, network, layer and row not yet removed |
 //! | `stop.after-claim` | row `stopping`; the sandbox's processes not yet ended |
 //! | `expose.forwarder` | exposure row `exposing`; its TCP forwarder not yet listening (synchronous: `return` fails the install, `sleep(MS)` blocks it) |
 //! | `idempotency.before-complete` | the work done; its claim not yet completed |

@@ -14,6 +14,7 @@
 pub mod builds;
 pub mod builtin;
 pub mod code;
+mod delete;
 pub mod domains;
 pub mod e2b;
 pub mod e2b_templates;

@@ -1,4 +1,4 @@
-//! Sandbox lifecycle flows: create, get, list, delete.
+//! Sandbox lifecycle flows: create, get, list (delete is [`crate::delete`]).
 //!
 //! Create writes the row (state `creating`) and leases its network slot in one transaction — the name's
 //! uniqueness is the schema's, so racing creates get exactly one winner — then asks the runtime to create
@@ -11,7 +11,7 @@
 //! `create.after-insert`, `create.after-runtime` and `delete.after-mark` hold a flow in those windows
 //! for the crash tests.
 
-use crate::events::{emit, sandbox_data, SANDBOX_CREATED, SANDBOX_DELETED, SANDBOX_FAILED};
+use crate::events::{emit, sandbox_data, SANDBOX_CREATED, SANDBOX_FAILED};
 use crate::network::{self, EgressPolicy};
 use crate::{validate, Service, ServiceError};
 use rand::Rng;
@@ -379,68 +379,31 @@ impl Service {
         self.create_with_id(random_id("sb", 14), plan).await
     }
 
-    /// A sandbox by id or name.
+    /// A sandbox by id or name. One being deleted is gone already ([`ServiceError::NotFound`]).
     pub async fn get(&self, key: &str) -> Result<Sandbox, ServiceError> {
         let k = key.to_string();
         self.reader()
             .read(move |tx| tx.get_sandbox(&k))
             .await?
+            .filter(|s| s.state != SandboxState::Deleting)
             .ok_or_else(|| ServiceError::NotFound(format!("sandbox {key} not found")))
     }
 
-    /// A page of sandboxes.
+    /// A page of sandboxes; those being deleted are left out unless `filter` asks for them.
     pub async fn list(
         &self,
-        filter: SandboxFilter,
+        mut filter: SandboxFilter,
     ) -> Result<(Vec<Sandbox>, Option<String>), ServiceError> {
+        if filter.states.is_empty() {
+            filter.states = SandboxState::ALL
+                .into_iter()
+                .filter(|s| *s != SandboxState::Deleting)
+                .collect();
+        }
         Ok(self
             .reader()
             .read(move |tx| tx.list_sandboxes(&filter))
             .await?)
-    }
-
-    /// Destroys a sandbox and forgets it. Unknown ids are [`ServiceError::NotFound`], and so is a
-    /// sandbox another delete (a caller, the expiry sweep) is already tearing down: moving the row to
-    /// `deleting` is the claim on the delete, so exactly one of racing deletes does it and answers Ok.
-    pub async fn delete(&self, key: &str) -> Result<(), ServiceError> {
-        let sandbox = self.get(key).await?;
-        let id = sandbox.id.clone();
-        let rid = id.clone();
-        let claimed = self
-            .writer()
-            .write(move |tx| {
-                let from: Vec<SandboxState> = SandboxState::ALL
-                    .into_iter()
-                    .filter(|s| *s != SandboxState::Deleting)
-                    .collect();
-                tx.set_state(&rid, &from, SandboxState::Deleting, None, unix_millis_now())
-            })
-            .await?;
-        if !claimed {
-            return Err(ServiceError::NotFound(format!(
-                "sandbox {id} not found (it is being deleted)"
-            )));
-        }
-        crate::failpoints::hold("delete.after-mark").await;
-        self.forget_endpoint(&id);
-        self.runtime().destroy(&id).await?;
-        let deleted = self
-            .writer()
-            .write(move |tx| {
-                if !tx.delete_sandbox(&id)? {
-                    return Ok(None);
-                }
-                emit(
-                    tx,
-                    SANDBOX_DELETED,
-                    Some(&id),
-                    serde_json::json!({ "id": id }),
-                )
-                .map(Some)
-            })
-            .await?;
-        self.publish(deleted);
-        Ok(())
     }
 }
 

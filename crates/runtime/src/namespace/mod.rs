@@ -189,6 +189,19 @@ impl NamespaceRuntime {
     /// Kills the init of `p` (and with it the whole pid namespace), then removes the cgroup and the
     /// veth pair. Idempotent.
     async fn kill(&self, p: &Persisted) -> Result<(), RuntimeError> {
+        self.kill_init(p).await?;
+        let cgroup = self.cgroups.open(&p.spec.id);
+        cgroup.kill_all()?;
+        cgroup.remove()?;
+        if p.spec.needs_egress_rules() {
+            egress::revoke(self.net.addrs(p.spec.net_slot)?.sandbox).await;
+        }
+        self.net.detach(p.spec.net_slot).await
+    }
+
+    /// SIGKILLs the sandbox's init and waits for it to be gone. Init is the sandbox's PID namespace's
+    /// first process, so the kernel ends every other process of the sandbox before init's exit.
+    async fn kill_init(&self, p: &Persisted) -> Result<(), RuntimeError> {
         // A paused (frozen) sandbox must be thawed to die: a cgroup v1 freezer holds even SIGKILL.
         // Best effort: a sandbox that never ran has no group to thaw.
         let _ = self.cgroups.open(&p.spec.id).thaw();
@@ -207,13 +220,7 @@ impl NamespaceRuntime {
                 reap(pid);
             }
         }
-        let cgroup = self.cgroups.open(&p.spec.id);
-        cgroup.kill_all()?;
-        cgroup.remove()?;
-        if p.spec.needs_egress_rules() {
-            egress::revoke(self.net.addrs(p.spec.net_slot)?.sandbox).await;
-        }
-        self.net.detach(p.spec.net_slot).await
+        Ok(())
     }
 }
 
@@ -349,6 +356,14 @@ impl Runtime for NamespaceRuntime {
     async fn stop(&self, id: &str) -> Result<(), RuntimeError> {
         let (_, p) = self.load(id)?;
         self.kill(&p).await
+    }
+
+    async fn halt(&self, id: &str) -> Result<(), RuntimeError> {
+        validate_id(id)?;
+        match self.paths(id).load()? {
+            Some(p) => self.kill_init(&p).await,
+            None => Ok(()),
+        }
     }
 
     async fn destroy(&self, id: &str) -> Result<(), RuntimeError> {

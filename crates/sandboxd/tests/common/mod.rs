@@ -402,6 +402,34 @@ impl Daemon {
         cgroup_dirs_under(self.setup.cgroup_parent, id)
     }
 
+    /// What of deleted sandbox `id` is still on the host: its runtime directory, writable layer and
+    /// cgroups.
+    pub fn remains(&self, id: &str) -> Vec<PathBuf> {
+        let layer = self.data_dir().join("runtime/layers").join(id);
+        [self.sandbox_dir(id), layer]
+            .into_iter()
+            .filter(|p| p.exists())
+            .chain(self.cgroup_dirs(id))
+            .collect()
+    }
+
+    /// Waits for a deleted sandbox's teardown, which finishes behind the delete's answer: panics when
+    /// anything of it is still on the host after 10 s.
+    pub async fn wait_torn_down(&self, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = self.remains(id);
+            if left.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} outlived its delete: {left:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Whether the kernel reports sandbox `id`'s cgroup frozen (v1 `freezer.state`, v2 `cgroup.events`);
     /// `None` when it has no cgroup that says.
     pub fn cgroup_frozen(&self, id: &str) -> Option<bool> {
@@ -627,6 +655,14 @@ impl Daemon {
                         String::from_utf8_lossy(&body)
                     ),
                 }
+            }
+            // Teardowns finish behind the deletes' answers.
+            let sandboxes = self.data_dir().join("runtime/sandboxes");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::fs::read_dir(&sandboxes).is_ok_and(|mut d| d.next().is_some())
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
         if let Some(mut child) = self.child.take() {

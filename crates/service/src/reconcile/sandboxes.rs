@@ -26,7 +26,6 @@
 //! name gets a fresh sandbox instead of a 409 forever. The failure reason is what remains to find.
 
 use super::{ReconcileReport, Reconciler};
-use crate::events::{self, emit};
 use crate::{Service, ServiceError};
 use sandboxd_runtime::RuntimeState;
 use sandboxd_store::{unix_millis_now, Sandbox, SandboxState, UnixMillis};
@@ -125,20 +124,7 @@ async fn resolve(
             if !svc.is_stuck(row.updated_at, now) {
                 return Ok(vec![]);
             }
-            svc.forget_endpoint(&row.id);
-            svc.runtime().destroy(&row.id).await?;
-            let id = row.id.clone();
-            let deleted = svc
-                .writer()
-                .write(move |tx| {
-                    if !tx.delete_sandbox(&id)? {
-                        return Ok(None);
-                    }
-                    let data = serde_json::json!({ "id": id });
-                    emit(tx, events::SANDBOX_DELETED, Some(&id), data).map(Some)
-                })
-                .await?;
-            let deleted = deleted.map(|ev| svc.publish([ev])).is_some();
+            let deleted = svc.finish_delete(&row.id).await?;
             tracing::info!(sandbox_id = %row.id, "finished an interrupted delete");
             Ok(deleted.then_some("deleted").into_iter().collect())
         }

@@ -1,0 +1,79 @@
+//! Deleting a sandbox: claimed, stopped, answered; torn down behind the answer.
+//!
+//! Contract:
+//! - Moving the row to `deleting` is the claim on the delete: exactly one of racing deletes (callers,
+//!   the expiry sweep) makes it and answers Ok; the others, like any caller after it, find the sandbox
+//!   gone ([`ServiceError::NotFound`]: [`Service::get`] and [`Service::list`] leave `deleting` rows out).
+//!   The claim frees the sandbox's name in the same transaction, so a new sandbox may take it at once.
+//! - The delete answers once the sandbox's processes have ended ([`Runtime::halt`]); its cgroup,
+//!   network, layer and row go behind the answer ([`Service::finish_delete`]), and only then is
+//!   `sandbox.deleted` emitted. The row keeps the network slot leased until then, so no new sandbox
+//!   gets an interface still being torn down.
+//! - A teardown that fails, or that a crash interrupted, leaves the row `deleting`; the sandboxes
+//!   reconciler finishes it ([`crate::reconcile`]). The failpoints `delete.after-mark` (before the
+//!   processes end) and `delete.teardown` (after the answer, before the teardown) hold the flow there.
+//!
+//! [`Runtime::halt`]: sandboxd_runtime::Runtime::halt
+
+use crate::events::{emit, SANDBOX_DELETED};
+use crate::{Service, ServiceError};
+use sandboxd_store::{unix_millis_now, SandboxState};
+
+impl Service {
+    /// Deletes a sandbox by id or name: see the module's contract.
+    pub async fn delete(&self, key: &str) -> Result<(), ServiceError> {
+        let sandbox = self.get(key).await?;
+        let id = sandbox.id.clone();
+        let rid = id.clone();
+        let claimed = self
+            .writer()
+            .write(move |tx| {
+                let from: Vec<SandboxState> = SandboxState::ALL
+                    .into_iter()
+                    .filter(|s| *s != SandboxState::Deleting)
+                    .collect();
+                let claimed =
+                    tx.set_state(&rid, &from, SandboxState::Deleting, None, unix_millis_now())?;
+                if claimed {
+                    tx.release_name(&rid)?;
+                }
+                Ok(claimed)
+            })
+            .await?;
+        if !claimed {
+            return Err(ServiceError::NotFound(format!(
+                "sandbox {id} not found (it is being deleted)"
+            )));
+        }
+        crate::failpoints::hold("delete.after-mark").await;
+        self.forget_endpoint(&id);
+        self.runtime().halt(&id).await?;
+        let svc = self.clone();
+        tokio::spawn(async move {
+            crate::failpoints::hold("delete.teardown").await;
+            if let Err(e) = svc.finish_delete(&id).await {
+                tracing::warn!(sandbox_id = %id, error = %e, "teardown failed; the reconciler retries it");
+            }
+        });
+        Ok(())
+    }
+
+    /// Tears down what is left of a `deleting` sandbox and removes its row, emitting
+    /// `sandbox.deleted`. Returns whether this call removed the row (a racing teardown may have).
+    pub(crate) async fn finish_delete(&self, id: &str) -> Result<bool, ServiceError> {
+        self.forget_endpoint(id);
+        self.runtime().destroy(id).await?;
+        let id = id.to_string();
+        let deleted = self
+            .writer()
+            .write(move |tx| {
+                if !tx.delete_sandbox(&id)? {
+                    return Ok(None);
+                }
+                let data = serde_json::json!({ "id": id });
+                emit(tx, SANDBOX_DELETED, Some(&id), data).map(Some)
+            })
+            .await?;
+        Ok(deleted.map(|ev| self.publish([ev])).is_some())
+    }
+}
