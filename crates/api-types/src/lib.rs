@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
+mod terminal;
+pub use terminal::{TerminalControl, TerminalNotice};
+
 /// `POST /v1/sandboxes`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

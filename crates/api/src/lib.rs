@@ -20,6 +20,7 @@ pub mod error;
 pub mod images;
 pub mod metrics;
 pub mod templates;
+pub mod terminal;
 pub mod v1;
 pub mod webhooks;
 
@@ -37,7 +38,7 @@ use utoipa::OpenApi;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
-    paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::stop, v1::start, v1::exec, v1::exec_stream, v1::run_code, v1::download, v1::upload,
+    paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::stop, v1::start, v1::exec, v1::exec_stream, terminal::open, v1::run_code, v1::download, v1::upload,
           v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
           callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune,
@@ -103,6 +104,7 @@ pub fn router(
         .route("/sandboxes/{id}/agent-events", get(callbacks::list))
         .route("/sandboxes/{id}/exec", post(v1::exec))
         .route("/sandboxes/{id}/exec/stream", post(v1::exec_stream))
+        .route("/sandboxes/{id}/terminal", get(terminal::open))
         .route("/sandboxes/{id}/code", post(v1::run_code))
         .route("/sandboxes/{id}/files/list", get(v1::list_files))
         .route("/sandboxes/{id}/ports", post(v1::expose).get(v1::ports))

@@ -66,6 +66,9 @@ pub enum ClientError {
     /// Reading or writing a local file or stream failed.
     #[error("local I/O failed")]
     Io(#[source] std::io::Error),
+    /// A WebSocket (a terminal) could not be opened or broke.
+    #[error("WebSocket to the daemon failed")]
+    WebSocket(#[source] Box<tokio_tungstenite::tungstenite::Error>),
 }
 
 impl ClientError {
@@ -109,6 +112,7 @@ impl ClientError {
             ClientError::Base64(_) => "decode",
             ClientError::Protocol(_) => "protocol",
             ClientError::Io(_) => "io",
+            ClientError::WebSocket(_) => "websocket",
         }
     }
 

@@ -22,6 +22,7 @@ pub mod ndjson;
 pub mod ports;
 pub mod sandboxes;
 pub mod templates;
+pub mod terminal;
 
 pub use error::ClientError;
 pub use exec::decode_data;

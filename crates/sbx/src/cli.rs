@@ -66,8 +66,13 @@ pub enum Command {
         /// Id or name.
         id: String,
     },
-    /// Run a command in a sandbox, streaming its output; exits with its exit code.
+    /// Run a command in a sandbox, streaming its output; exits with its exit code. With `-t` (`-it`)
+    /// it runs on a terminal, as `sbx shell` does.
     Exec(ExecArgs),
+    /// Open a terminal in a sandbox: a login shell, or CMD, on a PTY. The local terminal is put in
+    /// raw mode (Ctrl-C goes to the sandbox) and window size changes follow; from a pipe, the input
+    /// is typed into the terminal and ends with Ctrl-D. Exits with the remote exit code.
+    Shell(ShellArgs),
     /// Run code from stdin in a sandbox's code interpreter (template code-interpreter-v1), keeping
     /// state between calls; prints its output and results, exits 1 when the code raised.
     Code(CodeArgs),
@@ -264,10 +269,32 @@ pub struct ExecArgs {
     /// Kill the command after this many milliseconds.
     #[arg(long, value_name = "MS")]
     pub timeout: Option<u64>,
+    /// Run on a terminal (a PTY), like `sbx shell ID CMD`.
+    #[arg(short = 't', long)]
+    pub tty: bool,
+    /// Keep stdin attached (only with `-t`, where it always is).
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
     /// Sandbox id.
     pub id: String,
     /// The command and its arguments (put them after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub cmd: Vec<String>,
+}
+
+/// `sbx shell`.
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    /// Run as this user (`user` or `root`).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Working directory.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// Sandbox id or name.
+    pub id: String,
+    /// The command and its arguments; default a login shell.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub cmd: Vec<String>,
 }
 
@@ -350,6 +377,18 @@ mod tests {
             panic!("expected exec");
         };
         assert_eq!(args.cmd, ["sh", "-c", "exit 3"]);
+        let cli = Cli::try_parse_from(["sbx", "exec", "-it", "sb-1", "--", "top", "-b"])
+            .expect("valid command line");
+        let Command::Exec(args) = cli.command else {
+            panic!("expected exec");
+        };
+        assert!(args.tty && args.interactive);
+        assert_eq!(args.cmd, ["top", "-b"]);
+        let cli = Cli::try_parse_from(["sbx", "shell", "sb-1"]).expect("valid command line");
+        let Command::Shell(args) = cli.command else {
+            panic!("expected shell");
+        };
+        assert!(args.cmd.is_empty());
     }
 
     #[test]

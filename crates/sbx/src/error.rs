@@ -37,6 +37,12 @@ pub enum SbxError {
     /// The async runtime could not be started.
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
+    /// The local terminal could not be put into (or out of) raw mode.
+    #[error("cannot set up the local terminal")]
+    Terminal(#[source] std::io::Error),
+    /// The daemon reported that a terminal broke.
+    #[error("terminal failed: {0}")]
+    TerminalStream(String),
 }
 
 impl SbxError {
@@ -47,7 +53,11 @@ impl SbxError {
             SbxError::Usage(_) => "usage",
             SbxError::Client(e) => e.code(),
             SbxError::ExecStream(_) => "exec_stream",
-            SbxError::Local { .. } | SbxError::Output(_) | SbxError::Runtime(_) => "io",
+            SbxError::Local { .. }
+            | SbxError::Output(_)
+            | SbxError::Runtime(_)
+            | SbxError::Terminal(_) => "io",
+            SbxError::TerminalStream(_) => "terminal",
         }
     }
 

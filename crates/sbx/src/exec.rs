@@ -25,6 +25,11 @@ pub fn exit_code(code: i32) -> u8 {
 
 /// Runs `sbx exec`.
 pub async fn run(client: &Client, out: Output, args: ExecArgs) -> Result<ExitCode, SbxError> {
+    if args.interactive {
+        return Err(SbxError::Usage(
+            "-i keeps stdin attached to a terminal: use it with -t (sbx exec -it)".into(),
+        ));
+    }
     let request = ExecRequest {
         cmd: args.cmd,
         env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),

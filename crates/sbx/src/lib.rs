@@ -6,7 +6,7 @@
 //! - 0 on success; 1 on any error (`error: <message> (<code>)` on stderr, or the ApiError JSON with
 //!   `--json`); 2 on a usage error (clap's own, or arguments that make no sense together, e.g. `cp`
 //!   with two local paths);
-//! - `exec`: the command's exit code, or 255 when sbx itself fails (see [`exec`]);
+//! - `exec` and `shell`: the command's exit code, or 255 when sbx itself fails (see [`exec`]);
 //! - `rm`: 1 when any id failed, after trying all of them.
 
 pub mod cli;
@@ -17,6 +17,7 @@ pub mod exec;
 pub mod images;
 pub mod output;
 pub mod sandboxes;
+pub mod shell;
 pub mod templates;
 
 pub use cli::{Cli, Command};
@@ -30,7 +31,7 @@ use std::process::ExitCode;
 pub fn run(cli: Cli) -> ExitCode {
     let out = Output { json: cli.json };
     let failure = match cli.command {
-        Command::Exec(_) => exec::EXEC_FAILURE,
+        Command::Exec(_) | Command::Shell(_) => exec::EXEC_FAILURE,
         _ => 1,
     };
     let result = tokio::runtime::Builder::new_current_thread()
@@ -61,7 +62,9 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Resume { id } => sandboxes::print(out, client.resume(&id).await?),
         Command::Stop { id } => sandboxes::print(out, client.stop(&id).await?),
         Command::Start { id } => sandboxes::print(out, client.start(&id).await?),
+        Command::Exec(args) if args.tty => shell::run(&client, shell::from_exec(args)?).await,
         Command::Exec(args) => exec::run(&client, out, args).await,
+        Command::Shell(args) => shell::run(&client, args).await,
         Command::Code(args) => code::run(&client, out, args).await,
         Command::Cp { src, dst } => cp::run(&client, out, &src, &dst).await,
         Command::Expose { id, port, protocol } => {

@@ -38,6 +38,7 @@ mod settle;
 pub mod snapshots;
 pub mod stop;
 pub mod templates;
+pub mod terminal;
 #[cfg(test)]
 mod test_support;
 mod validate;
