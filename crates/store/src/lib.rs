@@ -76,7 +76,7 @@ pub use reader::{ReadTx, StoreReader};
 pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState};
 pub use slots::SlotLease;
 pub use templates::{LogLine, TemplateRecord, TemplateState};
-pub use tokens::{hash_token, ApiToken, CreatedToken, TokenId};
+pub use tokens::{hash_token, ApiToken, CreatedToken, KeyScope, Revoked, TokenId, VerifiedToken};
 pub use webhooks::{DeliveryAttempt, Webhook};
 pub use writer::{StoreWriter, WriteTx, WriterStats, WriterThread};
 
