@@ -1,37 +1,77 @@
-//! Authentication: every `/v1` call carries a token (`Authorization: Bearer <token>`, or `X-API-KEY`
-//! as the E2B SDK sends it). Tokens are kept only as SHA-256 hashes and compared in constant time.
+//! Authentication and the two scopes of API keys, for every surface of the listener: `/v1`, the E2B
+//! facade and the Daytona facade all layer [`require`].
+//!
+//! Contract:
+//! - A request carries a key as `Authorization: Bearer <key>` or `X-API-KEY: <key>` (as the E2B SDK
+//!   sends it); without one it is a 401.
+//! - The daemon's configured admin token is compared in constant time against its SHA-256 held in
+//!   memory; any other key is looked up by its SHA-256 in the store on every request
+//!   ([`Service::verify_api_key`]), nothing cached, so a revoked key is a 401 from the next request
+//!   on.
+//! - An accepted request carries a [`Caller`]: the key's id and scope (what per-key limits hang off)
+//!   and an owner string derived from the key, which scopes what the caller owns (idempotency keys).
+//! - [`admin_only`] refuses `user` keys with 403 `forbidden`; the router layers it over the routes
+//!   that manage keys, webhooks and the reconcilers.
+//! - A store that cannot be read is a 500, never an accepted or a refused key.
 
 use crate::error::Error;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sandboxd_service::Service;
+use sandboxd_store::{KeyScope, TokenId};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
-/// The accepted token hashes.
+/// The configured admin token and the store of minted keys.
 #[derive(Clone)]
 pub struct Auth {
-    hashes: Arc<Vec<[u8; 32]>>,
+    configured: Arc<Configured>,
+    service: Service,
+}
+
+struct Configured {
+    hash: [u8; 32],
+    id: TokenId,
 }
 
 impl Auth {
-    /// Accepts exactly these tokens.
-    pub fn new<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Self {
+    /// Accepts `admin_token` (stored as key `admin_id`) and every key stored through `service`.
+    pub fn new(service: Service, admin_token: &str, admin_id: TokenId) -> Self {
         Self {
-            hashes: Arc::new(tokens.into_iter().map(hash).collect()),
+            configured: Arc::new(Configured {
+                hash: hash(admin_token),
+                id: admin_id,
+            }),
+            service,
         }
     }
 
-    /// Whether `token` is one of the accepted ones. Every stored hash is compared, in constant time.
-    pub fn accepts(&self, token: &str) -> bool {
+    /// The key `token` is, if it is accepted.
+    pub async fn check(&self, token: &str) -> Result<Option<Key>, Error> {
         let presented = hash(token);
-        self.hashes
-            .iter()
-            .fold(subtle::Choice::from(0), |ok, h| ok | h.ct_eq(&presented))
-            .into()
+        if bool::from(self.configured.hash.ct_eq(&presented)) {
+            return Ok(Some(Key {
+                id: self.configured.id.clone(),
+                scope: KeyScope::Admin,
+            }));
+        }
+        Ok(self.service.verify_api_key(token).await?.map(|found| Key {
+            id: found.id,
+            scope: found.scope,
+        }))
     }
+}
+
+/// An accepted key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    /// Its id in the store.
+    pub id: TokenId,
+    /// What it may do.
+    pub scope: KeyScope,
 }
 
 fn hex_prefix(hash: &[u8; 32]) -> String {
@@ -57,41 +97,58 @@ pub fn presented(req: &Request) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Who is calling: a hash of their token, to scope what they own (e.g. idempotency keys).
+/// Who is calling.
 #[derive(Debug, Clone)]
-pub struct Caller(pub String);
+pub struct Caller {
+    /// The key they called with.
+    pub key: Key,
+    /// A hash of their key, to scope what they own (e.g. idempotency keys).
+    pub owner: String,
+}
 
-/// Middleware refusing requests without an accepted token (401); accepted requests carry a [`Caller`].
+/// Middleware refusing requests without an accepted key (401); accepted requests carry a [`Caller`].
 pub async fn require(State(auth): State<Auth>, mut req: Request, next: Next) -> Response {
-    match presented(&req) {
-        Some(token) if auth.accepts(token) => {
-            let caller = Caller(hex_prefix(&hash(token)));
+    let Some(token) = presented(&req) else {
+        return Error::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing token: send Authorization: Bearer <token>",
+        )
+        .into_response();
+    };
+    match auth.check(token).await {
+        Ok(Some(key)) => {
+            let caller = Caller {
+                key,
+                owner: hex_prefix(&hash(token)),
+            };
             req.extensions_mut().insert(caller);
             next.run(req).await
         }
-        Some(_) => {
+        Ok(None) => {
             Error::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid token").into_response()
         }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Middleware, inside [`require`]: only `admin` keys pass; `user` keys get 403 `forbidden`.
+pub async fn admin_only(req: Request, next: Next) -> Response {
+    match req.extensions().get::<Caller>().map(|c| c.key.scope) {
+        Some(KeyScope::Admin) => next.run(req).await,
+        Some(KeyScope::User) => Error::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this API key's scope is user: managing API keys, webhooks and the reconcilers takes an \
+             admin key",
+        )
+        .into_response(),
+        // Not behind `require`: a wiring mistake, refused rather than let through.
         None => Error::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "missing token: send Authorization: Bearer <token>",
         )
         .into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_configured_tokens_are_accepted() {
-        let auth = Auth::new(["secret-one", "secret-two"]);
-        assert!(auth.accepts("secret-one"));
-        assert!(auth.accepts("secret-two"));
-        assert!(!auth.accepts("secret-on"));
-        assert!(!auth.accepts(""));
-        assert!(!Auth::new([]).accepts(""));
     }
 }
