@@ -438,3 +438,36 @@ fn sbx_login_saves_a_private_file_later_commands_use() {
         assert!(!config.exists());
     });
 }
+
+/// Invariant: minted keys survive a restart; the configured admin token is whatever the daemon is
+/// configured with now — a rotated `SB_PAT_TOKEN` is refused after the restart.
+#[test]
+fn keys_survive_a_restart_and_a_rotated_admin_token_is_refused() {
+    e2e(|| async {
+        let mut d = Daemon::start().await;
+        let (_, user) = create_key(&d, "agent", "user").await;
+        let rotated = "e2e-rotated-admin-token-8c2e";
+        d.set_env("SB_PAT_TOKEN", rotated);
+        d.restart().await;
+        assert_eq!(statuses_with(&d, &user).await, all(200));
+        assert_eq!(statuses_with(&d, rotated).await, all(200));
+        assert_eq!(
+            statuses_with(&d, TOKEN).await,
+            all(401),
+            "the old admin token is gone"
+        );
+        let (_, keys) = call(&d, rotated, "GET", "/v1/api-keys", None).await;
+        let keys = keys["apiKeys"].as_array().cloned().unwrap_or_default();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert_eq!(
+            keys.iter().filter(|k| k["configured"] == true).count(),
+            1,
+            "{keys:?}"
+        );
+        // Back to the fixture's token, so its cleanup can call the daemon.
+        d.set_env("SB_PAT_TOKEN", TOKEN);
+        d.restart().await;
+        assert_eq!(statuses_with(&d, TOKEN).await, all(200));
+        assert_eq!(statuses_with(&d, rotated).await, all(401));
+    });
+}

@@ -15,7 +15,7 @@ use crate::error::SbxError;
 use crate::output::Output;
 use sandboxd_client::{Client, ListQuery, DEFAULT_API_URL};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -148,6 +148,9 @@ pub async fn login(
     let token = match token.filter(|t| !t.is_empty()) {
         Some(token) => token,
         None => {
+            if std::io::stdin().is_terminal() {
+                out.note("API key (or pipe it in), then Enter:");
+            }
             let mut line = String::new();
             std::io::stdin()
                 .lock()
