@@ -16,7 +16,7 @@
 
 use crate::error::Error;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sandboxd_service::Service;
@@ -84,7 +84,12 @@ fn hash(token: &str) -> [u8; 32] {
 
 /// The token a request presents, if any.
 pub fn presented(req: &Request) -> Option<&str> {
-    let headers = req.headers();
+    presented_in(req.headers())
+}
+
+/// The token `headers` carry: a bearer in `Authorization` (which, when present, is the only place
+/// looked at), else `X-API-KEY`.
+fn presented_in(headers: &HeaderMap) -> Option<&str> {
     if let Some(v) = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -134,21 +139,92 @@ pub async fn require(State(auth): State<Auth>, mut req: Request, next: Next) -> 
 
 /// Middleware, inside [`require`]: only `admin` keys pass; `user` keys get 403 `forbidden`.
 pub async fn admin_only(req: Request, next: Next) -> Response {
-    match req.extensions().get::<Caller>().map(|c| c.key.scope) {
-        Some(KeyScope::Admin) => next.run(req).await,
-        Some(KeyScope::User) => Error::new(
+    match admit_admin(req.extensions().get::<Caller>()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn admit_admin(caller: Option<&Caller>) -> Result<(), Error> {
+    match caller.map(|c| c.key.scope) {
+        Some(KeyScope::Admin) => Ok(()),
+        Some(KeyScope::User) => Err(Error::new(
             StatusCode::FORBIDDEN,
             "forbidden",
             "this API key's scope is user: managing API keys, webhooks and the reconcilers takes an \
              admin key",
-        )
-        .into_response(),
+        )),
         // Not behind `require`: a wiring mistake, refused rather than let through.
-        None => Error::new(
+        None => Err(Error::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "missing token: send Authorization: Bearer <token>",
-        )
-        .into_response(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.insert(*name, value.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn a_key_is_a_bearer_or_an_x_api_key() {
+        assert_eq!(
+            presented_in(&headers(&[("authorization", "Bearer k1")])),
+            Some("k1")
+        );
+        assert_eq!(presented_in(&headers(&[("x-api-key", " k2 ")])), Some("k2"));
+        assert_eq!(
+            presented_in(&headers(&[
+                ("authorization", "Bearer k1"),
+                ("x-api-key", "k2")
+            ])),
+            Some("k1")
+        );
+        // Another scheme is no key at all (not a fallback to X-API-KEY).
+        assert_eq!(
+            presented_in(&headers(&[
+                ("authorization", "Basic a2V5"),
+                ("x-api-key", "k2")
+            ])),
+            None
+        );
+        assert_eq!(presented_in(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn only_admin_keys_are_admitted_to_admin_routes() {
+        let caller = |scope| Caller {
+            key: Key {
+                id: TokenId("k".into()),
+                scope,
+            },
+            owner: String::new(),
+        };
+        assert!(admit_admin(Some(&caller(KeyScope::Admin))).is_ok());
+        let refused = admit_admin(Some(&caller(KeyScope::User))).unwrap_err();
+        assert_eq!(
+            (refused.status, refused.code),
+            (StatusCode::FORBIDDEN, "forbidden")
+        );
+        let unwired = admit_admin(None).unwrap_err();
+        assert_eq!(unwired.status, StatusCode::UNAUTHORIZED);
+    }
+
+    #[test]
+    fn the_owner_is_a_hash_prefix_not_the_key() {
+        let owner = hex_prefix(&hash("e2b_secret"));
+        assert_eq!(owner.len(), 32);
+        assert!(!owner.contains("secret"));
+        assert_eq!(owner, hex_prefix(&hash("e2b_secret")));
+        assert_ne!(owner, hex_prefix(&hash("e2b_secreu")));
     }
 }

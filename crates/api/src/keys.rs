@@ -39,8 +39,8 @@ fn to_api(key: &ApiToken) -> api::ApiKey {
 
 /// Create an API key; the answer is the only one that carries its secret.
 #[utoipa::path(post, path = "/v1/api-keys", request_body = api::CreateApiKey,
-    responses((status = 201, body = api::CreatedApiKey), (status = 400, body = api::ApiError),
-              (status = 401, body = api::ApiError), (status = 403, body = api::ApiError)))]
+    responses((status = 201, body = api::CreatedApiKey), (status = 400, body = api::ApiError, description = "a bad name or scope, or not a JSON object"),
+              (status = 401, body = api::ApiError, description = "no key, or one that is not accepted"), (status = 403, body = api::ApiError, description = "a user key")))]
 pub async fn create(
     State(service): State<Service>,
     body: Bytes,
@@ -67,8 +67,8 @@ pub async fn create(
 
 /// List the API keys, oldest first, without their secrets.
 #[utoipa::path(get, path = "/v1/api-keys",
-    responses((status = 200, body = api::ApiKeyList), (status = 401, body = api::ApiError),
-              (status = 403, body = api::ApiError)))]
+    responses((status = 200, body = api::ApiKeyList), (status = 401, body = api::ApiError, description = "no key, or one that is not accepted"),
+              (status = 403, body = api::ApiError, description = "a user key")))]
 pub async fn list(State(service): State<Service>) -> Result<Json<api::ApiKeyList>, Error> {
     let keys = service.list_api_keys().await?;
     Ok(Json(api::ApiKeyList {
@@ -78,8 +78,8 @@ pub async fn list(State(service): State<Service>) -> Result<Json<api::ApiKeyList
 
 /// Revoke an API key: the next request with it is a 401.
 #[utoipa::path(delete, path = "/v1/api-keys/{id}", params(("id" = String, Path)),
-    responses((status = 204), (status = 401, body = api::ApiError),
-              (status = 403, body = api::ApiError), (status = 404, body = api::ApiError),
+    responses((status = 204), (status = 401, body = api::ApiError, description = "no key, or one that is not accepted"),
+              (status = 403, body = api::ApiError, description = "a user key"), (status = 404, body = api::ApiError, description = "no such key"),
               (status = 409, body = api::ApiError, description = "the daemon's configured admin token")))]
 pub async fn delete(
     State(service): State<Service>,
