@@ -112,29 +112,36 @@ pub struct Caller {
 }
 
 /// Middleware refusing requests without an accepted key (401); accepted requests carry a [`Caller`].
-pub async fn require(State(auth): State<Auth>, mut req: Request, next: Next) -> Response {
+pub async fn require(State(auth): State<Auth>, req: Request, next: Next) -> Response {
+    match authenticate(&auth, req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// [`require`]'s check, for a surface that renders the refusal in its own shape: the request with
+/// its [`Caller`], or why it is refused (401, or 500 when the store cannot be read).
+pub async fn authenticate(auth: &Auth, mut req: Request) -> Result<Request, Error> {
     let Some(token) = presented(&req) else {
-        return Error::new(
+        return Err(Error::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "missing token: send Authorization: Bearer <token>",
-        )
-        .into_response();
+        ));
     };
-    match auth.check(token).await {
-        Ok(Some(key)) => {
-            let caller = Caller {
-                key,
-                owner: hex_prefix(&hash(token)),
-            };
-            req.extensions_mut().insert(caller);
-            next.run(req).await
-        }
-        Ok(None) => {
-            Error::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid token").into_response()
-        }
-        Err(e) => e.into_response(),
-    }
+    let Some(key) = auth.check(token).await? else {
+        return Err(Error::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "invalid token",
+        ));
+    };
+    let caller = Caller {
+        key,
+        owner: hex_prefix(&hash(token)),
+    };
+    req.extensions_mut().insert(caller);
+    Ok(req)
 }
 
 /// Middleware, inside [`require`]: only `admin` keys pass; `user` keys get 403 `forbidden`.

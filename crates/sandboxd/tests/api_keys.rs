@@ -280,15 +280,24 @@ fn wrong_keys_are_401_and_bad_bodies_are_400() {
         for wrong in [forged.as_str(), near.as_str(), "", "e2e-token-4f7d0"] {
             assert_eq!(statuses_with(&d, wrong).await, all(401), "{wrong:?}");
         }
+        // Each surface refuses in its own error shape.
         let plain = d.http_plain();
-        for path in ["/v1/sandboxes", "/sandboxes", "/api/sandbox"] {
-            let status = plain
-                .get(d.endpoint(path))
-                .send()
-                .await
-                .expect("request")
-                .status();
-            assert_eq!(status, 401, "{path} without a key");
+        for (path, code_field, code) in [
+            ("/v1/sandboxes", "code", json!("unauthorized")),
+            ("/sandboxes", "code", json!(401)),
+            ("/api/sandbox", "statusCode", json!(401)),
+        ] {
+            for key in [None, Some(forged.as_str())] {
+                let mut req = plain.get(d.endpoint(path));
+                if let Some(key) = key {
+                    req = req.bearer_auth(key);
+                }
+                let resp = req.send().await.expect("request");
+                assert_eq!(resp.status(), 401, "{path} with {key:?}");
+                let body: Value = resp.json().await.expect("a JSON error");
+                assert_eq!(body[code_field], code, "{path} with {key:?}: {body}");
+                assert!(body["message"].is_string(), "{path}: {body}");
+            }
         }
         for body in [
             json!({"name": ""}),
