@@ -434,6 +434,31 @@ fn sbx_login_saves_a_private_file_later_commands_use() {
         let out = d.sbx(&["api-keys", "list", "--json"]);
         assert!(out.status.success(), "{}", stderr(&out));
         assert!(!stdout(&out).contains(&key), "{}", stdout(&out));
+        let listed: Value = serde_json::from_slice(&out.stdout).expect("ApiKey JSON");
+        assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+        let out = d.sbx(&["api-keys", "list"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let table = stdout(&out);
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[0],
+            ["ID", "NAME", "SCOPE", "PREFIX", "CREATED"],
+            "{table}"
+        );
+        assert!(
+            rows.iter()
+                .any(|r| r[1..4] == ["admin", "admin", "(configured)"]),
+            "{table}"
+        );
+        assert!(
+            rows.iter()
+                .any(|r| r[1..4] == ["laptop", "user", &key[..10]]),
+            "{table}"
+        );
+        assert!(!table.contains(&key), "{table}");
         let id = created["id"].as_str().expect("id");
         let out = d.sbx(&["api-keys", "delete", id]);
         assert!(out.status.success(), "{}", stderr(&out));
