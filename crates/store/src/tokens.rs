@@ -50,12 +50,13 @@ impl KeyScope {
         }
     }
 
-    fn parse(s: &str) -> rusqlite::Result<Self> {
-        match s {
+    /// Column `column` of `row`, a stored scope.
+    fn read(row: &rusqlite::Row<'_>, column: usize) -> rusqlite::Result<Self> {
+        match row.get::<_, String>(column)?.as_str() {
             "admin" => Ok(KeyScope::Admin),
             "user" => Ok(KeyScope::User),
             other => Err(rusqlite::Error::FromSqlConversionFailure(
-                0,
+                column,
                 rusqlite::types::Type::Text,
                 format!("unknown key scope {other:?}").into(),
             )),
@@ -143,7 +144,7 @@ fn api_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApiToken> {
     Ok(ApiToken {
         id: TokenId(r.get(0)?),
         name: r.get(1)?,
-        scope: KeyScope::parse(&r.get::<_, String>(2)?)?,
+        scope: KeyScope::read(r, 2)?,
         prefix: r.get(3)?,
         configured: r.get(4)?,
         created_at: r.get(5)?,
@@ -160,7 +161,7 @@ impl ReadTx<'_> {
             .query_row([hash_token(token)], |r| {
                 Ok(VerifiedToken {
                     id: TokenId(r.get(0)?),
-                    scope: KeyScope::parse(&r.get::<_, String>(1)?)?,
+                    scope: KeyScope::read(r, 1)?,
                 })
             })
             .optional()?)
