@@ -625,3 +625,66 @@ pub struct AgentEventList {
     /// Oldest first; each delivery once, however often it arrived.
     pub events: Vec<AgentEventRecord>,
 }
+
+/// What an API key may do.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyScope {
+    /// Everything, including managing API keys and webhooks.
+    Admin,
+    /// Everything but managing API keys and webhooks (those answer 403 `forbidden`).
+    #[default]
+    User,
+}
+
+/// `POST /v1/api-keys`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateApiKey {
+    /// What the key is for: 1–64 characters, no control characters (need not be unique).
+    pub name: String,
+    /// `admin` or `user`; default `user`.
+    #[serde(default)]
+    pub scope: KeyScope,
+}
+
+/// An API key, without its secret.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKey {
+    /// Id (what `DELETE /v1/api-keys/{id}` takes).
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// What it may do.
+    pub scope: KeyScope,
+    /// The key's first characters (`e2b_` and 6 hex digits), to tell keys apart; absent for the
+    /// configured admin token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Whether this is the daemon's configured admin token (`SB_PAT_TOKEN` or
+    /// `<data-dir>/admin-token`), which is changed there and cannot be deleted through the API.
+    pub configured: bool,
+    /// Creation time, RFC 3339.
+    pub created_at: String,
+}
+
+/// A freshly created API key: the only answer that carries its secret.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedApiKey {
+    /// The key as listed.
+    #[serde(flatten)]
+    pub api_key: ApiKey,
+    /// The secret (`e2b_` + 40 hex digits): send it as `Authorization: Bearer` or `X-API-KEY`. It
+    /// is not stored and cannot be shown again.
+    pub key: String,
+}
+
+/// Every API key.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyList {
+    /// Oldest first.
+    pub api_keys: Vec<ApiKey>,
+}

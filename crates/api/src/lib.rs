@@ -4,9 +4,11 @@
 //! 1. the proxy ([`sandboxd_proxy`]) takes it if its Host is `{port}-{id}.{domain}`, it carries the
 //!    E2B sandbox headers, or its Host is a custom domain bound to a sandbox ([`domains`]);
 //! 2. `/health`, `/metrics` and `/v1/openapi.json` answer without a token;
-//! 3. everything under `/v1` needs a token ([`auth`]) and is handled in [`v1`], which calls the
-//!    service;
-//! 4. the E2B control API ([`e2b`]) answers at the root (`/sandboxes`, `/v2/sandboxes`, …), with a token;
+//! 3. everything under `/v1` needs a key ([`auth`]) and is handled in [`v1`], which calls the
+//!    service; managing keys ([`keys`]), webhooks ([`webhooks`]) and the reconcilers takes an admin
+//!    key;
+//! 4. the E2B control API ([`e2b`]) answers at the root (`/sandboxes`, `/v2/sandboxes`, …), and the
+//!    Daytona API ([`daytona`]) under `/api`, with a key (admin or user) too;
 //! 5. anything else is a JSON 404 — in the E2B shape outside `/v1` ([`e2b::error::shape_errors`]).
 //!
 //! Sandboxes' agents report on another listener, the callback socket ([`callbacks::router`]).
@@ -18,6 +20,7 @@ pub mod domains;
 pub mod e2b;
 pub mod error;
 pub mod images;
+pub mod keys;
 pub mod metrics;
 pub mod templates;
 pub mod terminal;
@@ -40,6 +43,7 @@ use utoipa::OpenApi;
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
     paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::stop, v1::start, v1::exec, v1::exec_stream, terminal::open, v1::run_code, v1::download, v1::upload,
           v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
+          keys::create, keys::list, keys::delete,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
           callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune,
           templates::create, templates::list, templates::get, templates::delete, templates::logs,
@@ -80,14 +84,23 @@ pub fn router(
 ) -> Router {
     let e2b = e2b::router(service.clone(), auth.clone());
     let daytona = daytona::router(service.clone(), auth.clone());
+    // What only admin keys may do: manage keys and webhooks, run the reconcilers.
+    let admin = Router::new()
+        .route("/api-keys", post(keys::create).get(keys::list))
+        .route("/api-keys/{id}", axum::routing::delete(keys::delete))
+        .route("/webhooks", post(webhooks::create).get(webhooks::list))
+        .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
+        .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
+        .route("/admin/reconcile", post(v1::reconcile))
+        .route_layer(middleware::from_fn(auth::admin_only));
     let sandboxes = Router::new()
+        .merge(admin)
         .route("/sandboxes", post(v1::create).get(v1::list))
         .route("/sandboxes/{id}", get(v1::get).delete(v1::delete))
         .route("/sandboxes/{id}/pause", post(v1::pause))
         .route("/sandboxes/{id}/resume", post(v1::resume))
         .route("/sandboxes/{id}/stop", post(v1::stop))
         .route("/sandboxes/{id}/start", post(v1::start))
-        .route("/admin/reconcile", post(v1::reconcile))
         .route("/images", post(images::pull).get(images::list))
         .route("/images/prune", post(images::prune))
         .route("/images/{key}", get(images::get).delete(images::remove))
@@ -97,9 +110,6 @@ pub fn router(
         )
         .route("/templates/{name}/logs", get(templates::logs))
         .route("/sandboxes/{id}/snapshot", post(templates::snapshot))
-        .route("/webhooks", post(webhooks::create).get(webhooks::list))
-        .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
-        .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/events", get(webhooks::events))
         .route("/sandboxes/{id}/agent-events", get(callbacks::list))
         .route("/sandboxes/{id}/exec", post(v1::exec))
@@ -181,6 +191,44 @@ pub fn router(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key routes are in the document with every status they answer; so is the 403 of the
+    /// routes only admin keys may call.
+    #[test]
+    fn api_key_routes_are_documented_with_their_statuses() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let statuses = |path: &str, method: &str| -> Vec<String> {
+            doc["paths"][path][method]["responses"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{method} {path} is not documented"))
+                .keys()
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            statuses("/v1/api-keys", "post"),
+            ["201", "400", "401", "403"]
+        );
+        assert_eq!(statuses("/v1/api-keys", "get"), ["200", "401", "403"]);
+        assert_eq!(
+            statuses("/v1/api-keys/{id}", "delete"),
+            ["204", "401", "403", "404", "409"]
+        );
+        for (path, method) in [
+            ("/v1/webhooks", "post"),
+            ("/v1/webhooks", "get"),
+            ("/v1/webhooks/{id}", "delete"),
+            ("/v1/webhooks/{id}/deliveries", "get"),
+            ("/v1/admin/reconcile", "post"),
+        ] {
+            assert!(
+                statuses(path, method).iter().any(|s| s == "403"),
+                "{method} {path}"
+            );
+        }
+        let created = &doc["components"]["schemas"]["CreatedApiKey"];
+        assert!(created.is_object(), "{created}");
+    }
 
     /// Every `$ref` in the OpenAPI document names a schema the document defines (a body type that
     /// gains a nested type without deriving `ToSchema` into the components would break clients).

@@ -115,7 +115,7 @@ where
         ),
     };
     let (response, replayed) = match (key, caller) {
-        (Some(key), Some(Extension(Caller(caller)))) => {
+        (Some(key), Some(Extension(Caller { owner: caller, .. }))) => {
             service
                 .idempotent(scope, &caller, key, body, target, work)
                 .await?
@@ -416,7 +416,8 @@ pub async fn unexpose(
 /// Run every reconciler once (what the daemon also does on its timer) and report what each examined,
 /// changed (by kind) and could not resolve. A second call right after reports no changes.
 #[utoipa::path(post, path = "/v1/admin/reconcile",
-    responses((status = 200, description = "`{reconcilers: [{name, examined, actions: {kind: count}, errors}], totalActions}`")))]
+    responses((status = 200, description = "`{reconcilers: [{name, examined, actions: {kind: count}, errors}], totalActions}`"),
+              (status = 403, body = api::ApiError, description = "a user key")))]
 pub async fn reconcile(State(service): State<Service>) -> Json<serde_json::Value> {
     let report = service.reconcile_all().await;
     let reconcilers: Vec<serde_json::Value> = report

@@ -1,5 +1,5 @@
 //! `/v1/webhooks` (registrations and their delivery log) and `/v1/events` (the live feed, as Server-Sent
-//! Events).
+//! Events). Managing webhooks takes an admin key (a user key gets 403 `forbidden`); the feed does not.
 //!
 //! `POST /v1/webhooks` answers 201 with the registration (never its secret), 400 when the URL is not an
 //! absolute http(s) URL, an event is unknown or the secret is shorter than 16 characters — and then
@@ -38,7 +38,8 @@ fn to_api(w: &Webhook) -> api::Webhook {
 
 /// Register a webhook.
 #[utoipa::path(post, path = "/v1/webhooks", request_body = api::CreateWebhook,
-    responses((status = 201, body = api::Webhook), (status = 400, body = api::ApiError)))]
+    responses((status = 201, body = api::Webhook), (status = 400, body = api::ApiError),
+              (status = 403, body = api::ApiError, description = "a user key")))]
 pub async fn create(
     State(service): State<Service>,
     caller: Option<Extension<Caller>>,
@@ -76,7 +77,7 @@ pub async fn create(
 }
 
 /// List webhook registrations.
-#[utoipa::path(get, path = "/v1/webhooks", responses((status = 200, body = api::WebhookList)))]
+#[utoipa::path(get, path = "/v1/webhooks", responses((status = 200, body = api::WebhookList), (status = 403, body = api::ApiError, description = "a user key")))]
 pub async fn list(State(service): State<Service>) -> Result<Json<api::WebhookList>, Error> {
     let hooks = service.list_webhooks().await?;
     Ok(Json(api::WebhookList {
@@ -86,7 +87,7 @@ pub async fn list(State(service): State<Service>) -> Result<Json<api::WebhookLis
 
 /// Remove a webhook registration (queued deliveries to it are dropped).
 #[utoipa::path(delete, path = "/v1/webhooks/{id}", params(("id" = String, Path)),
-    responses((status = 204), (status = 404, body = api::ApiError)))]
+    responses((status = 204), (status = 404, body = api::ApiError), (status = 403, body = api::ApiError, description = "a user key")))]
 pub async fn delete(
     State(service): State<Service>,
     Path(id): Path<String>,
@@ -97,7 +98,8 @@ pub async fn delete(
 
 /// The deliveries of a webhook with their attempts, newest first (`?limit=`, default 100).
 #[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", params(("id" = String, Path), ("limit" = Option<u32>, Query)),
-    responses((status = 200, body = api::WebhookDeliveryList), (status = 404, body = api::ApiError)))]
+    responses((status = 200, body = api::WebhookDeliveryList), (status = 404, body = api::ApiError),
+              (status = 403, body = api::ApiError, description = "a user key")))]
 pub async fn deliveries(
     State(service): State<Service>,
     Path(id): Path<String>,

@@ -11,8 +11,10 @@
 //! - No call retries: retrying a create is what [`Client::create`]'s idempotency key is for.
 //!
 //! The calls live beside the resource they touch: [`sandboxes`] (create/list/get/delete),
-//! [`exec`] (collected and streamed commands), [`files`] (upload/download/list), [`ports`].
+//! [`exec`] (collected and streamed commands), [`files`] (upload/download/list), [`ports`],
+//! [`api_keys`].
 
+pub mod api_keys;
 pub mod code;
 mod error;
 pub mod exec;

@@ -98,7 +98,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .context("opening the store")?;
     let token = admin_token(&data_dir)?;
     let stored = token.clone();
-    store
+    let admin_id = store
         .writer()
         .write(move |tx| tx.import_api_token("admin", &stored, unix_millis_now()))
         .await
@@ -180,7 +180,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     ));
     let app = sandboxd_api::router(
         service.clone(),
-        Auth::new([token.as_str()]),
+        Auth::new(service.clone(), &token, admin_id),
         Metrics::default(),
         proxy,
     );

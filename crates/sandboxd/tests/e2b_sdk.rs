@@ -4,6 +4,7 @@
 //! - Python, latest `e2b` (`tests/e2b/test_sdk.py`): interpreter from `E2B_PYTHON`, default
 //!   `.venv-e2b/bin/python` at the repository root.
 //! - JS, `e2b` from npm (`tests/e2b/test_sdk.mjs`): `node`, with the SDK in `tests/e2b/node_modules`.
+//! - Python, latest `e2b`, with a key minted by `POST /v1/api-keys` (`tests/e2b/test_api_key.py`).
 //! - Python, `e2b==2.20.0` (`tests/e2b/test_sdk_old.py`, the older `POST /sandboxes` create):
 //!   interpreter from `E2B_OLD_PYTHON`, default `.venv-e2b-old/bin/python`.
 //!
@@ -53,6 +54,40 @@ fn python_sdk_acceptance() {
         let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
         let daemon = e2b_support::start().await;
         run_script(&daemon, &python, &["tests/e2b/test_sdk.py"], &[]).await;
+    });
+}
+
+/// The latest Python SDK takes a key minted by `POST /v1/api-keys` (a user key, `e2b_` + 40 hex
+/// digits) as `E2B_API_KEY`, and is refused on its next call once the key is revoked
+/// (`tests/e2b/test_api_key.py`).
+#[test]
+fn python_sdk_with_a_minted_key() {
+    e2b_test(async {
+        let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
+        let daemon = e2b_support::start().await;
+        let created: serde_json::Value = daemon
+            .http()
+            .post(daemon.endpoint("/v1/api-keys"))
+            .json(&serde_json::json!({"name": "sdk", "scope": "user"}))
+            .send()
+            .await
+            .expect("create a key")
+            .json()
+            .await
+            .expect("CreatedApiKey");
+        let key = created["key"].as_str().expect("key");
+        let id = created["id"].as_str().expect("id");
+        run_script(
+            &daemon,
+            &python,
+            &["tests/e2b/test_api_key.py"],
+            &[
+                ("E2B_API_KEY", key),
+                ("SBX_ADMIN_KEY", e2b_support::API_KEY),
+                ("SBX_KEY_ID", id),
+            ],
+        )
+        .await;
     });
 }
 

@@ -5,7 +5,6 @@
 //! or after the subcommand); the token's value is never shown in `--help`.
 
 use clap::{Args, Parser, Subcommand};
-use sandboxd_client::DEFAULT_API_URL;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -19,12 +18,16 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "sbx", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Address of the daemon's API.
-    #[arg(long, global = true, env = "SB_API_URL", default_value = DEFAULT_API_URL)]
-    pub api_url: String,
-    /// Bearer token for the API.
+    /// Address of the daemon's API [default: the saved login's, else http://127.0.0.1:21212].
+    #[arg(long, global = true, env = "SB_API_URL")]
+    pub api_url: Option<String>,
+    /// API key [default: the saved login's, for the daemon it was saved for].
     #[arg(long, global = true, env = "SB_PAT_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Where `sbx login` saves the daemon's address and key (mode 0600) [default:
+    /// $XDG_CONFIG_HOME/sbx/config.json, else ~/.config/sbx/config.json].
+    #[arg(long, global = true, env = "SBX_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// Print JSON (API bodies) instead of text; errors become ApiError JSON on stderr.
     #[arg(long, global = true)]
     pub json: bool,
@@ -107,12 +110,43 @@ pub enum Command {
     /// Templates (named images): list, build, logs, remove.
     #[command(subcommand)]
     Templates(TemplatesCommand),
+    /// Check an API key (--token / SB_PAT_TOKEN, else the first line of stdin) against the daemon
+    /// and save it with the daemon's address for later commands (see --config).
+    Login,
+    /// Remove the saved login.
+    Logout,
+    /// API keys (admin keys only): create, list, delete.
+    #[command(subcommand, name = "api-keys")]
+    ApiKeys(ApiKeysCommand),
     /// Turn a sandbox's filesystem into a template; prints its name.
     Snapshot {
         /// Sandbox id or name.
         id: String,
         /// The template's name.
         name: String,
+    },
+}
+
+/// `sbx api-keys …`.
+#[derive(Debug, Subcommand)]
+pub enum ApiKeysCommand {
+    /// Create a key; prints its secret, which cannot be shown again.
+    Create {
+        /// What the key is for.
+        name: String,
+        /// `user` (everything but managing keys and webhooks) or `admin`.
+        #[arg(long, default_value = "user", value_parser = ["user", "admin"])]
+        scope: String,
+    },
+    /// List the keys (never their secrets).
+    #[command(alias = "ls")]
+    List,
+    /// Revoke keys by id: each is refused from the next request on.
+    #[command(alias = "rm")]
+    Delete {
+        /// Key ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
     },
 }
 

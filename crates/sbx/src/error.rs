@@ -11,8 +11,20 @@ use sandboxd_client::ClientError;
 #[derive(Debug, thiserror::Error)]
 pub enum SbxError {
     /// No token was configured.
-    #[error("no API token: pass --token or set SB_PAT_TOKEN")]
+    #[error("no API token: pass --token, set SB_PAT_TOKEN or run `sbx login`")]
     MissingToken,
+    /// There is nowhere to keep a login.
+    #[error("no place for the saved login: pass --config, or set SBX_CONFIG or HOME")]
+    NoConfigPath,
+    /// The saved login cannot be read.
+    #[error("the saved login {path} is not valid (run `sbx login` again)")]
+    Config {
+        /// The file.
+        path: String,
+        /// Why it does not parse.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The arguments make no sense together (beyond what clap checks).
     #[error("{0}")]
     Usage(String),
@@ -50,6 +62,7 @@ impl SbxError {
     pub fn code(&self) -> &str {
         match self {
             SbxError::MissingToken => "missing_token",
+            SbxError::NoConfigPath | SbxError::Config { .. } => "config",
             SbxError::Usage(_) => "usage",
             SbxError::Client(e) => e.code(),
             SbxError::ExecStream(_) => "exec_stream",

@@ -48,13 +48,14 @@ fn missing_token_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_sbx"))
         .args(["ls"])
         .env("SB_API_URL", &fake.url)
+        .env("SBX_CONFIG", "/nonexistent/sbx-config.json")
         .env_remove("SB_PAT_TOKEN")
         .output()
         .expect("run");
     assert_eq!(code(&out), 1);
     assert_eq!(
         stderr(&out),
-        "error: no API token: pass --token or set SB_PAT_TOKEN (missing_token)\n"
+        "error: no API token: pass --token, set SB_PAT_TOKEN or run `sbx login` (missing_token)\n"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_sbx"))
         .args(["ls", "--token", TOKEN])

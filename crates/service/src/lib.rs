@@ -6,11 +6,12 @@
 //! (adoption at start-up, expiry), [`readiness`] (the agent's call-home and the creates waiting for
 //! it), [`reconcile`] (the sweeps that resolve records stuck in a
 //! transitional state), [`pause`] (freezing and thawing in place, usage), [`e2b`] (the E2B facade's
-//! create dedupe, timeouts and connect).
+//! create dedupe, timeouts and connect), [`api_keys`] (the keys every surface accepts).
 //!
 //! Authority: the store says what was promised (which sandboxes exist, their names, slots and ports);
 //! the runtime says what runs. Every write goes through the store's single writer.
 
+pub mod api_keys;
 pub mod builds;
 pub mod builtin;
 pub mod code;

@@ -27,6 +27,10 @@
 //!     (`deliveries::tests::a_delivery_is_recorded_once`);
 //!   - one observed endpoint per sandbox, racing writers converge: `sandbox_endpoints` primary key and
 //!     an upsert (`endpoints::tests::racing_upserts_converge_on_one_row`).
+//!   - an API key is stored only as its SHA-256, unique: `api_tokens.token_hash`; its scope is `admin`
+//!     or `user` and the configured token is an admin one (migration 7's CHECKs)
+//!     (`tokens::tests::only_the_hash_is_stored_and_verify_finds_it_with_its_scope`,
+//!     `tokens::tests::the_schema_refuses_unknown_scopes_and_configured_user_keys`).
 //!
 //! Time is always passed in (`now`, Unix milliseconds), so tests control the clock.
 //!
@@ -76,7 +80,7 @@ pub use reader::{ReadTx, StoreReader};
 pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState};
 pub use slots::SlotLease;
 pub use templates::{LogLine, TemplateRecord, TemplateState};
-pub use tokens::{hash_token, ApiToken, CreatedToken, TokenId};
+pub use tokens::{hash_token, ApiToken, CreatedToken, KeyScope, Revoked, TokenId, VerifiedToken};
 pub use webhooks::{DeliveryAttempt, Webhook};
 pub use writer::{StoreWriter, WriteTx, WriterStats, WriterThread};
 

@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "images, their layers and tags; the image a sandbox's root is made of",
         sql: SCHEMA_V6,
     },
+    Migration {
+        version: 7,
+        name: "API keys: a scope, a non-secret prefix, and which token is the configured one",
+        sql: SCHEMA_V7,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -281,6 +286,18 @@ CREATE TABLE build_cache (
     layer_digest TEXT NOT NULL REFERENCES layers(digest) ON DELETE CASCADE,
     created_at   INTEGER NOT NULL
 );
+"#;
+
+/// API keys ([`crate::tokens`]): what a key may do (`scope`: `admin` manages keys and webhooks,
+/// `user` does not), the first characters of a minted key to tell keys apart by (`prefix`, empty for
+/// a configured token), and where it came from (`origin`: `minted` by `POST /v1/api-keys`, or
+/// `configured`, the daemon's admin token). Every token stored before this migration was the
+/// configured admin token, so the defaults describe them.
+const SCHEMA_V7: &str = r#"
+ALTER TABLE api_tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin' CHECK (scope IN ('admin', 'user'));
+ALTER TABLE api_tokens ADD COLUMN prefix TEXT NOT NULL DEFAULT '';
+ALTER TABLE api_tokens ADD COLUMN origin TEXT NOT NULL DEFAULT 'configured'
+    CHECK (origin IN ('configured', 'minted') AND (origin = 'minted' OR scope = 'admin'));
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

@@ -1,7 +1,8 @@
 //! The Daytona API, served under `/api` on the daemon's listener, so that the real Daytona SDKs
 //! (`daytona` on PyPI, `@daytonaio/sdk`) work unmodified with `DAYTONA_API_URL=http://HOST:PORT/api`
-//! and `DAYTONA_API_KEY` set to a daemon token (sent as `Authorization: Bearer`, checked by
-//! [`crate::auth::require`]; Daytona's organization headers are accepted and ignored).
+//! and `DAYTONA_API_KEY` set to a daemon API key, admin or user (sent as `Authorization: Bearer`,
+//! checked by [`crate::auth::authenticate`], refused in Daytona's error shape; Daytona's
+//! organization headers are accepted and ignored).
 //!
 //! What is served so far (the rest of Daytona's surface answers 404 or, where a route exists but
 //! the feature does not, 501):
@@ -38,7 +39,9 @@ pub mod toolbox_error;
 pub mod transfer;
 
 use crate::auth::{self, Auth};
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{middleware, Router};
 use sandboxd_service::Service;
@@ -109,8 +112,16 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .merge(files_router())
         .merge(git_router())
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
-        .route_layer(middleware::from_fn_with_state(auth, auth::require))
+        .route_layer(middleware::from_fn_with_state(auth, require))
         .with_state(service)
+}
+
+/// [`auth::require`], refusing in Daytona's error shape (the SDK reads `statusCode`).
+async fn require(State(auth): State<Auth>, req: Request, next: Next) -> Response {
+    match auth::authenticate(&auth, req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => error::DaytonaError::from(e).into_response(),
+    }
 }
 
 /// The toolbox's file-system routes ([`files`], [`transfer`]); transfers take bodies of any size.

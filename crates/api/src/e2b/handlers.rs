@@ -89,7 +89,7 @@ pub async fn create(
         })
         .transpose()?;
     let (answer, replayed) = match (key, caller) {
-        (Some(key), Some(Extension(Caller(caller)))) => {
+        (Some(key), Some(Extension(Caller { owner: caller, .. }))) => {
             service
                 .idempotent(CREATE_KEY_SCOPE, &caller, key, &body, None, work)
                 .await?

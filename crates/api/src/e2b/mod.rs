@@ -1,6 +1,7 @@
 //! The E2B control API, served at the root of the daemon's listener beside `/v1`, so that the real E2B
 //! SDKs work unmodified with `E2B_API_URL` and `E2B_SANDBOX_URL` pointed at the daemon and
-//! `E2B_API_KEY` set to a daemon token (sent as `X-API-KEY`, checked by [`crate::auth::require`]).
+//! `E2B_API_KEY` set to a daemon API key, admin or user — minted ones are `e2b_` + 40 hex digits, as
+//! E2B's are (sent as `X-API-KEY`, checked by [`crate::auth::require`]).
 //!
 //! Routes (as the SDKs' generated clients call them):
 //! - `POST /v2/sandboxes`, `POST /sandboxes` (older SDKs): create → 201 `Sandbox`; identical bodies
