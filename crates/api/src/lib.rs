@@ -9,7 +9,8 @@
 //!    key;
 //! 4. the E2B control API ([`e2b`]) answers at the root (`/sandboxes`, `/v2/sandboxes`, …), and the
 //!    Daytona API ([`daytona`]) under `/api`, with a key (admin or user) too;
-//! 5. anything else is a JSON 404 — in the E2B shape outside `/v1` ([`e2b::error::shape_errors`]).
+//! 5. `/mcp` serves the same tools over MCP's Streamable HTTP ([`mcp`]), with a key;
+//! 6. anything else is a JSON 404 — in the E2B shape outside `/v1` ([`e2b::error::shape_errors`]).
 //!
 //! Sandboxes' agents report on another listener, the callback socket ([`callbacks::router`]).
 
@@ -21,6 +22,7 @@ pub mod e2b;
 pub mod error;
 pub mod images;
 pub mod keys;
+pub mod mcp;
 pub mod metrics;
 pub mod templates;
 pub mod terminal;
@@ -84,6 +86,9 @@ pub fn router(
 ) -> Router {
     let e2b = e2b::router(service.clone(), auth.clone());
     let daytona = daytona::router(service.clone(), auth.clone());
+    let mcp = Router::new()
+        .nest_service("/mcp", mcp::service(service.clone()))
+        .layer(middleware::from_fn_with_state(auth.clone(), auth::require));
     // What only admin keys may do: manage keys and webhooks, run the reconcilers.
     let admin = Router::new()
         .route("/api-keys", post(keys::create).get(keys::list))
@@ -168,6 +173,7 @@ pub fn router(
         .merge(open)
         .merge(e2b)
         .merge(daytona)
+        .merge(mcp)
         .fallback(|| async {
             error::Error::new(StatusCode::NOT_FOUND, "not_found", "no such route").into_response()
         })

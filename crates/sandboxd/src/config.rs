@@ -17,7 +17,22 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon (API, proxy, sandboxes) in the foreground.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
+    /// An MCP server on stdio (for desktop agents and IDEs) with the tools of a running daemon's
+    /// `/mcp` endpoint: create_sandbox, run_command, run_code, read_file, write_file, list_files,
+    /// expose_port, list_sandboxes, delete_sandbox.
+    Mcp(McpConfig),
+}
+
+/// `sandboxd mcp`.
+#[derive(Debug, clap::Args)]
+pub struct McpConfig {
+    /// The daemon's URL.
+    #[arg(long, env = "SB_API_URL", default_value = "http://127.0.0.1:21212")]
+    pub api_url: String,
+    /// An API key of the daemon (or its admin token).
+    #[arg(long, env = "SB_PAT_TOKEN", hide_env_values = true)]
+    pub token: String,
 }
 
 /// `sandboxd serve`.

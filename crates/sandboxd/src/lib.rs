@@ -10,6 +10,7 @@
 
 pub mod callback;
 pub mod config;
+pub mod mcp;
 pub mod tls;
 
 use anyhow::Context;
@@ -48,7 +49,8 @@ pub fn run(cli: Cli) -> ExitCode {
     // Reads FAILPOINTS; a no-op unless built with the `failpoints` feature.
     let _failpoints = fail::FailScenario::setup();
     let result = match cli.command {
-        Command::Serve(config) => runtime.block_on(serve(config)),
+        Command::Serve(config) => runtime.block_on(serve(*config)),
+        Command::Mcp(config) => runtime.block_on(mcp::run(config)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -96,9 +96,11 @@ impl IntoResponse for E2bError {
 
 /// Whether `path` belongs to the native surface (which keeps its own error shape).
 fn is_native(path: &str) -> bool {
-    // `/api` is Daytona's, which has an error shape of its own.
+    // `/api` is Daytona's, which has an error shape of its own; `/mcp` answers in the native one.
     path == "/v1"
         || path.starts_with("/v1/")
+        || path == "/mcp"
+        || path.starts_with("/mcp/")
         || path == "/api"
         || path.starts_with("/api/")
         || path == "/health"

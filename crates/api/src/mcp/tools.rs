@@ -1,0 +1,309 @@
+//! The MCP tools, each a translation onto a service flow (see the module contract in [`super`]).
+
+use crate::error::Error;
+use futures::StreamExt;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::CallToolResult;
+use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler};
+use sandboxd_api_types as api;
+use sandboxd_service::code::code_lines;
+use sandboxd_service::sandboxes::to_api;
+use sandboxd_service::{Service, ServiceError};
+use sandboxd_store::SandboxFilter;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The most of a file `read_file` returns; larger files are refused with a pointer to `/v1`.
+const MAX_READ_BYTES: usize = 4 << 20;
+
+/// The tools, over one daemon's service.
+#[derive(Clone)]
+pub struct SandboxTools {
+    service: Service,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct CreateSandboxArgs {
+    /// Template to start from (default `base`; `code-interpreter-v1` has Python and Jupyter kernels
+    /// for `run_code`).
+    pub template: Option<String>,
+    /// An OCI image to make the root of, instead of a template (e.g. `python:3.12-slim`).
+    pub image: Option<String>,
+    /// A unique name for the sandbox.
+    pub name: Option<String>,
+    /// Seconds until the sandbox is deleted (default the daemon's).
+    pub timeout_sec: Option<u64>,
+    /// Memory limit in MiB.
+    pub memory_mb: Option<u64>,
+    /// CPUs (may be fractional).
+    pub cpu: Option<f64>,
+    /// Key/value labels.
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SandboxArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RunCommandArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// A shell command line, run with `sh -c`.
+    pub command: String,
+    /// Working directory (default the user's home).
+    pub cwd: Option<String>,
+    /// Extra environment variables.
+    pub env: Option<BTreeMap<String, String>>,
+    /// Kill the command after this many milliseconds.
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RunCodeArgs {
+    /// Sandbox id or name (its template must have the code interpreter, e.g. `code-interpreter-v1`).
+    pub sandbox: String,
+    /// The code.
+    pub code: String,
+    /// `python` (default) or `bash`; state is kept between calls in each.
+    pub language: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PathArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// Absolute path inside the sandbox.
+    pub path: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WriteFileArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// Absolute path inside the sandbox (parent directories are created).
+    pub path: String,
+    /// The file's new content (UTF-8 text).
+    pub content: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ExposePortArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// The port a server in the sandbox listens on.
+    pub port: u16,
+    /// `http` (default: a URL through the daemon's proxy) or `tcp` (a host port).
+    pub protocol: Option<String>,
+}
+
+/// A service failure as an MCP error with the API's message, code and status.
+fn mcp_error(e: ServiceError) -> ErrorData {
+    let e = Error::from(e);
+    let data = Some(json!({ "code": e.code, "status": e.status.as_u16() }));
+    if e.status.is_client_error() {
+        ErrorData::invalid_params(e.message, data)
+    } else {
+        ErrorData::internal_error(e.message, data)
+    }
+}
+
+fn structured(value: impl serde::Serialize) -> Result<CallToolResult, ErrorData> {
+    serde_json::to_value(value)
+        .map(CallToolResult::structured)
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
+#[tool_router]
+impl SandboxTools {
+    pub fn new(service: Service) -> Self {
+        SandboxTools { service }
+    }
+
+    #[tool(
+        description = "Create a sandbox (an isolated Linux machine) and wait until it runs; returns it, with its id."
+    )]
+    async fn create_sandbox(
+        &self,
+        Parameters(a): Parameters<CreateSandboxArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = api::CreateSandbox {
+            name: a.name,
+            template: a.template,
+            image: a.image,
+            cpu: a.cpu,
+            memory_mb: a.memory_mb,
+            metadata: a.metadata,
+            timeout_sec: a.timeout_sec,
+            ..Default::default()
+        };
+        let sandbox = self.service.create(req).await.map_err(mcp_error)?;
+        structured(to_api(&sandbox))
+    }
+
+    #[tool(description = "List the sandboxes.")]
+    async fn list_sandboxes(&self) -> Result<CallToolResult, ErrorData> {
+        let filter = SandboxFilter {
+            limit: 1000,
+            ..Default::default()
+        };
+        let (sandboxes, _) = self.service.list(filter).await.map_err(mcp_error)?;
+        let sandboxes: Vec<api::Sandbox> = sandboxes.iter().map(to_api).collect();
+        structured(json!({ "sandboxes": sandboxes }))
+    }
+
+    #[tool(description = "Delete a sandbox and everything in it.")]
+    async fn delete_sandbox(
+        &self,
+        Parameters(a): Parameters<SandboxArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.service.delete(&a.sandbox).await.map_err(mcp_error)?;
+        structured(json!({ "deleted": a.sandbox }))
+    }
+
+    #[tool(
+        description = "Run a shell command in a sandbox and wait for it; returns its exit code, stdout and stderr."
+    )]
+    async fn run_command(
+        &self,
+        Parameters(a): Parameters<RunCommandArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = api::ExecRequest {
+            cmd: vec!["sh".into(), "-c".into(), a.command],
+            env: a.env,
+            cwd: a.cwd,
+            user: None,
+            timeout_ms: a.timeout_ms,
+        };
+        let result = self
+            .service
+            .exec(&a.sandbox, req)
+            .await
+            .map_err(mcp_error)?;
+        structured(result)
+    }
+
+    #[tool(
+        description = "Run code in a sandbox's code interpreter (Jupyter kernels; state is kept between calls); returns its output lines: stdout, stderr, results (text, images, charts) and an error if it raised."
+    )]
+    async fn run_code(
+        &self,
+        Parameters(a): Parameters<RunCodeArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = api::RunCode {
+            code: a.code,
+            context_id: None,
+            language: a.language,
+            envs: None,
+        };
+        let output = self
+            .service
+            .run_code(&a.sandbox, req)
+            .await
+            .map_err(mcp_error)?;
+        let mut lines = code_lines(output);
+        let mut kept = Vec::new();
+        while let Some(line) = lines.next().await {
+            let line: Value = line.map_err(mcp_error)?;
+            if matches!(
+                line["type"].as_str(),
+                Some("stdout" | "stderr" | "result" | "error")
+            ) {
+                kept.push(line);
+            }
+        }
+        structured(json!({ "output": kept }))
+    }
+
+    #[tool(description = "Read a text file from a sandbox (at most 4 MiB).")]
+    async fn read_file(
+        &self,
+        Parameters(a): Parameters<PathArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut chunks = std::pin::pin!(self
+            .service
+            .read_file(&a.sandbox, &a.path, None)
+            .await
+            .map_err(mcp_error)?);
+        let mut content = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| mcp_error(sandboxd_service::exec::agent_error(e)))?;
+            content.extend_from_slice(&chunk);
+            if content.len() > MAX_READ_BYTES {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "{} is larger than 4 MiB: download it with GET /v1/sandboxes/{{id}}/files",
+                        a.path
+                    ),
+                    Some(json!({ "code": "too_large", "status": 413 })),
+                ));
+            }
+        }
+        let text = String::from_utf8(content).map_err(|_| {
+            ErrorData::invalid_params(
+                format!(
+                    "{} is not UTF-8 text: download it with GET /v1/sandboxes/{{id}}/files",
+                    a.path
+                ),
+                Some(json!({ "code": "not_text", "status": 400 })),
+            )
+        })?;
+        structured(json!({ "path": a.path, "content": text }))
+    }
+
+    #[tool(description = "Write a text file in a sandbox, creating parent directories.")]
+    async fn write_file(
+        &self,
+        Parameters(a): Parameters<WriteFileArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let bytes = a.content.len();
+        let body = futures::stream::iter([Ok(bytes::Bytes::from(a.content))]);
+        self.service
+            .write_file(&a.sandbox, &a.path, None, body)
+            .await
+            .map_err(mcp_error)?;
+        structured(json!({ "path": a.path, "bytes": bytes }))
+    }
+
+    #[tool(description = "List a directory of a sandbox.")]
+    async fn list_files(
+        &self,
+        Parameters(a): Parameters<PathArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let list = self
+            .service
+            .list_files(&a.sandbox, &a.path)
+            .await
+            .map_err(mcp_error)?;
+        structured(list)
+    }
+
+    #[tool(
+        description = "Expose a port a server in the sandbox listens on; returns its public URL."
+    )]
+    async fn expose_port(
+        &self,
+        Parameters(a): Parameters<ExposePortArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = api::ExposePort {
+            port: a.port,
+            protocol: a.protocol.unwrap_or_else(|| "http".into()),
+            skip_listen_check: false,
+        };
+        let (exposed, _) = self
+            .service
+            .expose(&a.sandbox, req)
+            .await
+            .map_err(mcp_error)?;
+        structured(exposed)
+    }
+}
+
+#[tool_handler(
+    name = "sandboxd",
+    instructions = "Sandboxes are isolated Linux machines: create one, run commands or code in it, move files, expose a port, delete it."
+)]
+impl ServerHandler for SandboxTools {}

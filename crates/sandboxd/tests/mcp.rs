@@ -1,0 +1,44 @@
+//! The MCP surface with the official MCP Python client (`mcp`, installed by `scripts/mcp-sdk`),
+//! unmodified: over stdio through `sandboxd mcp` and over Streamable HTTP at `/mcp`, with a `user`
+//! key minted by `POST /v1/api-keys` (`tests/mcp/test_mcp.py`).
+
+mod common;
+mod e2b_support;
+
+use e2b_support::{e2b_test, run_script};
+use sandboxd_test_support::workspace_root;
+use serde_json::{json, Value};
+
+/// Invariant: every MCP call is authenticated with an API key, on both transports; the nine tools
+/// create, run, read, write, list and delete through the daemon's own flows, and their failures are
+/// MCP errors carrying the API's message.
+#[test]
+fn the_official_mcp_client_drives_the_tools_over_stdio_and_http() {
+    e2b_test(async {
+        let python = workspace_root().join(".venv-mcp/bin/python");
+        assert!(
+            python.exists(),
+            "the MCP SDK is not installed: run scripts/mcp-sdk"
+        );
+        let d = e2b_support::start().await;
+        let created: Value = d
+            .http()
+            .post(d.endpoint("/v1/api-keys"))
+            .json(&json!({"name": "mcp", "scope": "user"}))
+            .send()
+            .await
+            .expect("create a key")
+            .json()
+            .await
+            .expect("CreatedApiKey");
+        let key = created["key"].as_str().expect("key");
+        let sandboxd = std::path::Path::new(env!("CARGO_BIN_EXE_sandboxd"));
+        let env = [
+            ("SANDBOXD_URL", d.url()),
+            ("SANDBOXD_TOKEN", key.to_string()),
+            ("SANDBOXD_BIN", sandboxd.display().to_string()),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        run_script(&d, &python, &["tests/mcp/test_mcp.py"], &env).await;
+    });
+}
