@@ -49,6 +49,7 @@ impl From<ServiceError> for Error {
             ServiceError::HostnameConflict(_) => (S::CONFLICT, "hostname_conflict"),
             ServiceError::PortNotListening(_) => (S::CONFLICT, "port_not_listening"),
             ServiceError::InFlight { .. } => (S::CONFLICT, "request_in_flight"),
+            ServiceError::LimitExceeded { .. } => (S::TOO_MANY_REQUESTS, "limit_exceeded"),
             ServiceError::KeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             ServiceError::Exhausted(_) => (S::SERVICE_UNAVAILABLE, "pool_exhausted"),
             ServiceError::Agent(_) => (S::BAD_GATEWAY, "agent_error"),
@@ -64,7 +65,10 @@ impl From<ServiceError> for Error {
             tracing::error!(error = %chain(&e), "request failed");
         }
         let retry_after = match &e {
-            ServiceError::InFlight { retry_after_secs } => Some(*retry_after_secs),
+            ServiceError::InFlight { retry_after_secs }
+            | ServiceError::LimitExceeded {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
             _ => None,
         };
         Self {

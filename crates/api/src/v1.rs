@@ -44,10 +44,12 @@ pub async fn create(
 ) -> Result<Response, Error> {
     // The id is chosen before the work so a crashed attempt's sandbox can be found and undone.
     let id = random_id("sb", 14);
+    let owner = key_id(caller.as_ref());
     let work = |stale: Option<String>| async {
         let created = async {
             let req: api::CreateSandbox = parse_json(&body)?;
-            let plan = service.plan_create(req)?;
+            let mut plan = service.plan_create(req)?;
+            plan.owner = owner.clone();
             if let Some(stale) = stale {
                 // An earlier attempt with this key died before answering: undo what it made.
                 match service.delete(&stale).await {
@@ -71,6 +73,11 @@ pub async fn create(
     .await
 }
 
+/// The id of the caller's API key, whose limits its creates count against (`""` without one).
+pub(crate) fn key_id(caller: Option<&Extension<Caller>>) -> String {
+    caller.map_or_else(String::new, |Extension(c)| c.key.id.0.clone())
+}
+
 /// A handler's outcome as a storable response.
 pub(crate) fn json_response<T: serde::Serialize>(
     status: StatusCode,
@@ -80,6 +87,7 @@ pub(crate) fn json_response<T: serde::Serialize>(
         Ok(value) => Replayable {
             status: status.as_u16(),
             body: serde_json::to_vec(&value).unwrap_or_default(),
+            retry_after: None,
         },
         Err(e) => Replayable {
             status: e.status.as_u16(),
@@ -88,6 +96,7 @@ pub(crate) fn json_response<T: serde::Serialize>(
                 message: e.message,
             })
             .unwrap_or_default(),
+            retry_after: e.retry_after,
         },
     }
 }
@@ -134,6 +143,9 @@ where
             "idempotent-replayed",
             header::HeaderValue::from_static("true"),
         );
+    }
+    if let Some(secs) = response.retry_after {
+        out.headers_mut().insert(header::RETRY_AFTER, secs.into());
     }
     Ok(out)
 }

@@ -65,6 +65,14 @@ pub struct ServeConfig {
     /// Host ports for `tcp` exposures, `FIRST-LAST`.
     #[arg(long, env = "SB_HOST_PORTS", default_value = "22000-23000")]
     pub host_ports: String,
+    /// Sandboxes one API key may hold at once (deleting, failed and lost ones do not count); past it a
+    /// create is 429 with Retry-After and makes nothing. 0: no limit.
+    #[arg(long, env = "SB_MAX_SANDBOXES_PER_KEY", default_value_t = 0)]
+    pub max_sandboxes_per_key: u32,
+    /// Creates of one API key that may be in flight at once; past it 429 with Retry-After. 0: no
+    /// limit.
+    #[arg(long, env = "SB_MAX_CONCURRENT_CREATES_PER_KEY", default_value_t = 0)]
+    pub max_concurrent_creates_per_key: u32,
     /// How long an Idempotency-Key attempt may run before a retry may take over, milliseconds.
     #[arg(long, env = "SB_IDEMPOTENCY_PENDING_TTL_MS", default_value_t = 120_000)]
     pub idempotency_pending_ttl_ms: u64,

@@ -158,6 +158,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_disk_mb: config.max_disk_mb,
             image_cache_max_mb: config.image_cache_max_mb,
             ready_cmd_timeout: Duration::from_secs(config.ready_cmd_timeout_secs),
+            key_limits: sandboxd_service::per_key::KeyLimits {
+                max_sandboxes: config.max_sandboxes_per_key,
+                max_concurrent_creates: config.max_concurrent_creates_per_key,
+            },
             ..ServiceConfig::default()
         },
         store.writer().clone(),

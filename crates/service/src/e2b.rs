@@ -89,6 +89,9 @@ pub struct E2bCreate {
     pub allow_out: Vec<String>,
     /// `network.denyOut`: unreachable unless allowed (checked by [`Service::e2b_create`]).
     pub deny_out: Vec<String>,
+    /// The id of the API key creating it, whose limits apply ([`crate::per_key`]); not part of the
+    /// fingerprint.
+    pub owner: String,
 }
 
 impl E2bCreate {
@@ -284,6 +287,10 @@ impl Service {
             }),
             ..Default::default()
         })?;
+        let plan = crate::sandboxes::CreatePlan {
+            owner: req.owner.clone(),
+            ..plan
+        };
         // An unknown or unready template is refused before claiming, too.
         if plan.template != crate::sandboxes::DEFAULT_TEMPLATE {
             self.template_image(&plan.template).await?;

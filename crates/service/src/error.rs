@@ -31,6 +31,14 @@ pub enum ServiceError {
         /// Seconds after which a retry is worth it.
         retry_after_secs: u64,
     },
+    /// The caller's API key is past one of its limits ([`crate::per_key`]).
+    #[error("{message}")]
+    LimitExceeded {
+        /// What limit, and what to do.
+        message: String,
+        /// Seconds after which a retry is worth it.
+        retry_after_secs: u64,
+    },
     /// The Idempotency-Key was used before for a different request.
     #[error("this Idempotency-Key was used for a different request")]
     KeyReused,

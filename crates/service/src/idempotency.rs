@@ -4,7 +4,8 @@
 //! The key is scoped by the caller (their token) and the route; the request body is hashed so reusing a
 //! key for a different request is refused. The first attempt's response — status and body, client
 //! errors included — is stored and replayed for the same key until the replay window closes. A server
-//! error (5xx) is not stored: the claim is deleted so a retry does the work again. A crash mid-attempt
+//! error (5xx) and a refusal to try (429, a per-key limit) are not stored: the claim is deleted so a
+//! retry does the work again. A crash mid-attempt
 //! leaves a pending claim whose lock expires, after which a retry redoes the work (the seed's case 4).
 
 use crate::{Service, ServiceError};
@@ -29,6 +30,8 @@ pub struct Replayable {
     pub status: u16,
     /// Body bytes.
     pub body: Vec<u8>,
+    /// `Retry-After` seconds of a refusal (never stored: a refusal is not replayed).
+    pub retry_after: Option<u64>,
 }
 
 fn digest(parts: &[&[u8]]) -> String {
@@ -105,6 +108,7 @@ impl Service {
                     Replayable {
                         status: status.unwrap_or(200),
                         body: body.unwrap_or_default(),
+                        retry_after: None,
                     },
                     true,
                 ))
@@ -120,7 +124,7 @@ impl Service {
         let response = work(stale_target).await;
         crate::failpoints::hold("idempotency.before-complete").await;
         let stored = response.clone();
-        let result = if response.status >= 500 {
+        let result = if response.status >= 500 || response.status == 429 {
             self.writer()
                 .write(move |tx| tx.delete_claim(scope, &fingerprint, generation))
                 .await

@@ -30,6 +30,7 @@ pub mod images;
 pub mod lifecycle;
 pub mod network;
 pub mod pause;
+pub mod per_key;
 pub mod ports;
 pub mod readiness;
 pub mod reconcile;
@@ -101,6 +102,8 @@ pub struct ServiceConfig {
     pub image_cache_max_mb: u64,
     /// How long a create from a template waits for the template's ready command to succeed.
     pub ready_cmd_timeout: Duration,
+    /// Limits on what one API key may create ([`per_key`]).
+    pub key_limits: per_key::KeyLimits,
 }
 
 impl Default for ServiceConfig {
@@ -127,6 +130,7 @@ impl Default for ServiceConfig {
             max_disk_mb: 100 * 1024,
             image_cache_max_mb: 0,
             ready_cmd_timeout: templates::READY_CMD_TIMEOUT,
+            key_limits: Default::default(),
         }
     }
 }

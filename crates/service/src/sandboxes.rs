@@ -61,6 +61,8 @@ pub struct CreatePlan {
     pub network: EgressPolicy,
     /// What the timeout does.
     pub lifecycle: api::Lifecycle,
+    /// The id of the API key creating it, whose limits apply ([`crate::per_key`]); `""` for none.
+    pub owner: String,
 }
 
 /// Random lowercase alphanumeric id of `len` characters.
@@ -169,6 +171,7 @@ impl Service {
             timeout_sec,
             network,
             lifecycle,
+            owner: String::new(),
         })
     }
 
@@ -178,6 +181,12 @@ impl Service {
         id: String,
         plan: CreatePlan,
     ) -> Result<Sandbox, ServiceError> {
+        let limits = self.config().key_limits;
+        if !plan.owner.is_empty() {
+            // Early, so a key past its limits pulls or builds nothing; the insert checks again.
+            let owner = plan.owner.clone();
+            limits.admit(self.reader().read(move |tx| tx.key_usage(&owner)).await?)?;
+        }
         // An image is pulled (or found) before anything is recorded: a pull may take minutes, and a
         // `creating` row would look stuck to the reconciler meanwhile.
         let (template, image, commands) = self.resolve_root(&plan).await?;
@@ -223,11 +232,17 @@ impl Service {
             },
             image: image.as_ref().map(|i| i.digest.clone()),
             disk_mb: plan.disk_mb as u32,
+            owner: plan.owner.clone(),
         };
         let slots = self.config().net_slots;
-        let (slot, created) = self
+        let admitted = self
             .writer()
             .write(move |tx| {
+                if !new.owner.is_empty() {
+                    if let Err(refused) = limits.admit(tx.key_usage(&new.owner)?) {
+                        return Ok(Err(refused));
+                    }
+                }
                 let id = new.id.clone();
                 if let Some(image) = &new.image {
                     tx.touch_image(image, now)?;
@@ -236,9 +251,10 @@ impl Service {
                 let slot = tx.lease_slot(&id, slots, now)?.slot;
                 let data = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
                 let created = emit(tx, SANDBOX_CREATED, Some(&id), data.unwrap_or_default())?;
-                Ok((slot, created))
+                Ok(Ok((slot, created)))
             })
             .await?;
+        let (slot, created) = admitted?;
         self.publish([created]);
         crate::failpoints::hold("create.after-insert").await;
         let spec = SandboxSpec {
@@ -375,7 +391,17 @@ impl Service {
 
     /// Creates and starts a sandbox.
     pub async fn create(&self, req: api::CreateSandbox) -> Result<Sandbox, ServiceError> {
-        let plan = self.plan_create(req)?;
+        self.create_as("", req).await
+    }
+
+    /// [`Service::create`] for API key `owner`, within its limits ([`crate::per_key`]).
+    pub async fn create_as(
+        &self,
+        owner: &str,
+        req: api::CreateSandbox,
+    ) -> Result<Sandbox, ServiceError> {
+        let mut plan = self.plan_create(req)?;
+        plan.owner = owner.to_string();
         self.create_with_id(random_id("sb", 14), plan).await
     }
 

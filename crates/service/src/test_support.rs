@@ -205,6 +205,7 @@ impl TestService {
             lifecycle: Default::default(),
             image: None,
             disk_mb: 0,
+            owner: String::new(),
         };
         self.svc
             .writer()

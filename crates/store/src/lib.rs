@@ -58,6 +58,7 @@ pub mod images;
 pub mod migrations;
 mod open;
 pub mod outbox;
+pub mod per_key;
 pub mod ports;
 pub mod reader;
 pub mod sandboxes;
@@ -75,6 +76,7 @@ pub use idempotency::{AbandonedClaim, ClaimOutcome, ClaimRecord, ClaimState, Sto
 pub use images::{ImageRecord, ImageState, LayerRecord};
 pub use open::{Store, StoreConfig, Synchronous};
 pub use outbox::{NewWebhook, OutboxEntry, OutboxState};
+pub use per_key::KeyUsage;
 pub use ports::{ExposedPort, HostPorts, PortState, Protocol, ReserveOutcome};
 pub use reader::{ReadTx, StoreReader};
 pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState};
@@ -177,6 +179,7 @@ pub(crate) mod test_util {
             lifecycle: Default::default(),
             image: None,
             disk_mb: 0,
+            owner: String::new(),
         }
     }
 

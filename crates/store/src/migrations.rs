@@ -58,6 +58,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "API keys: a scope, a non-secret prefix, and which token is the configured one",
         sql: SCHEMA_V7,
     },
+    Migration {
+        version: 8,
+        name: "the key each sandbox was created with, for per-key limits",
+        sql: SCHEMA_V8,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -298,6 +303,11 @@ ALTER TABLE api_tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin' CHECK (sco
 ALTER TABLE api_tokens ADD COLUMN prefix TEXT NOT NULL DEFAULT '';
 ALTER TABLE api_tokens ADD COLUMN origin TEXT NOT NULL DEFAULT 'configured'
     CHECK (origin IN ('configured', 'minted') AND (origin = 'minted' OR scope = 'admin'));
+"#;
+
+const SCHEMA_V8: &str = r#"
+ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+CREATE INDEX idx_sandboxes_owner ON sandboxes(owner, state) WHERE owner <> '';
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

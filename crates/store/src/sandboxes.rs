@@ -189,6 +189,8 @@ pub struct NewSandbox {
     pub image: Option<String>,
     /// Limit of its writable layer, MiB (0: none).
     pub disk_mb: u32,
+    /// The id of the API key that created it (`""`: none known); see [`crate::per_key`].
+    pub owner: String,
 }
 
 /// Which sandboxes [`ReadTx::list_sandboxes`] returns.
@@ -378,8 +380,8 @@ impl WriteTx<'_> {
         let sql = format!(
             "INSERT INTO sandboxes (id, name, state, template, cpu_millis, memory_mb, metadata, env, network,
                                     agent_token, created_at, expires_at, updated_at, generation,
-                                    auto_pause, auto_resume, timeout_ms, image_digest, disk_mb)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15, ?16, ?17)
+                                    auto_pause, auto_resume, timeout_ms, image_digest, disk_mb, owner)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15, ?16, ?17, ?18)
              RETURNING {COLUMNS}"
         );
         let inserted = self.conn().prepare_cached(&sql)?.query_row(
@@ -401,6 +403,7 @@ impl WriteTx<'_> {
                 new.lifecycle.timeout_ms,
                 new.image,
                 new.disk_mb,
+                new.owner,
             ],
             from_row,
         );

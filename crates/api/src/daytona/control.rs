@@ -73,6 +73,7 @@ fn single_from(dockerfile: &str) -> Option<&str> {
 /// `POST /api/sandbox`.
 pub async fn create(
     State(service): State<Service>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
@@ -137,7 +138,8 @@ pub async fn create(
         }),
         ..Default::default()
     };
-    let sandbox = service.create(create).await?;
+    let owner = crate::v1::key_id(caller.as_ref());
+    let sandbox = service.create_as(&owner, create).await?;
     Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
 }
 

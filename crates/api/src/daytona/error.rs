@@ -13,6 +13,8 @@ pub struct DaytonaError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// `Retry-After` seconds (a per-key limit, a create in flight).
+    pub retry_after: Option<u64>,
 }
 
 impl DaytonaError {
@@ -22,6 +24,7 @@ impl DaytonaError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -33,12 +36,7 @@ impl DaytonaError {
 
 impl From<ServiceError> for DaytonaError {
     fn from(e: ServiceError) -> Self {
-        let native = crate::error::Error::from(e);
-        Self {
-            status: native.status,
-            code: native.code,
-            message: native.message,
-        }
+        crate::error::Error::from(e).into()
     }
 }
 
@@ -48,6 +46,7 @@ impl From<crate::error::Error> for DaytonaError {
             status: native.status,
             code: native.code,
             message: native.message,
+            retry_after: native.retry_after,
         }
     }
 }
@@ -59,6 +58,12 @@ impl IntoResponse for DaytonaError {
             "message": self.message,
             "code": self.code,
         });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }

@@ -64,19 +64,22 @@ pub async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let req = parse::<NewSandbox>(&body)?.into_create()?;
+    let mut req = parse::<NewSandbox>(&body)?.into_create()?;
+    req.owner = crate::v1::key_id(caller.as_ref());
     let work = |_stale: Option<String>| async {
         let created = service.e2b_create(req).await;
         match created {
             Ok(sandbox) => Replayable {
                 status: StatusCode::CREATED.as_u16(),
                 body: serde_json::to_vec(&detail(&service, &sandbox)).unwrap_or_default(),
+                retry_after: None,
             },
             Err(e) => {
                 let e = E2bError::from(e);
                 Replayable {
                     status: e.status.as_u16(),
                     body: serde_json::to_vec(&e.body()).unwrap_or_default(),
+                    retry_after: e.retry_after,
                 }
             }
         }
@@ -107,6 +110,11 @@ pub async fn create(
         response
             .headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let Some(secs) = answer.retry_after {
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.into());
     }
     Ok(response)
 }

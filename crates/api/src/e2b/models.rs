@@ -99,6 +99,7 @@ impl NewSandbox {
             network: self.network,
             allow_out,
             deny_out,
+            owner: String::new(),
         })
     }
 }

@@ -1,7 +1,9 @@
 //! The MCP tools, each a translation onto a service flow (see the module contract in [`super`]).
 
+use crate::auth::Caller;
 use crate::error::Error;
 use futures::StreamExt;
+use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler};
@@ -128,8 +130,14 @@ impl SandboxTools {
     )]
     async fn create_sandbox(
         &self,
+        Extension(http): Extension<http::request::Parts>,
         Parameters(a): Parameters<CreateSandboxArgs>,
     ) -> Result<CallToolResult, ErrorData> {
+        // The daemon's authentication put the caller on the request before it reached MCP.
+        let owner = http
+            .extensions
+            .get::<Caller>()
+            .map_or_else(String::new, |c| c.key.id.0.clone());
         let req = api::CreateSandbox {
             name: a.name,
             template: a.template,
@@ -140,7 +148,11 @@ impl SandboxTools {
             timeout_sec: a.timeout_sec,
             ..Default::default()
         };
-        let sandbox = self.service.create(req).await.map_err(mcp_error)?;
+        let sandbox = self
+            .service
+            .create_as(&owner, req)
+            .await
+            .map_err(mcp_error)?;
         structured(to_api(&sandbox))
     }
 
