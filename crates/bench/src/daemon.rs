@@ -1,8 +1,8 @@
 //! The daemon `bench all` and `bench images` start, in a private network namespace.
 //!
-//! A daemon leases network slots from 0 and names its veth ends `sbh<slot>`, so a second daemon in the
-//! host's network namespace would collide with any daemon already running there. [`Daemon::start`]
-//! therefore gives its daemon a fresh network namespace (loopback only, see [`private_netns`]): its
+//! A daemon leases network slots from 0 and names its veth ends `sbh<id><slot>`; beside a daemon
+//! already running in the host's network namespace it would only find its slots set aside, and its
+//! timings would measure that. [`Daemon::start`] therefore gives its daemon a fresh network namespace (loopback only, see [`private_netns`]): its
 //! sandboxes' veth pairs, addresses and listener live there and nowhere else. The `bench http` that
 //! measures it runs as a child process in the same namespace ([`Daemon::command`]), so it reaches the
 //! listener and the sandboxes' addresses like any client next to a daemon would; `bench images` runs

@@ -32,6 +32,12 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop(&self, id: &str) -> Result<(), RuntimeError>;
     /// Stops the sandbox and removes everything it had. Unknown ids succeed.
     async fn destroy(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Whether network slot `slot` is free on the host (no other process holds its addresses or its
+    /// interface name); a runtime without host networking says yes.
+    async fn slot_free(&self, slot: u32) -> Result<bool, RuntimeError> {
+        let _ = slot;
+        Ok(true)
+    }
     /// Ends every process of the sandbox as fast as it can, leaving the rest of its teardown (cgroup,
     /// network, layer) to a later [`Runtime::destroy`]. Unknown ids succeed.
     async fn halt(&self, id: &str) -> Result<(), RuntimeError> {

@@ -10,6 +10,7 @@
 
 pub mod callback;
 pub mod config;
+pub mod identity;
 pub mod mcp;
 pub mod tls;
 
@@ -96,6 +97,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .create(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&config.data_dir)?;
+    let daemon_id = identity::daemon_id(&data_dir)?;
     let (store, _writer_thread) = Store::open(data_dir.join("sandboxd.db"), StoreConfig::default())
         .context("opening the store")?;
     let token = admin_token(&data_dir)?;
@@ -123,6 +125,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         layers,
     };
     runtime_config.cgroup_parent = config.cgroup_parent.clone();
+    runtime_config.ifname_prefix = sandboxd_runtime::namespace::ifname_prefix(&daemon_id);
     runtime_config.disk = DiskConfig {
         mode: config.disk_backend,
         pool_file_mb: config.disk_pool_mb,
@@ -227,7 +230,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         };
         tokio::spawn(async move { service.run_webhook_sender(sender).await })
     };
-    tracing::info!(listen = %config.listen, data_dir = %data_dir.display(), "sandboxd ready");
+    tracing::info!(listen = %config.listen, data_dir = %data_dir.display(), daemon_id = %daemon_id, "sandboxd ready");
     println!("sandboxd listening on http://{}", config.listen);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())

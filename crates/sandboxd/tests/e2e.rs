@@ -408,8 +408,10 @@ fn sandboxes_survive_kill9_of_the_daemon() {
                 daemon.slot_range()
             );
             assert!(
-                std::path::Path::new(&format!("/sys/class/net/sbh{slot}")).exists(),
-                "no host interface sbh{slot} for {id}"
+                std::path::Path::new(&format!("/sys/class/net/{}", daemon.host_ifname(slot)))
+                    .exists(),
+                "no host interface {} for {id}",
+                daemon.host_ifname(slot)
             );
             assert!(slots.insert(slot), "slot {slot} leased twice");
         }

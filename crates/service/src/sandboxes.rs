@@ -22,6 +22,11 @@ use sandboxd_store::{
 };
 use std::collections::BTreeMap;
 
+/// How long a network slot found held by someone else on the host is not leased again.
+const SLOT_SET_ASIDE: std::time::Duration = std::time::Duration::from_secs(600);
+/// How many busy slots one create sets aside before it answers 503.
+const BUSY_SLOT_RETRIES: usize = 64;
+
 /// Template every create without one gets.
 pub const DEFAULT_TEMPLATE: &str = "base";
 const DEFAULT_MEMORY_MB: u64 = 512;
@@ -257,6 +262,10 @@ impl Service {
         let (slot, created) = admitted?;
         self.publish([created]);
         crate::failpoints::hold("create.after-insert").await;
+        let slot = match self.free_slot(&id, slot).await {
+            Ok(slot) => slot,
+            Err(e) => return Err(self.undo_create(&id, e).await),
+        };
         let spec = SandboxSpec {
             id: id.clone(),
             template,
@@ -334,6 +343,35 @@ impl Service {
             return Err(ServiceError::StartFailed { id, reason });
         }
         Ok(ready)
+    }
+
+    /// The slot `id` leased, or — when the host holds that one for someone else (another daemon's
+    /// sandbox, or one of this daemon's before its data dir was wiped) — another: the busy slot is
+    /// set aside for [`SLOT_SET_ASIDE`] and the next free one leased, up to [`BUSY_SLOT_RETRIES`]
+    /// times. Nothing of the other holder's is touched.
+    async fn free_slot(&self, id: &str, mut slot: u32) -> Result<u32, ServiceError> {
+        let base = self.config().net_slot_base;
+        for _ in 0..BUSY_SLOT_RETRIES {
+            if self.runtime().slot_free(base + slot).await? {
+                return Ok(slot);
+            }
+            tracing::info!(
+                slot = base + slot,
+                "network slot held by someone else on the host; setting it aside"
+            );
+            let (rid, slots) = (id.to_string(), self.config().net_slots);
+            let until = unix_millis_now() + SLOT_SET_ASIDE.as_millis() as i64;
+            slot = self
+                .writer()
+                .write(move |tx| {
+                    tx.set_slot_aside(&rid, slot, until)?;
+                    Ok(tx.lease_slot(&rid, slots, unix_millis_now())?.slot)
+                })
+                .await?;
+        }
+        Err(ServiceError::Exhausted(format!(
+            "{BUSY_SLOT_RETRIES} network slots in a row are held by others on the host"
+        )))
     }
 
     /// What a create's root is made of: the template name the sandbox shows, and its image (`None`

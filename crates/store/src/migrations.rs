@@ -63,6 +63,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "the key each sandbox was created with, for per-key limits",
         sql: SCHEMA_V8,
     },
+    Migration {
+        version: 9,
+        name: "network slots the host holds for someone else, set aside for a while",
+        sql: "ALTER TABLE network_slots ADD COLUMN set_aside_until INTEGER;",
+    },
 ];
 
 /// The newest schema version this build knows.

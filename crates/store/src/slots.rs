@@ -9,6 +9,8 @@
 //!   index, not the caller's reasoning, rejects a second slot.
 //! - Slots are handed out lowest-first in `0..pool_size` (a freed slot is reused before a new one).
 //! - Deleting a sandbox frees its slot (`ON DELETE SET NULL`); `sandboxes.net_slot` mirrors the lease.
+//! - A slot the host turned out to hold for someone else (another daemon's sandbox on its addresses)
+//!   is set aside until a time ([`WriteTx::set_slot_aside`]): no lease hands it out before then.
 //!
 //! Assumes: the caller tears down whatever used a slot before releasing it (or deleting the sandbox).
 
@@ -91,7 +93,8 @@ impl WriteTx<'_> {
             .conn()
             .prepare_cached(
                 "UPDATE OR IGNORE network_slots SET sandbox_id = ?1, leased_at = ?2
-                 WHERE slot = (SELECT MIN(slot) FROM network_slots WHERE sandbox_id IS NULL AND slot < ?3)
+                 WHERE slot = (SELECT MIN(slot) FROM network_slots WHERE sandbox_id IS NULL AND slot < ?3
+                                 AND (set_aside_until IS NULL OR set_aside_until <= ?2))
                    AND sandbox_id IS NULL
                  RETURNING slot",
             )?
@@ -143,6 +146,27 @@ impl WriteTx<'_> {
         Ok(lease)
     }
 
+    /// Takes `slot` from `sandbox_id` and sets it aside until `until`: the host holds it for someone
+    /// else. The sandbox is left without a slot (lease another). Returns whether it held `slot`.
+    pub fn set_slot_aside(
+        &mut self,
+        sandbox_id: &str,
+        slot: u32,
+        until: UnixMillis,
+    ) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "UPDATE network_slots SET sandbox_id = NULL, leased_at = NULL, set_aside_until = ?3
+                 WHERE slot = ?2 AND sandbox_id = ?1",
+            )?
+            .execute(params![sandbox_id, slot, until])?;
+        self.conn()
+            .prepare_cached("UPDATE sandboxes SET net_slot = NULL WHERE id = ?1 AND net_slot = ?2")?
+            .execute(params![sandbox_id, slot])?;
+        Ok(n == 1)
+    }
+
     /// Frees the slot `sandbox_id` holds. Returns the freed slot, `None` if it held none.
     pub fn release_slot(&mut self, sandbox_id: &str) -> Result<Option<u32>> {
         let freed: Option<u32> = self
@@ -166,6 +190,35 @@ mod tests {
 
     use super::*;
     use crate::test_util::{open_temp, seed_sandboxes};
+
+    /// A slot set aside is handed to no one until its time; then it is the lowest free one again.
+    #[tokio::test]
+    async fn a_slot_set_aside_is_skipped_until_its_time() {
+        let (_dir, store, _t) = open_temp();
+        seed_sandboxes(&store, &["a", "b", "c"]).await;
+        let w = store.writer();
+        let slots = w
+            .write(|tx| {
+                let first = tx.lease_slot("a", 8, 100)?.slot;
+                assert!(tx.set_slot_aside("a", first, 1_000)?);
+                assert_eq!(tx.slot_of("a")?, None);
+                let again = tx.lease_slot("a", 8, 200)?.slot;
+                let other = tx.lease_slot("b", 8, 200)?.slot;
+                // Past its time the slot is free like any other.
+                let late = tx.lease_slot("c", 8, 1_000)?.slot;
+                Ok((first, again, other, late))
+            })
+            .await
+            .unwrap();
+        assert_eq!(slots, (0, 1, 2, 0));
+        let held = store
+            .reader()
+            .read(|tx| tx.get_sandbox_by_id("a"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(held.net_slot, Some(1));
+    }
 
     /// Invariant: a sandbox holds at most one network slot (`idx_network_slots_sandbox`); leasing again
     /// returns the same slot, marked reused.

@@ -71,6 +71,17 @@ pub struct NamespaceConfig {
     /// The disk quota of sandboxes' writable layers; [`DiskConfig::default`] (auto: project quotas,
     /// else btrfs, else none) by default.
     pub disk: DiskConfig,
+    /// What the host ends of this runtime's veth pairs are named after: slot `n`'s is
+    /// `<ifname_prefix><n>`. Every name starts with `sbh` (the firewall's rules match `sbh*`); a
+    /// daemon makes its own from its id ([`ifname_prefix`]) so no two daemons' names meet. Default
+    /// `sbh`.
+    pub ifname_prefix: String,
+}
+
+/// The host-interface prefix of daemon `id`: `sbh` followed by the id's letters. Ids are letters and
+/// slot numbers digits, so two daemons' names never meet, nor those of the id-less prefix `sbh`.
+pub fn ifname_prefix(id: &str) -> String {
+    format!("sbh{id}")
 }
 
 impl NamespaceConfig {
@@ -85,6 +96,7 @@ impl NamespaceConfig {
             id_map_base: 100_000,
             callback_dir: None,
             disk: DiskConfig::default(),
+            ifname_prefix: "sbh".into(),
         }
     }
 }
@@ -132,7 +144,7 @@ impl NamespaceRuntime {
         let quota = tokio::task::spawn_blocking(move || DiskQuota::open(&state_dir, &disk))
             .await
             .map_err(|e| RuntimeError::Host(format!("disk quota setup panicked: {e}")))??;
-        let net = Network::new(config.subnet_base, config.slots)?;
+        let net = Network::new(config.subnet_base, config.slots, &config.ifname_prefix)?;
         egress::guard_host().await?;
         Ok(Self {
             config,
@@ -356,6 +368,10 @@ impl Runtime for NamespaceRuntime {
     async fn stop(&self, id: &str) -> Result<(), RuntimeError> {
         let (_, p) = self.load(id)?;
         self.kill(&p).await
+    }
+
+    async fn slot_free(&self, slot: u32) -> Result<bool, RuntimeError> {
+        self.net.slot_free(slot).await
     }
 
     async fn halt(&self, id: &str) -> Result<(), RuntimeError> {

@@ -1,8 +1,14 @@
 //! One network namespace per sandbox, joined to the host by a veth pair (rtnetlink, no `ip` commands).
 //!
-//! Slot `n` owns the point-to-point subnet `base + 4n / 30`: the host end `sbh<n>` gets `.1`, the
+//! Slot `n` owns the point-to-point subnet `base + 4n / 30`: the host end `<prefix><n>` gets `.1`, the
 //! sandbox end (`eth0`, created directly inside the sandbox's namespace) gets `.2`. The caller leases
-//! slots (the daemon from its store), so two live sandboxes never share one.
+//! slots (the daemon from its store), so two live sandboxes of one daemon never share one.
+//!
+//! The host is not ours alone: another daemon (or this one before its data dir was wiped) may hold
+//! a slot's addresses. [`Network::slot_free`] tells, and a busy slot is never attached: two
+//! interfaces with one address would make the other's sandbox unreachable. Interface names are this
+//! runtime's own (the prefix comes from the daemon's id), so deleting one never deletes another
+//! daemon's.
 //!
 //! Without egress the sandbox has no default route (with it, see [`super::egress`]): it reaches its own loopback and the host end of its
 //! pair only, and the host's loopback services are out of reach (127.0.0.1 inside is the sandbox's own).
@@ -22,6 +28,7 @@ pub struct Network {
     handle: Handle,
     base: Ipv4Addr,
     slots: u32,
+    prefix: String,
 }
 
 fn net_err(what: &str) -> impl FnOnce(rtnetlink::Error) -> RuntimeError + '_ {
@@ -31,7 +38,7 @@ fn net_err(what: &str) -> impl FnOnce(rtnetlink::Error) -> RuntimeError + '_ {
 impl Network {
     /// Opens a netlink connection in the host namespace; `base` must be the first address of a block of
     /// `4 * slots` addresses.
-    pub fn new(base: Ipv4Addr, slots: u32) -> Result<Self, RuntimeError> {
+    pub fn new(base: Ipv4Addr, slots: u32, prefix: &str) -> Result<Self, RuntimeError> {
         let (conn, handle, _) = rtnetlink::new_connection()
             .map_err(|e| RuntimeError::Network(format!("netlink socket: {e}")))?;
         tokio::spawn(conn);
@@ -39,6 +46,7 @@ impl Network {
             handle,
             base,
             slots,
+            prefix: prefix.to_string(),
         })
     }
 
@@ -57,8 +65,23 @@ impl Network {
     }
 
     /// Host-side interface name of `slot`.
-    pub fn host_ifname(slot: u32) -> String {
-        format!("sbh{slot}")
+    pub fn host_ifname(&self, slot: u32) -> String {
+        format!("{}{slot}", self.prefix)
+    }
+
+    /// Whether `slot` may be attached: no interface has its name and no interface of the host holds
+    /// its addresses (another daemon's sandbox, or one this daemon no longer knows). A bind to the
+    /// host end's address succeeds exactly when the host holds it.
+    pub async fn slot_free(&self, slot: u32) -> Result<bool, RuntimeError> {
+        let addrs = self.addrs(slot)?;
+        for address in [addrs.host, addrs.sandbox] {
+            if std::net::UdpSocket::bind((address, 0)).is_ok() {
+                return Ok(false);
+            }
+        }
+        Ok(link_index(&self.handle, &self.host_ifname(slot))
+            .await
+            .is_err())
     }
 
     /// Creates the veth pair of `slot` with its inner end in the network namespace of `pid`, and
@@ -72,7 +95,7 @@ impl Network {
         egress: bool,
     ) -> Result<NetAddrs, RuntimeError> {
         let addrs = self.addrs(slot)?;
-        let host_if = Self::host_ifname(slot);
+        let host_if = self.host_ifname(slot);
         let peer = LinkMessageBuilder::<LinkUnspec>::new()
             .name("eth0".to_string())
             .setns_by_pid(pid as u32)
@@ -131,7 +154,7 @@ impl Network {
 
     /// Deletes the host end of `slot` (which deletes the pair); a missing interface is fine.
     pub async fn detach(&self, slot: u32) -> Result<(), RuntimeError> {
-        let name = Self::host_ifname(slot);
+        let name = self.host_ifname(slot);
         let Ok(index) = link_index(&self.handle, &name).await else {
             return Ok(());
         };
@@ -195,7 +218,7 @@ mod tests {
 
     #[tokio::test]
     async fn slots_get_disjoint_point_to_point_subnets() {
-        let net = Network::new(Ipv4Addr::new(10, 201, 0, 0), 16384).unwrap();
+        let net = Network::new(Ipv4Addr::new(10, 201, 0, 0), 16384, "sbh").unwrap();
         let a = net.addrs(0).unwrap();
         let b = net.addrs(1).unwrap();
         assert_eq!(a.host, Ipv4Addr::new(10, 201, 0, 1));

@@ -27,7 +27,7 @@ pub(super) fn raw_http(port: u16, method: &str, path: &str, auth: &str) -> Optio
 
 /// Thaws and kills every sandbox init recorded under `sandboxes_dir` that is still the very process
 /// recorded, then removes the sandboxes' cgroup directories under `cgroup_parent`.
-pub(super) fn kill_leftover_sandboxes(sandboxes_dir: &Path, cgroup_parent: &str) {
+pub fn kill_leftover_sandboxes(sandboxes_dir: &Path, cgroup_parent: &str) {
     let Ok(entries) = std::fs::read_dir(sandboxes_dir) else {
         return;
     };

@@ -1,10 +1,10 @@
 //! Fixture for end-to-end tests of the real `sandboxd` binary: [`Daemon`] starts `sandboxd serve` on a
 //! fresh data dir and a free port, and tears everything down again even when the test panics.
 //!
-//! Isolation. Slot `n`'s host interface is `sbh<n>` host-wide, and the runtime's boot cleanup deletes
-//! `sbh<n>` by name, so two daemons leasing the same slots would break each other's sandboxes. Each
-//! [`Daemon`] therefore holds a block of slots from [`daemon_slots`] (an `flock`ed range no other test
-//! process uses) and passes it as `--net-slot-base`/`--net-slots`; its sandboxes get cgroups under
+//! Isolation. A daemon names its host interfaces after its own id (`sbh<id><n>`) and skips slots the
+//! host holds for others, but slots of one block are still the cheapest way to keep tests apart. Each
+//! [`Daemon`] holds a block of slots from [`daemon_slots`] (an `flock`ed range no other test process
+//! uses) and passes it as `--net-slot-base`/`--net-slots` (unless [`Setup::slots`] names others); its sandboxes get cgroups under
 //! [`CGROUP_PARENT`] (or the [`Setup::cgroup_parent`] it was started with). Tests still run one at a
 //! time ([`e2e`] and [`run_serially`] hold a process-wide lock): two cores, and a start-up time budget
 //! that must not measure contention.
@@ -22,9 +22,9 @@ mod crash;
 mod store;
 
 pub use checks::*;
+use cleanup::raw_http;
 #[allow(unused_imports)] // each test binary uses a different part
-pub use cleanup::{cgroup_dirs_of, cgroup_dirs_under};
-use cleanup::{kill_leftover_sandboxes, raw_http};
+pub use cleanup::{cgroup_dirs_of, cgroup_dirs_under, kill_leftover_sandboxes};
 #[allow(unused_imports)] // each test binary uses a different part
 pub use crash::*;
 #[allow(unused_imports)] // each test binary uses a different part
@@ -109,6 +109,9 @@ pub struct Setup {
     pub args: Vec<String>,
     /// Environment added to every start (replaced per key by [`Daemon::set_env`]).
     pub env: Vec<(String, String)>,
+    /// `--net-slot-base` and `--net-slots` instead of the block the daemon holds (to make daemons
+    /// meet on purpose).
+    pub slots: Option<(u32, u32)>,
 }
 
 impl Default for Setup {
@@ -121,6 +124,7 @@ impl Default for Setup {
             ready_timeout: READY_TIMEOUT,
             args: Vec::new(),
             env: Vec::new(),
+            slots: None,
         }
     }
 }
@@ -286,9 +290,19 @@ impl Daemon {
             .arg("--cgroup-parent")
             .arg(self.setup.cgroup_parent)
             .arg("--net-slot-base")
-            .arg(self.slots.base.to_string())
+            .arg(
+                self.setup
+                    .slots
+                    .map_or(self.slots.base, |s| s.0)
+                    .to_string(),
+            )
             .arg("--net-slots")
-            .arg(self.slots.count.to_string())
+            .arg(
+                self.setup
+                    .slots
+                    .map_or(self.slots.count, |s| s.1)
+                    .to_string(),
+            )
             .arg("--agent-bin")
             .arg(agent_binary())
             .stdin(Stdio::null())
@@ -428,6 +442,12 @@ impl Daemon {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The host end of slot `slot`'s veth pair: `sbh<daemon id><slot>`.
+    pub fn host_ifname(&self, slot: u32) -> String {
+        let id = std::fs::read_to_string(self.data_dir().join("daemon-id")).unwrap_or_default();
+        format!("sbh{}{slot}", id.trim())
     }
 
     /// Whether the kernel reports sandbox `id`'s cgroup frozen (v1 `freezer.state`, v2 `cgroup.events`);
