@@ -88,7 +88,8 @@ pub fn presented(req: &Request) -> Option<&str> {
 }
 
 /// The token `headers` carry: a bearer in `Authorization` (which, when present, is the only place
-/// looked at), else `X-API-KEY`.
+/// looked at), else `X-API-KEY`, else — for a browser's WebSocket, which cannot set headers — a
+/// `Sec-WebSocket-Protocol` entry [`WEBSOCKET_BEARER`]`<token>`.
 fn presented_in(headers: &HeaderMap) -> Option<&str> {
     if let Some(v) = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -96,11 +97,18 @@ fn presented_in(headers: &HeaderMap) -> Option<&str> {
     {
         return v.strip_prefix("Bearer ").map(str::trim);
     }
+    if let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        return Some(key.trim());
+    }
     headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
+        .get(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())?
+        .split(',')
+        .find_map(|p| p.trim().strip_prefix(WEBSOCKET_BEARER))
 }
+
+/// The `Sec-WebSocket-Protocol` entry that carries a key (the console's terminal).
+pub const WEBSOCKET_BEARER: &str = "sandboxd.bearer.";
 
 /// Who is calling.
 #[derive(Debug, Clone)]
@@ -205,6 +213,23 @@ mod tests {
             None
         );
         assert_eq!(presented_in(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn a_browser_websocket_offers_its_key_as_a_subprotocol() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "sec-websocket-protocol",
+            "sandboxd.terminal, sandboxd.bearer.e2b_abc"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(presented_in(&h), Some("e2b_abc"));
+        h.insert("x-api-key", "header-wins".parse().unwrap());
+        assert_eq!(presented_in(&h), Some("header-wins"));
+        let mut other = HeaderMap::new();
+        other.insert("sec-websocket-protocol", "chat, superchat".parse().unwrap());
+        assert_eq!(presented_in(&other), None);
     }
 
     #[test]

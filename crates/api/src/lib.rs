@@ -16,10 +16,12 @@
 
 pub mod auth;
 pub mod callbacks;
+pub mod console;
 pub mod daytona;
 pub mod domains;
 pub mod e2b;
 pub mod error;
+pub mod files;
 pub mod images;
 pub mod keys;
 pub mod mcp;
@@ -44,7 +46,7 @@ use utoipa::OpenApi;
 #[openapi(
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
     paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::stop, v1::start, v1::exec, v1::exec_stream, terminal::open, v1::run_code, v1::download, v1::upload,
-          v1::list_files, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
+          v1::list_files, files::remove, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
           keys::create, keys::list, keys::delete,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
           callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune,
@@ -140,6 +142,7 @@ pub fn router(
             "/sandboxes/{id}/files",
             get(v1::download)
                 .put(v1::upload)
+                .delete(files::remove)
                 .layer(DefaultBodyLimit::disable()),
         )
         .route(
@@ -174,6 +177,7 @@ pub fn router(
         .merge(e2b)
         .merge(daytona)
         .merge(mcp)
+        .merge(console::router())
         .fallback(|| async {
             error::Error::new(StatusCode::NOT_FOUND, "not_found", "no such route").into_response()
         })

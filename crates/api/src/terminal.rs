@@ -43,6 +43,8 @@ pub async fn open(
     let req = parse_query(query.as_deref().unwrap_or(""))?;
     let terminal = service.open_terminal(&id, req).await?;
     let input = terminal.input.clone();
+    // A browser offers its key as a subprotocol beside this one, and needs one chosen.
+    let upgrade = upgrade.protocols(["sandboxd.terminal"]);
     Ok(upgrade.on_upgrade(move |socket| pump(socket, input, terminal.output())))
 }
 

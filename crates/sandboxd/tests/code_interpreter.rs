@@ -24,13 +24,14 @@
 mod common;
 mod e2b_support;
 
-use common::{id_of, stderr, stdout};
+use common::{id_of, stderr, stdout, Daemon, Setup};
 use e2b_support::{e2b_test, run_script};
 use sandboxd_test_support::workspace_root;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::time::Duration;
 
 const TEMPLATE: &str = "code-interpreter-v1";
 
@@ -58,7 +59,13 @@ fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
 #[test]
 fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
     e2b_test(async {
-        let d = e2b_support::start().await;
+        // The first creates wait for the template's build (a pip install from the package index),
+        // which takes minutes on a loaded machine.
+        let d = Daemon::start_setup(Setup {
+            http_timeout: Duration::from_secs(600),
+            ..e2b_support::setup()
+        })
+        .await;
 
         // Three creates before the template exists: one build serves them all.
         let creates = (0..3).map(|n| {
