@@ -40,5 +40,20 @@ fn the_official_mcp_client_drives_the_tools_over_stdio_and_http() {
         ];
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         run_script(&d, &python, &["tests/mcp/test_mcp.py"], &env).await;
+
+        // Revoked, the key is refused at /mcp on its next request.
+        let id = created["id"].as_str().expect("id");
+        let revoked = d.delete(&format!("/v1/api-keys/{id}")).await;
+        assert_eq!(revoked.status(), 204);
+        let refused = d
+            .http_plain()
+            .post(d.endpoint("/mcp"))
+            .bearer_auth(key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 401);
     });
 }
