@@ -111,14 +111,18 @@ impl IntoResponse for Error {
             code: self.code.to_string(),
             message: self.message,
         };
-        let mut response = (self.status, Json(body)).into_response();
-        if let Some(secs) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, secs.into());
-        }
-        response
+        with_retry_after((self.status, Json(body)).into_response(), self.retry_after)
     }
+}
+
+/// `response` with `Retry-After: secs` when there is a wait to tell.
+pub fn with_retry_after(mut response: Response, secs: Option<u64>) -> Response {
+    if let Some(secs) = secs {
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.into());
+    }
+    response
 }
 
 /// Parses a JSON body, turning every way it can be wrong into a 400 that says what was wrong.

@@ -144,10 +144,7 @@ where
             header::HeaderValue::from_static("true"),
         );
     }
-    if let Some(secs) = response.retry_after {
-        out.headers_mut().insert(header::RETRY_AFTER, secs.into());
-    }
-    Ok(out)
+    Ok(crate::error::with_retry_after(out, response.retry_after))
 }
 
 /// List sandboxes (`?metadata=k=v` repeatable, `?state=`, `?cursor=`, `?limit=`).

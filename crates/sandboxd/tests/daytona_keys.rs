@@ -7,7 +7,6 @@ mod e2b_support;
 
 use e2b_support::{e2b_test, run_script};
 use sandboxd_test_support::workspace_root;
-use serde_json::{json, Value};
 
 /// Invariant: a revoked key is refused by the Daytona facade on the SDK's very next call.
 #[test]
@@ -19,24 +18,13 @@ fn the_daytona_sdk_works_with_a_minted_key_until_it_is_revoked() {
             "the Daytona SDK is not installed: run scripts/daytona-sdks"
         );
         let d = e2b_support::start().await;
-        let created: Value = d
-            .http()
-            .post(d.endpoint("/v1/api-keys"))
-            .json(&json!({"name": "daytona", "scope": "user"}))
-            .send()
-            .await
-            .expect("create a key")
-            .json()
-            .await
-            .expect("CreatedApiKey");
-        let key = created["key"].as_str().expect("key");
-        let id = created["id"].as_str().expect("id");
+        let (key, id) = d.mint_key("daytona", "user").await;
         let api = format!("{}/api", d.url());
         let env = [
             ("DAYTONA_API_URL", api.as_str()),
-            ("DAYTONA_API_KEY", key),
+            ("DAYTONA_API_KEY", key.as_str()),
             ("SBX_ADMIN_KEY", e2b_support::API_KEY),
-            ("SBX_KEY_ID", id),
+            ("SBX_KEY_ID", id.as_str()),
         ];
         run_script(&d, &python, &["tests/daytona/test_api_key.py"], &env).await;
     });

@@ -65,18 +65,8 @@ fn python_sdk_with_a_minted_key() {
     e2b_test(async {
         let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
         let daemon = e2b_support::start().await;
-        let created: serde_json::Value = daemon
-            .http()
-            .post(daemon.endpoint("/v1/api-keys"))
-            .json(&serde_json::json!({"name": "sdk", "scope": "user"}))
-            .send()
-            .await
-            .expect("create a key")
-            .json()
-            .await
-            .expect("CreatedApiKey");
-        let key = created["key"].as_str().expect("key");
-        let id = created["id"].as_str().expect("id");
+        let (key, id) = daemon.mint_key("sdk", "user").await;
+        let (key, id) = (key.as_str(), id.as_str());
         run_script(
             &daemon,
             &python,

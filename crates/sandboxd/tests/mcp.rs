@@ -7,7 +7,7 @@ mod e2b_support;
 
 use e2b_support::{e2b_test, run_script};
 use sandboxd_test_support::workspace_root;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Invariant: every MCP call is authenticated with an API key, on both transports; the nine tools
 /// create, run, read, write, list and delete through the daemon's own flows, and their failures are
@@ -21,34 +21,23 @@ fn the_official_mcp_client_drives_the_tools_over_stdio_and_http() {
             "the MCP SDK is not installed: run scripts/mcp-sdk"
         );
         let d = e2b_support::start().await;
-        let created: Value = d
-            .http()
-            .post(d.endpoint("/v1/api-keys"))
-            .json(&json!({"name": "mcp", "scope": "user"}))
-            .send()
-            .await
-            .expect("create a key")
-            .json()
-            .await
-            .expect("CreatedApiKey");
-        let key = created["key"].as_str().expect("key");
+        let (key, id) = d.mint_key("mcp", "user").await;
         let sandboxd = std::path::Path::new(env!("CARGO_BIN_EXE_sandboxd"));
         let env = [
             ("SANDBOXD_URL", d.url()),
-            ("SANDBOXD_TOKEN", key.to_string()),
+            ("SANDBOXD_TOKEN", key.clone()),
             ("SANDBOXD_BIN", sandboxd.display().to_string()),
         ];
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         run_script(&d, &python, &["tests/mcp/test_mcp.py"], &env).await;
 
         // Revoked, the key is refused at /mcp on its next request.
-        let id = created["id"].as_str().expect("id");
         let revoked = d.delete(&format!("/v1/api-keys/{id}")).await;
         assert_eq!(revoked.status(), 204);
         let refused = d
             .http_plain()
             .post(d.endpoint("/mcp"))
-            .bearer_auth(key)
+            .bearer_auth(&key)
             .header("accept", "application/json, text/event-stream")
             .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
             .send()

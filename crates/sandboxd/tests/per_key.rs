@@ -11,13 +11,7 @@ use serde_json::{json, Value};
 
 /// Mints a `user` key with the admin token.
 async fn mint(d: &Daemon, name: &str) -> String {
-    let created: Value = d
-        .post_json("/v1/api-keys", &json!({"name": name, "scope": "user"}))
-        .await
-        .json()
-        .await
-        .unwrap();
-    created["key"].as_str().expect("key").to_string()
+    d.mint_key(name, "user").await.0
 }
 
 /// `POST path` with `body` as `key` sends it on that surface: (status, Retry-After, body).

@@ -65,22 +65,8 @@ pub async fn run(client: &Client, out: Output, cmd: ApiKeysCommand) -> Result<Ex
             Ok(ExitCode::SUCCESS)
         }
         ApiKeysCommand::Delete { ids } => {
-            let mut failed = false;
-            for id in &ids {
-                match client.delete_api_key(id).await {
-                    Ok(()) if !out.json => out.line(id)?,
-                    Ok(()) => {}
-                    Err(e) => {
-                        failed = true;
-                        out.error(&SbxError::from(e));
-                    }
-                }
-            }
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            out.delete_each(&ids, |id| async move { client.delete_api_key(&id).await })
+                .await
         }
     }
 }

@@ -18,6 +18,43 @@ pub struct Output {
 }
 
 impl Output {
+    /// Runs `delete` on each of `names` even when one fails: prints each deleted name (under `--json`,
+    /// one list of them at the end) and each failure; exit code 1 when any failed.
+    pub async fn delete_each<F, Fut, E>(
+        &self,
+        names: &[String],
+        delete: F,
+    ) -> Result<std::process::ExitCode, SbxError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+        E: Into<SbxError>,
+    {
+        let (mut deleted, mut failed) = (Vec::new(), false);
+        for name in names {
+            match delete(name.clone()).await {
+                Ok(()) => {
+                    if !self.json {
+                        self.line(name)?;
+                    }
+                    deleted.push(name);
+                }
+                Err(e) => {
+                    failed = true;
+                    self.error(&e.into());
+                }
+            }
+        }
+        if self.json {
+            self.json(&deleted)?;
+        }
+        Ok(if failed {
+            std::process::ExitCode::FAILURE
+        } else {
+            std::process::ExitCode::SUCCESS
+        })
+    }
+
     /// Writes `value` as pretty JSON.
     pub fn json<T: Serialize>(&self, value: &T) -> Result<(), SbxError> {
         let text = serde_json::to_string_pretty(value)

@@ -129,30 +129,8 @@ fn on_timeout(l: &Lifecycle) -> String {
 
 /// `sbx rm`.
 pub async fn rm(client: &Client, out: Output, ids: &[String]) -> Result<ExitCode, SbxError> {
-    let mut deleted = Vec::new();
-    let mut failed = false;
-    for id in ids {
-        match client.delete(id).await {
-            Ok(()) => {
-                if !out.json {
-                    out.line(id)?;
-                }
-                deleted.push(id);
-            }
-            Err(e) => {
-                failed = true;
-                out.error(&e.into());
-            }
-        }
-    }
-    if out.json {
-        out.json(&deleted)?;
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    out.delete_each(ids, |id| async move { client.delete(&id).await })
+        .await
 }
 
 /// `sbx expose`.

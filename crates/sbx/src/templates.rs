@@ -108,22 +108,11 @@ pub async fn run(
             Ok(ExitCode::SUCCESS)
         }
         TemplatesCommand::Rm { names } => {
-            let mut failed = false;
-            for name in &names {
-                match client.delete_template(name).await {
-                    Ok(()) if !out.json => out.line(name)?,
-                    Ok(()) => {}
-                    Err(e) => {
-                        failed = true;
-                        out.error(&SbxError::from(e));
-                    }
-                }
-            }
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            out.delete_each(
+                &names,
+                |name| async move { client.delete_template(&name).await },
+            )
+            .await
         }
     }
 }

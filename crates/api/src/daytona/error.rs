@@ -58,12 +58,6 @@ impl IntoResponse for DaytonaError {
             "message": self.message,
             "code": self.code,
         });
-        let mut response = (self.status, Json(body)).into_response();
-        if let Some(secs) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, secs.into());
-        }
-        response
+        crate::error::with_retry_after((self.status, Json(body)).into_response(), self.retry_after)
     }
 }

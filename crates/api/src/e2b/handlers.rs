@@ -111,12 +111,7 @@ pub async fn create(
             .headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
-    if let Some(secs) = answer.retry_after {
-        response
-            .headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, secs.into());
-    }
-    Ok(response)
+    Ok(crate::error::with_retry_after(response, answer.retry_after))
 }
 
 /// `GET /sandboxes/{id}`.

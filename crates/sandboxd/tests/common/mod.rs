@@ -530,6 +530,23 @@ impl Daemon {
         cmd
     }
 
+    /// Mints an API key of `scope` (`admin` or `user`) with the admin token; returns its secret and
+    /// its id.
+    pub async fn mint_key(&self, name: &str, scope: &str) -> (String, String) {
+        let created: Value = self
+            .http
+            .post(self.endpoint("/v1/api-keys"))
+            .json(&serde_json::json!({"name": name, "scope": scope}))
+            .send()
+            .await
+            .expect("create a key")
+            .json()
+            .await
+            .expect("CreatedApiKey");
+        let key = created["key"].as_str().expect("key").to_string();
+        (key, created["id"].as_str().expect("id").to_string())
+    }
+
     /// `GET path` with the token; panics unless the answer is JSON. Returns the body.
     pub async fn get_json(&self, path: &str) -> Value {
         self.http
