@@ -286,6 +286,15 @@ fn a_snapshot_becomes_a_template_with_the_sandboxs_files() {
             )
             .await;
         assert_eq!(again.status(), 409);
+
+        // In use, it stays; once its sandbox is deleted it can go at once, though the sandbox's
+        // teardown finishes behind the delete's answer.
+        assert_eq!(d.delete("/v1/templates/snap").await.status(), 409);
+        assert_eq!(
+            d.delete(&format!("/v1/sandboxes/{new}")).await.status(),
+            204
+        );
+        assert_eq!(d.delete("/v1/templates/snap").await.status(), 204);
     });
 }
 

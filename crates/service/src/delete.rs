@@ -9,6 +9,9 @@
 //!   network, layer and row go behind the answer ([`Service::finish_delete`]), and only then is
 //!   `sandbox.deleted` emitted. The row keeps the network slot leased until then, so no new sandbox
 //!   gets an interface still being torn down.
+//! - Until its teardown ends, a deleted sandbox still holds its template's and image's layers: a
+//!   template or image removal waits for such teardowns ([`Service::await_teardowns`]) before it
+//!   counts who uses them.
 //! - A teardown that fails, or that a crash interrupted, leaves the row `deleting`; the sandboxes
 //!   reconciler finishes it ([`crate::reconcile`]). The failpoints `delete.after-mark` (before the
 //!   processes end) and `delete.teardown` (after the answer, before the teardown) hold the flow there.
@@ -17,7 +20,11 @@
 
 use crate::events::{emit, SANDBOX_DELETED};
 use crate::{Service, ServiceError};
-use sandboxd_store::{unix_millis_now, SandboxState};
+use sandboxd_store::{unix_millis_now, Sandbox, SandboxState};
+use std::time::Duration;
+
+/// The longest a template or image removal waits for the teardowns of deleted sandboxes made of it.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(10);
 
 impl Service {
     /// Deletes a sandbox by id or name: see the module's contract.
@@ -56,6 +63,35 @@ impl Service {
             }
         });
         Ok(())
+    }
+
+    /// Waits until no deleted sandbox that `uses` says was made of `what` is still being torn down;
+    /// [`ServiceError::Conflict`] after [`TEARDOWN_WAIT`].
+    pub(crate) async fn await_teardowns(
+        &self,
+        what: &str,
+        uses: impl Fn(&Sandbox) -> bool + Clone + Send + 'static,
+    ) -> Result<(), ServiceError> {
+        let deadline = tokio::time::Instant::now() + TEARDOWN_WAIT;
+        loop {
+            let uses = uses.clone();
+            let held = self
+                .reader()
+                .read(move |tx| {
+                    let deleting = tx.sandboxes_in_states(&[SandboxState::Deleting])?;
+                    Ok(deleting.iter().filter(|s| uses(s)).count())
+                })
+                .await?;
+            if held == 0 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ServiceError::Conflict(format!(
+                    "{what} is still held by {held} sandbox(es) being torn down: retry shortly"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Tears down what is left of a `deleting` sandbox and removes its row, emitting

@@ -389,6 +389,11 @@ impl Service {
             )));
         }
         let d = image.digest.clone();
+        self.await_teardowns(&format!("image {key}"), move |s| {
+            s.image.as_deref() == Some(d.as_str())
+        })
+        .await?;
+        let d = image.digest.clone();
         let removed = self.writer().write(move |tx| tx.delete_image(&d)).await;
         match removed {
             Ok(_) => Ok(image),

@@ -390,6 +390,9 @@ impl Service {
             )));
         }
         let n = name.to_string();
+        self.await_teardowns(&format!("template {name:?}"), move |s| s.template == n)
+            .await?;
+        let n = name.to_string();
         let users = self.reader().read(move |tx| tx.template_users(&n)).await?;
         if users > 0 {
             return Err(ServiceError::Conflict(format!(
