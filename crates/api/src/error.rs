@@ -1,7 +1,12 @@
 //! The native API's one error shape, `{code, message}`, and the one place service errors become HTTP
-//! statuses. A client mistake is always a 4xx; a 500 means the daemon itself failed.
+//! statuses. A client mistake is always a 4xx; a 500 means the daemon itself failed. Rejections that
+//! axum's extractors answer on their own (a body over its limit, a path that is not UTF-8) leave in
+//! the same shape ([`shape_rejections`]).
 
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sandboxd_api_types::ApiError;
@@ -43,6 +48,7 @@ impl From<ServiceError> for Error {
         use StatusCode as S;
         let (status, code) = match &e {
             ServiceError::InvalidRequest(_) => (S::BAD_REQUEST, "invalid_request"),
+            ServiceError::InvalidCursor(_) => (S::BAD_REQUEST, "invalid_cursor"),
             ServiceError::NotFound(_) => (S::NOT_FOUND, "not_found"),
             ServiceError::NameConflict(_) => (S::CONFLICT, "name_conflict"),
             ServiceError::Conflict(_) => (S::CONFLICT, "conflict"),
@@ -123,4 +129,118 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Erro
         return Err(Error::invalid("the request body must be a JSON object"));
     }
     serde_json::from_slice(body).map_err(|e| Error::invalid(format!("invalid JSON body: {e}")))
+}
+
+/// Largest plain-text rejection re-read to reshape it.
+const REJECTION_BODY_LIMIT: usize = 64 * 1024;
+
+/// Middleware: every answer leaves through [`reshape_rejection`].
+pub async fn shape_rejections(req: Request, next: Next) -> Response {
+    reshape_rejection(next.run(req).await).await
+}
+
+/// An error answer that is not JSON (axum's plain-text rejections) as an [`ApiError`] whose code names
+/// its status and whose message is the rejection's text; JSON answers and successes pass untouched,
+/// headers (`Allow`, `Retry-After`) are kept.
+pub async fn reshape_rejection(response: Response) -> Response {
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, REJECTION_BODY_LIMIT)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes).trim().to_string();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let body = ApiError {
+        code: rejection_code(status).to_string(),
+        message,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(
+        parts,
+        Body::from(serde_json::to_vec(&body).unwrap_or_default()),
+    )
+}
+
+/// The code of a rejection by its status.
+fn rejection_code(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal",
+        _ => "invalid_request",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn reshaped(response: Response) -> (StatusCode, Option<String>, serde_json::Value) {
+        let resp = reshape_rejection(response).await;
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_string());
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            content_type,
+            serde_json::from_slice(&bytes).unwrap_or_default(),
+        )
+    }
+
+    /// axum's plain-text rejections (a body over the limit, a path that is not UTF-8) leave in the
+    /// API's own shape; the API's own errors and successes pass as they were.
+    #[tokio::test]
+    async fn rejections_leave_as_api_errors() {
+        let too_large = (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Failed to buffer the request body: length limit exceeded",
+        )
+            .into_response();
+        let (status, content_type, body) = reshaped(too_large).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(content_type.as_deref(), Some("application/json"));
+        assert_eq!(body["code"], "payload_too_large");
+        assert_eq!(
+            body["message"],
+            "Failed to buffer the request body: length limit exceeded"
+        );
+        let bad_path = (
+            StatusCode::BAD_REQUEST,
+            "Invalid URL: Invalid UTF-8 in `id`",
+        )
+            .into_response();
+        let (status, _, body) = reshaped(bad_path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["code"], "invalid_request");
+        let own = Error::new(StatusCode::CONFLICT, "name_conflict", "taken").into_response();
+        let (status, _, body) = reshaped(own).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (StatusCode::CONFLICT, Some("name_conflict"))
+        );
+        let ok = (StatusCode::OK, "plain success").into_response();
+        assert_eq!(reshaped(ok).await.0, StatusCode::OK);
+    }
 }

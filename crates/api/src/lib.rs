@@ -19,6 +19,7 @@ pub mod e2b;
 pub mod error;
 pub mod images;
 pub mod metrics;
+pub mod openapi;
 pub mod templates;
 pub mod v1;
 pub mod webhooks;
@@ -28,6 +29,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
+use openapi::SharedResponses;
 use sandboxd_proxy::Proxy;
 use sandboxd_service::Service;
 use std::sync::Arc;
@@ -44,7 +46,7 @@ use utoipa::OpenApi;
           templates::create, templates::list, templates::get, templates::delete, templates::logs,
           templates::snapshot),
     components(schemas(sandboxd_api_types::ApiError)),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &SharedResponses)
 )]
 pub struct ApiDoc;
 
@@ -137,6 +139,7 @@ pub fn router(
                 .layer(DefaultBodyLimit::max(360 << 20)),
         )
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
+        .layer(middleware::from_fn(error::shape_rejections))
         .with_state(service.clone());
     let open = Router::new()
         .route(

@@ -43,6 +43,9 @@ pub enum ServiceError {
     /// The store could not do its part.
     #[error("store")]
     Store(#[source] StoreError),
+    /// A list cursor this daemon did not issue (not the `nextCursor` of a listing).
+    #[error("invalid list cursor {0:?}: pass the nextCursor of an earlier page")]
+    InvalidCursor(String),
     /// The caller's credentials are not good for this.
     #[error("{0}")]
     Unauthorized(String),

@@ -18,7 +18,7 @@ use rand::Rng;
 use sandboxd_api_types as api;
 use sandboxd_runtime::{ResourceLimits, SandboxSpec};
 use sandboxd_store::{
-    unix_millis_now, Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState,
+    unix_millis_now, Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState, StoreError,
 };
 use std::collections::BTreeMap;
 
@@ -388,15 +388,22 @@ impl Service {
             .ok_or_else(|| ServiceError::NotFound(format!("sandbox {key} not found")))
     }
 
-    /// A page of sandboxes.
+    /// A page of sandboxes; a cursor no listing returned is [`ServiceError::InvalidCursor`].
     pub async fn list(
         &self,
         filter: SandboxFilter,
     ) -> Result<(Vec<Sandbox>, Option<String>), ServiceError> {
-        Ok(self
+        let cursor = filter.cursor.clone();
+        match self
             .reader()
             .read(move |tx| tx.list_sandboxes(&filter))
-            .await?)
+            .await
+        {
+            Err(StoreError::InvalidCursor) => {
+                Err(ServiceError::InvalidCursor(cursor.unwrap_or_default()))
+            }
+            page => Ok(page?),
+        }
     }
 
     /// Destroys a sandbox and forgets it. Unknown ids are [`ServiceError::NotFound`], and so is a
@@ -492,6 +499,27 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_798_502_400_123), "2026-12-29T00:00:00.123Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    /// A cursor no listing returned is the caller's mistake, named as such (the API answers 400
+    /// `invalid_cursor`), never a store failure.
+    #[tokio::test]
+    async fn a_cursor_this_daemon_did_not_issue_is_an_invalid_cursor() {
+        use crate::test_support::{InMemoryRuntimeForTests, TestService};
+        let t = TestService::new(
+            crate::ServiceConfig::default(),
+            InMemoryRuntimeForTests::default(),
+        );
+        for bad in ["", "J#", "12", "x:sb1"] {
+            let filter = SandboxFilter {
+                cursor: Some(bad.into()),
+                ..Default::default()
+            };
+            match t.svc.list(filter).await {
+                Err(ServiceError::InvalidCursor(c)) => assert_eq!(c, bad),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

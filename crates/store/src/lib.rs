@@ -73,7 +73,7 @@ pub use open::{Store, StoreConfig, Synchronous};
 pub use outbox::{NewWebhook, OutboxEntry, OutboxState};
 pub use ports::{ExposedPort, HostPorts, PortState, Protocol, ReserveOutcome};
 pub use reader::{ReadTx, StoreReader};
-pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState};
+pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState, CURSOR_PATTERN};
 pub use slots::SlotLease;
 pub use templates::{LogLine, TemplateRecord, TemplateState};
 pub use tokens::{hash_token, ApiToken, CreatedToken, TokenId};
