@@ -123,12 +123,32 @@ impl IntoResponse for Error {
     }
 }
 
-/// Parses a JSON body, turning every way it can be wrong into a 400 that says what was wrong.
+/// Parses a JSON body, turning every way it can be wrong into a 400 that says what was wrong. Every
+/// body is a JSON object (serde would also take a struct as an array of its fields); a number with no
+/// fraction is the integer it equals (`512.0` is `512`, as JSON Schema's `integer` says).
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
-    if body.is_empty() {
-        return Err(Error::invalid("the request body must be a JSON object"));
+    let invalid = |e: serde_json::Error| Error::invalid(format!("invalid JSON body: {e}"));
+    let mut value: serde_json::Value = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => serde_json::from_slice(body).map_err(invalid)?,
+        _ => return Err(Error::invalid("the request body must be a JSON object")),
+    };
+    integral_floats_as_integers(&mut value);
+    serde_json::from_value(value).map_err(invalid)
+}
+
+fn integral_floats_as_integers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
     }
-    serde_json::from_slice(body).map_err(|e| Error::invalid(format!("invalid JSON body: {e}")))
 }
 
 /// Largest plain-text rejection re-read to reshape it.
@@ -242,5 +262,24 @@ mod tests {
         );
         let ok = (StatusCode::OK, "plain success").into_response();
         assert_eq!(reshaped(ok).await.0, StatusCode::OK);
+    }
+
+    /// A body is an object (never a struct spelt as an array of its fields), and `512.0` is the
+    /// integer 512.
+    #[test]
+    fn bodies_are_objects_and_integral_numbers_are_integers() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Body {
+            n: Option<u64>,
+            cpu: Option<f64>,
+        }
+        for bad in ["[null, null]", "", "  ", "null", "3", "\"x\""] {
+            let err = parse_json::<Body>(bad.as_bytes()).unwrap_err();
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{bad:?}");
+        }
+        let b: Body = parse_json(br#" {"n": 512.0, "cpu": 2.0}"#).unwrap();
+        assert_eq!((b.n, b.cpu), (Some(512), Some(2.0)));
+        assert!(parse_json::<Body>(br#"{"n": 1.5}"#).is_err());
     }
 }

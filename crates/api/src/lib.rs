@@ -146,10 +146,10 @@ pub fn router(
             "/health",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
-        .route(
-            "/v1/openapi.json",
-            get(|| async { Json(ApiDoc::openapi()) }),
-        )
+        .route("/v1/openapi.json", {
+            let doc = Arc::new(openapi::document(service.config()));
+            get(move || async move { Json(doc.as_ref().clone()) })
+        })
         .route(
             "/metrics",
             get(metrics::render).with_state((metrics.clone(), service)),

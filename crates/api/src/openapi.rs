@@ -6,12 +6,21 @@
 //! - `400` (`invalid_request`) when it takes a body or parameters: a body that is not the JSON its
 //!   schema describes, a parameter out of range or a path that is not UTF-8;
 //! - `413` (`payload_too_large`) when it takes a body: every body has a size limit;
-//! - `404` (`not_found`) when its path names a resource: there may be none of that name.
+//! - `404` (`not_found`) when its path names a resource: there may be none of that name;
+//! - `409` (`conflict`) when it acts on a sandbox (`/v1/sandboxes/{id}/…`): the sandbox may be in
+//!   a state that does not allow it (stopped, paused, being created or deleted).
 //!
 //! Every one of them has the [`ApiError`](sandboxd_api_types::ApiError) body: axum's own rejections
 //! are reshaped into it ([`crate::error::shape_rejections`]). What it assumes: the handlers' own
 //! declarations come first and are kept (a handler's description of a `409` wins over none).
+//!
+//! [`document`] is what `/v1/openapi.json` serves: the generated document with the limits this
+//! daemon enforces written into its request schemas — the ones its configuration sets (CPUs, memory,
+//! disk, timeout) and the shapes the service's validators check (names, paths, references, ports),
+//! so that a request the document allows is one the daemon takes and the other way round.
 
+use sandboxd_service::ServiceConfig;
+use serde_json::{json, Value};
 use utoipa::openapi::{path::Operation, ContentBuilder, Ref, ResponseBuilder};
 
 /// The [`utoipa::Modify`] adding the shared answers.
@@ -19,7 +28,7 @@ pub struct SharedResponses;
 
 impl utoipa::Modify for SharedResponses {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        for item in openapi.paths.paths.values_mut() {
+        for (path, item) in openapi.paths.paths.iter_mut() {
             let operations = [
                 &mut item.get,
                 &mut item.put,
@@ -28,13 +37,13 @@ impl utoipa::Modify for SharedResponses {
                 &mut item.patch,
             ];
             for op in operations.into_iter().flatten() {
-                declare_shared(op);
+                declare_shared(path, op);
             }
         }
     }
 }
 
-fn declare_shared(op: &mut Operation) {
+fn declare_shared(path: &str, op: &mut Operation) {
     let params = op.parameters.as_deref().unwrap_or_default();
     let has_path_param = params
         .iter()
@@ -47,6 +56,9 @@ fn declare_shared(op: &mut Operation) {
             .or_insert_with(|| error_response(description).into());
     };
     add("401", "no token, or one the daemon does not accept");
+    if path.starts_with("/v1/sandboxes/{id}/") {
+        add("409", "the sandbox is not in a state that allows this");
+    }
     if has_body || !params.is_empty() {
         add(
             "400",
@@ -71,6 +83,301 @@ fn error_response(description: &str) -> utoipa::openapi::Response {
                 .build(),
         )
         .build()
+}
+
+/// A sandbox name (the service's `validate::name`), or "" for none.
+const SANDBOX_NAME: &str = "^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$";
+/// A template name ([`sandboxd_service::templates::validate_name`]).
+const TEMPLATE_NAME: &str = "^[a-z0-9][a-z0-9._/-]{0,127}(:[a-z0-9._-]+)?$";
+/// An image reference, the part of Docker's grammar ([`sandboxd_images::ImageRef`]) written with
+/// lowercase hosts and sha256 digests.
+const REFERENCE: &str = "^(([a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?|localhost(:[0-9]{1,5})?)/)?[a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$";
+/// Longest reference documented (the grammar's repository limit, with room for `library/`).
+const REFERENCE_MAX: u64 = 240;
+/// A path component other than `..`.
+const SEGMENT: &str =
+    "(\\.|[^/.\\u0000][^/\\u0000]*|\\.[^/.\\u0000][^/\\u0000]*|\\.\\.[^/\\u0000]+)";
+
+/// A path inside a sandbox (the service's `validate::sandbox_path`): absolute, no `..` component, no
+/// NUL; a file's path does not end with `/`.
+fn sandbox_path(file: bool) -> String {
+    if file {
+        format!("^(/{SEGMENT}?)*/{SEGMENT}$")
+    } else {
+        format!("^(/{SEGMENT}?)+$")
+    }
+}
+
+/// A hostname a sandbox can be bound to (the service's `domains::validate_hostname`): at least two
+/// RFC 1123 labels, the last starting with a letter (never an IP address), a `*.` only where the
+/// daemon allows wildcards; and, in [`document`], none under the daemon's own domain.
+fn hostname(allow_wildcard: bool) -> String {
+    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    let last = "[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    let wildcard = if allow_wildcard { "(\\*\\.)?" } else { "" };
+    format!("^{wildcard}({label}\\.)+{last}\\.?$")
+}
+
+/// Matches a name equal to or under `domain`, in any case.
+fn under(domain: &str) -> String {
+    let any_case: String = domain
+        .trim_matches('.')
+        .chars()
+        .map(|c| match c {
+            c if c.is_ascii_alphabetic() => {
+                format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+            }
+            '.' => "\\.".to_string(),
+            c => c.to_string(),
+        })
+        .collect();
+    format!("(^|\\.){any_case}\\.?$")
+}
+
+/// An environment variable name (the service's `validate::env`).
+const ENV_NAME: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
+/// Text without NUL.
+const NO_NUL: &str = "^[^\\u0000]*$";
+/// An IPv4 address or CIDR block ([`sandboxd_service::network`]).
+const IPV4_NET: &str = "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(/(3[0-2]|[12][0-9]|[0-9]))?$";
+/// A base64 text (standard alphabet, padded).
+/// A base64 text (standard alphabet, padded, canonical: the bits padding drops are zero).
+const BASE64: &str =
+    "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$";
+
+/// The document `/v1/openapi.json` serves for a daemon configured as `config`.
+pub fn document(config: &ServiceConfig) -> Value {
+    use utoipa::OpenApi;
+    let mut doc = serde_json::to_value(crate::ApiDoc::openapi()).expect("the document serializes");
+    let schemas = &mut doc["components"]["schemas"];
+    let env = json!({"type": ["object", "null"], "propertyNames": {"pattern": ENV_NAME},
+        "additionalProperties": {"type": "string", "pattern": NO_NUL}});
+    let create = &mut schemas["CreateSandbox"];
+    patch(
+        &mut create["properties"]["name"],
+        json!({"pattern": SANDBOX_NAME}),
+    );
+    patch(
+        &mut create["properties"]["image"],
+        json!({"anyOf": [{"maxLength": 0}, {"pattern": REFERENCE, "maxLength": REFERENCE_MAX}]}),
+    );
+    patch(
+        &mut create["properties"]["cpu"],
+        json!({"minimum": 0.01, "maximum": config.max_cpus}),
+    );
+    patch(
+        &mut create["properties"]["memoryMB"],
+        json!({"minimum": sandboxd_service::sandboxes::MIN_MEMORY_MB, "maximum": config.max_memory_mb}),
+    );
+    if config.disk_quota {
+        patch(
+            &mut create["properties"]["diskMB"],
+            json!({"minimum": sandboxd_service::sandboxes::MIN_DISK_MB, "maximum": config.max_disk_mb}),
+        );
+    } else if let Some(props) = create["properties"].as_object_mut() {
+        // This host cannot limit disk: a create that asks for a limit is refused.
+        props.remove("diskMB");
+    }
+    patch(
+        &mut create["properties"]["timeoutSec"],
+        json!({"maximum": config.max_timeout.as_secs()}),
+    );
+    create["properties"]["env"] = env.clone();
+    patch(
+        &mut create["properties"]["metadata"],
+        json!({"maxProperties": 64,
+               "propertyNames": {"minLength": 1, "maxLength": 128, "pattern": "^[^=]*$"},
+               "additionalProperties": {"type": "string", "maxLength": 1024}}),
+    );
+    // An image and a template are two roots; registry credentials are for an image's pull.
+    let image_given = json!({"properties": {"image": {"type": "string", "minLength": 1}},
+        "required": ["image"]});
+    create["allOf"] = json!([
+        {"not": {"allOf": [image_given, {"properties": {"template": {"type": "string"}},
+            "required": ["template"]}]}},
+        {"if": {"properties": {"registryAuth": {"type": "object"}}, "required": ["registryAuth"]},
+         "then": image_given},
+    ]);
+    patch(
+        &mut schemas["Lifecycle"],
+        json!({"if": {"properties": {"autoResume": {"const": true}}, "required": ["autoResume"]},
+               "then": {"properties": {"onTimeout": {"const": "pause"}}, "required": ["onTimeout"]}}),
+    );
+    for list in ["allowOut", "denyOut"] {
+        patch(
+            &mut schemas["NetworkPolicy"]["properties"][list],
+            json!({"maxItems": 256, "items": {"type": "string", "pattern": IPV4_NET}}),
+        );
+    }
+    let exec = &mut schemas["ExecRequest"];
+    patch(
+        &mut exec["properties"]["cmd"],
+        json!({"minItems": 1, "prefixItems": [{"type": "string", "minLength": 1}],
+               "items": {"type": "string", "pattern": NO_NUL}}),
+    );
+    exec["properties"]["env"] = env;
+    patch(
+        &mut exec["properties"]["user"],
+        json!({"enum": ["user", "root", null]}),
+    );
+    patch(
+        &mut schemas["ExposePort"]["properties"]["port"],
+        json!({"minimum": 1, "maximum": 65535}),
+    );
+    patch(
+        &mut schemas["ExposePort"]["properties"]["protocol"],
+        json!({"enum": ["http", "tcp"]}),
+    );
+    patch(
+        &mut schemas["BindDomain"]["properties"]["port"],
+        json!({"minimum": 1, "maximum": 65535}),
+    );
+    patch(
+        &mut schemas["BindDomain"]["properties"]["hostname"],
+        json!({"pattern": hostname(config.allow_wildcard_domains), "maxLength": 253,
+               "not": {"pattern": under(&config.domain)}}),
+    );
+    patch(
+        &mut schemas["CreateSnapshot"]["properties"]["name"],
+        json!({"pattern": TEMPLATE_NAME}),
+    );
+    patch(
+        &mut schemas["PullImage"]["properties"]["reference"],
+        json!({"pattern": REFERENCE, "maxLength": REFERENCE_MAX}),
+    );
+    // A context for a language's default context, or a context of its own: not both.
+    patch(
+        &mut schemas["RunCode"],
+        json!({"not": {"properties": {"contextId": {"type": "string"}, "language": {"type": "string"}},
+            "required": ["contextId", "language"]}}),
+    );
+    let webhook = &mut schemas["CreateWebhook"]["properties"];
+    patch(
+        &mut webhook["url"],
+        json!({"pattern": "^https?://([a-z0-9]([a-z0-9-]*[a-z0-9])?\\.)*[a-z]([a-z0-9-]*[a-z0-9])?(:[0-9]{1,4})?(/[A-Za-z0-9._~/-]*)?$"}),
+    );
+    patch(
+        &mut webhook["events"],
+        json!({"minItems": 1, "items": {"type": "string", "enum": sandboxd_service::events::KINDS}}),
+    );
+    patch(
+        &mut webhook["secret"],
+        json!({"minLength": 16, "anyOf": [{"not": {"pattern": "^whsec_"}},
+            {"pattern": BASE64.replacen('^', "^whsec_", 1)}]}),
+    );
+    patch(
+        &mut schemas["CreateTemplate"]["properties"]["name"],
+        json!({"pattern": TEMPLATE_NAME}),
+    );
+    patch(
+        &mut schemas["CreateTemplate"]["properties"]["context"],
+        json!({"pattern": BASE64}),
+    );
+    // An image, a Dockerfile (with its context and arguments), or only a built-in template's name.
+    let given = |field: &str| json!({"properties": {field: {"type": ["string", "object"]}}, "required": [field]});
+    let absent = |fields: &[&str]| {
+        let props: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|f| (f.to_string(), json!({"type": "null"})))
+            .collect();
+        json!({"properties": props})
+    };
+    let builtins: Vec<&str> = sandboxd_service::builtin::BUILTINS
+        .iter()
+        .map(|b| b.name)
+        .collect();
+    schemas["CreateTemplate"]["allOf"] = json!([
+        {"not": {"allOf": [given("image"), given("dockerfile")]}},
+        {"if": given("image"), "then": absent(&["context", "buildArgs"])},
+        {"if": {"not": {"anyOf": [given("image"), given("dockerfile")]}},
+         "then": {"allOf": [absent(&["context", "buildArgs", "startCmd", "readyCmd"]),
+                            {"properties": {"name": {"enum": builtins}}}]}},
+    ]);
+    // Parameters.
+    let paths = &mut doc["paths"];
+    for (path, method, file) in [
+        ("/v1/sandboxes/{id}/files", "get", false),
+        ("/v1/sandboxes/{id}/files", "put", true),
+        ("/v1/sandboxes/{id}/files/list", "get", false),
+    ] {
+        param(
+            &mut paths[path][method],
+            "path",
+            json!({"pattern": sandbox_path(file)}),
+        );
+    }
+    let image_key = format!(
+        "^(sha256:[0-9a-f]{{64}}|{})$",
+        &REFERENCE[1..REFERENCE.len() - 1]
+    );
+    for method in ["get", "delete"] {
+        param(
+            &mut paths["/v1/images/{key}"][method],
+            "key",
+            json!({"pattern": image_key, "maxLength": REFERENCE_MAX}),
+        );
+    }
+    for method in ["get", "put"] {
+        add_param(
+            &mut paths["/v1/sandboxes/{id}/files"][method],
+            json!({"name": "user", "in": "query", "required": false,
+                "description": "who reads or writes it: `user` (default) or `root`",
+                "schema": {"type": "string", "enum": ["user", "root"]}}),
+        );
+    }
+    let list = &mut paths["/v1/sandboxes"]["get"];
+    param(list, "metadata", json!({"pattern": "="}));
+    let states: Vec<&str> = sandboxd_store::SandboxState::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    let state = format!("({})", states.join("|"));
+    param(
+        list,
+        "state",
+        json!({"pattern": format!("^{state}(,{state})*$")}),
+    );
+    param(
+        list,
+        "cursor",
+        json!({"pattern": sandboxd_store::CURSOR_PATTERN}),
+    );
+    param(list, "limit", json!({"minimum": 1, "maximum": 1000}));
+    param(
+        &mut paths["/v1/webhooks/{id}/deliveries"]["get"],
+        "limit",
+        json!({"minimum": 1, "maximum": 1000}),
+    );
+    param(
+        &mut paths["/v1/sandboxes/{id}/ports/{port}"]["delete"],
+        "port",
+        json!({"minimum": 1, "maximum": 65535}),
+    );
+    doc
+}
+
+/// Merges `extra` into the object `schema`.
+fn patch(schema: &mut Value, extra: Value) {
+    if let (Some(schema), Value::Object(extra)) = (schema.as_object_mut(), extra) {
+        schema.extend(extra);
+    }
+}
+
+/// Merges `extra` into the schema of the parameter `name` of `op`.
+fn param(op: &mut Value, name: &str, extra: Value) {
+    let found = op["parameters"]
+        .as_array_mut()
+        .and_then(|ps| ps.iter_mut().find(|p| p["name"] == name));
+    if let Some(p) = found {
+        patch(&mut p["schema"], extra);
+    }
+}
+
+/// Adds a parameter to `op`.
+fn add_param(op: &mut Value, parameter: Value) {
+    if let Some(ps) = op["parameters"].as_array_mut() {
+        ps.push(parameter);
+    }
 }
 
 #[cfg(test)]

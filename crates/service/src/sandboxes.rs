@@ -26,11 +26,12 @@ use std::collections::BTreeMap;
 pub const DEFAULT_TEMPLATE: &str = "base";
 const DEFAULT_MEMORY_MB: u64 = 512;
 const DEFAULT_CPU: f64 = 1.0;
-const MIN_MEMORY_MB: u64 = 32;
+/// The smallest memory limit a create may ask for, MiB.
+pub const MIN_MEMORY_MB: u64 = 32;
 /// Default of [`crate::ServiceConfig::default_disk_mb`].
 pub const DEFAULT_DISK_MB: u64 = 10 * 1024;
 /// The smallest disk limit a create may ask for, MiB.
-const MIN_DISK_MB: u64 = 16;
+pub const MIN_DISK_MB: u64 = 16;
 
 /// A validated create request.
 #[derive(Debug, Clone)]
