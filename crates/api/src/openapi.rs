@@ -353,7 +353,82 @@ pub fn document(config: &ServiceConfig) -> Value {
         "port",
         json!({"minimum": 1, "maximum": 65535}),
     );
+    // How what one operation creates is named in the others: the stateful clients (and schemathesis)
+    // follow these from a create to what acts on its result.
+    let sandbox = [("id", "$response.body#/id")];
+    link(
+        &mut doc,
+        ("/v1/sandboxes", "post", "201"),
+        "/v1/sandboxes/{id}",
+        &sandbox,
+    );
+    link(
+        &mut doc,
+        ("/v1/webhooks", "post", "201"),
+        "/v1/webhooks/{id}",
+        &sandbox,
+    );
+    let named = [("name", "$response.body#/name")];
+    link(
+        &mut doc,
+        ("/v1/templates", "post", "202"),
+        "/v1/templates/{name}",
+        &named,
+    );
+    let image = [("key", "$response.body#/digest")];
+    link(
+        &mut doc,
+        ("/v1/images", "post", "200"),
+        "/v1/images/{key}",
+        &image,
+    );
+    let port = [("id", "$request.path.id"), ("port", "$response.body#/port")];
+    link(
+        &mut doc,
+        ("/v1/sandboxes/{id}/ports", "post", "201"),
+        "/v1/sandboxes/{id}/ports/{port}",
+        &port,
+    );
+    let host = [
+        ("id", "$request.path.id"),
+        ("hostname", "$response.body#/hostname"),
+    ];
+    link(
+        &mut doc,
+        ("/v1/sandboxes/{id}/domains", "post", "201"),
+        "/v1/sandboxes/{id}/domains/{hostname}",
+        &host,
+    );
     doc
+}
+
+/// Adds to the `status` answer of `from` (path, method) an OpenAPI link to every operation under
+/// `prefix`, passing `parameters` (name, runtime expression).
+fn link(doc: &mut Value, from: (&str, &str, &str), prefix: &str, parameters: &[(&str, &str)]) {
+    let (from_path, from_method, status) = from;
+    let mut links = serde_json::Map::new();
+    let targets = doc["paths"].as_object().into_iter().flatten();
+    for (path, item) in targets.filter(|(p, _)| p.starts_with(prefix) && *p != from_path) {
+        for method in item.as_object().into_iter().flatten().map(|(m, _)| m) {
+            let name = format!(
+                "{method}{}",
+                path[prefix.len()..].replace(['/', '{', '}'], "-")
+            );
+            let pointer = path.replace('~', "~0").replace('/', "~1");
+            let params: serde_json::Map<String, Value> = parameters
+                .iter()
+                .map(|(n, e)| (n.to_string(), json!(e)))
+                .collect();
+            links.insert(
+                name.trim_end_matches('-').replace("--", "-"),
+                json!({"operationRef": format!("#/paths/{pointer}/{method}"), "parameters": params}),
+            );
+        }
+    }
+    let answer = &mut doc["paths"][from_path][from_method]["responses"][status];
+    if answer.is_object() {
+        answer["links"] = Value::Object(links);
+    }
 }
 
 /// Merges `extra` into the object `schema`.

@@ -59,7 +59,14 @@ fn the_openapi_document_matches_what_the_daemon_does() {
                 ])
                 .args(["--checks", "all"])
                 .args(["--seed", SEED, "--max-examples", MAX_EXAMPLES])
-                .args(["--workers", "1", "--request-timeout", "60"])
+                .args([
+                    "--workers",
+                    "1",
+                    "--request-timeout",
+                    "60",
+                    "--max-response-time",
+                    "60",
+                ])
                 .args(["--generation-database", "none"])
                 .current_dir(work.path())
                 .output()
