@@ -90,8 +90,21 @@ const SANDBOX_NAME: &str = "^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$";
 /// A template name ([`sandboxd_service::templates::validate_name`]).
 const TEMPLATE_NAME: &str = "^[a-z0-9][a-z0-9._/-]{0,127}(:[a-z0-9._-]+)?$";
 /// An image reference, the part of Docker's grammar ([`sandboxd_images::ImageRef`]) written with
-/// lowercase hosts and sha256 digests.
-const REFERENCE: &str = "^(([a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?|localhost(:[0-9]{1,5})?)/)?[a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$";
+/// lowercase names, sha256 digests and a registry that is an IPv4 address or a hostname whose last
+/// label starts with a letter, with a port of 1–65535 (one a URL can name). Without a registry, the
+/// first of several path components has no `.` (Docker would take it for a registry).
+fn reference() -> String {
+    let octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+    let port =
+        "([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])";
+    let host = "([a-z0-9]([a-z0-9-]*[a-z0-9])?\\.)*[a-z]([a-z0-9-]*[a-z0-9])?";
+    let registry = format!("({octet}(\\.{octet}){{3}}|{host})(:{port})?");
+    let component = "[a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*";
+    let undotted = "[a-z0-9]+((_|__|-+)[a-z0-9]+)*";
+    let name =
+        format!("({registry}/{component}(/{component})*|{component}|{undotted}(/{component})+)");
+    format!("^{name}(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(@sha256:[0-9a-f]{{64}})?$")
+}
 /// Longest reference documented (the grammar's repository limit, with room for `library/`).
 const REFERENCE_MAX: u64 = 240;
 /// A path component other than `..`.
@@ -159,7 +172,7 @@ pub fn document(config: &ServiceConfig) -> Value {
     );
     patch(
         &mut create["properties"]["image"],
-        json!({"anyOf": [{"maxLength": 0}, {"pattern": REFERENCE, "maxLength": REFERENCE_MAX}]}),
+        json!({"anyOf": [{"maxLength": 0}, {"pattern": reference(), "maxLength": REFERENCE_MAX}]}),
     );
     patch(
         &mut create["properties"]["cpu"],
@@ -243,7 +256,7 @@ pub fn document(config: &ServiceConfig) -> Value {
     );
     patch(
         &mut schemas["PullImage"]["properties"]["reference"],
-        json!({"pattern": REFERENCE, "maxLength": REFERENCE_MAX}),
+        json!({"pattern": reference(), "maxLength": REFERENCE_MAX}),
     );
     // A context for a language's default context, or a context of its own: not both.
     patch(
@@ -306,9 +319,10 @@ pub fn document(config: &ServiceConfig) -> Value {
             json!({"pattern": sandbox_path(file)}),
         );
     }
+    let reference = reference();
     let image_key = format!(
         "^(sha256:[0-9a-f]{{64}}|{})$",
-        &REFERENCE[1..REFERENCE.len() - 1]
+        &reference[1..reference.len() - 1]
     );
     for method in ["get", "delete"] {
         param(
@@ -460,8 +474,135 @@ mod tests {
     use crate::ApiDoc;
     use utoipa::OpenApi;
 
+    use super::*;
+
     fn document() -> serde_json::Value {
         serde_json::to_value(ApiDoc::openapi()).unwrap()
+    }
+
+    fn matches(pattern: &str, text: &str) -> bool {
+        regex::Regex::new(pattern).unwrap().is_match(text)
+    }
+
+    /// Every reference the documented pattern allows is one the daemon parses; a few it refuses are
+    /// refused by the pattern too.
+    #[test]
+    fn documented_references_parse() {
+        let good = [
+            "python:3.12-slim",
+            "alpine",
+            "team/app__x.y-z:v1.0_rc",
+            "127.0.0.1:5000/team/app",
+            "localhost:5000/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "ghcr.io/a/b/c:latest",
+            "a-b.example.com:65535/x",
+            "python.x",
+            "ghcr.io/a.b/c",
+        ];
+        for r in good {
+            assert!(matches(&reference(), r), "{r}");
+            assert!(r.parse::<sandboxd_images::ImageRef>().is_ok(), "{r}");
+        }
+        for bad in [
+            "",
+            "Upper",
+            ":tag",
+            "a b",
+            "x:99999/y",
+            "-a",
+            "a/",
+            "h.08/x",
+            "a.b_c/x",
+            "x@sha256:00",
+        ] {
+            assert!(!matches(&reference(), bad), "{bad}");
+        }
+    }
+
+    /// The path patterns are the service's rule: absolute, no `..` component, no NUL; a file's path
+    /// does not end with `/`.
+    #[test]
+    fn documented_paths_are_the_services() {
+        let dir = sandbox_path(false);
+        let file = sandbox_path(true);
+        for ok in ["/", "/home/user", "/a/.b/..c/c../.", "//x", "/a/b/"] {
+            assert!(matches(&dir, ok), "{ok}");
+        }
+        for ok in ["/a", "/home/user/x.txt", "/a//b", "/.x"] {
+            assert!(matches(&file, ok), "{ok}");
+        }
+        for bad in ["", "a", "../x", "/a/..", "/../b", "/a/../b", "/a\u{0}b"] {
+            assert!(!matches(&dir, bad) && !matches(&file, bad), "{bad:?}");
+        }
+        for dir_only in ["/", "/a/"] {
+            assert!(!matches(&file, dir_only), "{dir_only}");
+        }
+    }
+
+    /// A hostname the pattern allows (and that is not under the daemon's domain) is one the service
+    /// binds; the service's refusals are refused by the pattern.
+    #[test]
+    fn documented_hostnames_are_the_services() {
+        use sandboxd_service::domains::validate_hostname;
+        let pattern = hostname(false);
+        let reserved = under("localhost");
+        for ok in ["app.example.com", "A-1.b2.Co.", "x.y"] {
+            assert!(matches(&pattern, ok) && !matches(&reserved, ok), "{ok}");
+            assert!(validate_hostname(ok, "localhost", false).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", "example", "1.2.3.4", "a.1", "-a.com", "a-.com", "*.a.com", "a_b.com",
+        ] {
+            assert!(!matches(&pattern, bad), "{bad}");
+            assert!(validate_hostname(bad, "localhost", false).is_err(), "{bad}");
+        }
+        for under_ours in ["x.localhost", "a.b.LocalHost."] {
+            assert!(matches(&reserved, under_ours), "{under_ours}");
+            assert!(
+                validate_hostname(under_ours, "localhost", false).is_err(),
+                "{under_ours}"
+            );
+        }
+        assert!(matches(&hostname(true), "*.a.com"));
+    }
+
+    /// The limits a daemon is configured with are the ones its document states.
+    #[test]
+    fn the_document_states_the_configured_limits() {
+        let config = ServiceConfig {
+            max_cpus: 3.0,
+            max_memory_mb: 2048,
+            ..ServiceConfig::default()
+        };
+        let doc = super::document(&config);
+        let create = &doc["components"]["schemas"]["CreateSandbox"]["properties"];
+        assert_eq!(create["cpu"]["maximum"], 3.0);
+        assert_eq!(create["memoryMB"]["maximum"], 2048);
+        assert_eq!(create["memoryMB"]["minimum"], 32);
+        assert!(create["diskMB"].is_null(), "no quota backend, no diskMB");
+        let with_quota = super::document(&ServiceConfig {
+            disk_quota: true,
+            max_disk_mb: 4096,
+            ..ServiceConfig::default()
+        });
+        let disk = &with_quota["components"]["schemas"]["CreateSandbox"]["properties"]["diskMB"];
+        assert_eq!(
+            (disk["minimum"].as_u64(), disk["maximum"].as_u64()),
+            (Some(16), Some(4096))
+        );
+        let for_regex = |v: &Value| v.as_str().map(str::to_string);
+        // Every pattern in the document is a regular expression.
+        let mut stack = vec![&doc];
+        while let Some(v) = stack.pop() {
+            if let Some(map) = v.as_object() {
+                if let Some(p) = map.get("pattern").and_then(for_regex) {
+                    regex::Regex::new(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
+                }
+                stack.extend(map.values());
+            } else if let Some(items) = v.as_array() {
+                stack.extend(items);
+            }
+        }
     }
 
     /// Every operation declares the 401 of the auth middleware, with the error body.
@@ -492,7 +633,8 @@ mod tests {
         for status in ["400", "401", "413"] {
             assert!(create[status].is_object(), "POST /v1/sandboxes {status}");
         }
-        assert!(create["404"].is_null(), "no path parameter, no 404");
+        let webhook = &doc["paths"]["/v1/webhooks"]["post"]["responses"];
+        assert!(webhook["404"].is_null(), "no path parameter, no 404");
         let exec = &doc["paths"]["/v1/sandboxes/{id}/exec"]["post"]["responses"];
         for status in ["400", "401", "404", "413"] {
             assert!(exec[status].is_object(), "exec {status}");
