@@ -4,6 +4,10 @@
 //! 5xx for a client's mistake. Operations that create sandboxes really create them (the fixture's
 //! teardown deletes them all).
 //!
+//! The daemon reaches nothing outside this host: what it sends itself (image pulls from the registries
+//! generated references name, webhook deliveries to generated URLs) goes to an HTTP proxy on a closed
+//! loopback port, so a pull is a 502 `registry_unavailable` and a delivery fails, as they do offline.
+//!
 //! The CLI is `SCHEMATHESIS`, default `.venv-schemathesis/bin/schemathesis` at the repository root
 //! (`scripts/schemathesis` installs it, pinned); a missing one fails the test, saying how to install
 //! it. What the run leaves out and why is in `tests/openapi/schemathesis.toml`.
@@ -12,13 +16,14 @@ mod common;
 
 use common::{run_serially, Daemon};
 use sandboxd_test_support::workspace_root;
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const INSTALL: &str = "run scripts/schemathesis (or .ci/run)";
 /// Examples per operation and phase: enough to reach every declared answer, few enough that the run
-/// (which creates real sandboxes) takes a few minutes on two cores.
-const MAX_EXAMPLES: &str = "8";
+/// (which creates real sandboxes) takes a minute or two on two cores.
+const MAX_EXAMPLES: &str = "20";
 /// The seed of every run, so a failure reproduces.
 const SEED: &str = "20261201";
 /// Longest the whole test may take.
@@ -36,6 +41,13 @@ fn schemathesis() -> PathBuf {
     path
 }
 
+/// A loopback address nothing listens on (a connection to it is refused at once).
+fn closed_loopback_port() -> std::net::SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+}
+
 /// A schemathesis run over every `/v1` operation finds nothing.
 #[test]
 fn the_openapi_document_matches_what_the_daemon_does() {
@@ -44,7 +56,10 @@ fn the_openapi_document_matches_what_the_daemon_does() {
         Some(TIMEOUT),
         || async {
             let cli = schemathesis();
-            let daemon = Daemon::start().await;
+            let nowhere = format!("http://{}", closed_loopback_port());
+            let daemon =
+                Daemon::start_with(&[], &[("HTTP_PROXY", &nowhere), ("HTTPS_PROXY", &nowhere)])
+                    .await;
             let work = tempfile::tempdir().expect("tempdir");
             let started = Instant::now();
             let output = tokio::process::Command::new(&cli)
@@ -83,7 +98,12 @@ fn the_openapi_document_matches_what_the_daemon_does() {
                 output.status,
                 started.elapsed()
             );
-            eprintln!("schemathesis passed in {:?}", started.elapsed());
+            let summary = text.lines().skip_while(|l| !l.contains("SUMMARY"));
+            eprintln!(
+                "schemathesis passed in {:?}:\n{}",
+                started.elapsed(),
+                summary.collect::<Vec<_>>().join("\n")
+            );
         },
     );
 }
