@@ -257,8 +257,7 @@ pub async fn delete(
 
 /// Run a command to completion.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", params(("id" = String, Path)), request_body = api::ExecRequest,
-    responses((status = 200, body = api::ExecResult), (status = 400, body = api::ApiError), (status = 404, body = api::ApiError),
-        (status = 502, description = "the sandbox's agent failed or cannot be reached", body = api::ApiError)))]
+    responses((status = 200, body = api::ExecResult), (status = 400, body = api::ApiError), (status = 404, body = api::ApiError)))]
 pub async fn exec(
     State(service): State<Service>,
     Path(id): Path<String>,
@@ -270,8 +269,7 @@ pub async fn exec(
 
 /// Run a command, streaming its output as NDJSON `ExecEvent`s.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/exec/stream", params(("id" = String, Path)), request_body = api::ExecRequest,
-    responses((status = 200, body = api::ExecEvent, content_type = "application/x-ndjson"), (status = 404, body = api::ApiError),
-        (status = 502, description = "the sandbox's agent failed or cannot be reached", body = api::ApiError)))]
+    responses((status = 200, body = api::ExecEvent, content_type = "application/x-ndjson"), (status = 404, body = api::ApiError)))]
 pub async fn exec_stream(
     State(service): State<Service>,
     Path(id): Path<String>,
@@ -313,8 +311,7 @@ pub async fn run_code(
 
 /// Download a file (`?path=/abs/path`).
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(("id" = String, Path), ("path" = String, Query)),
-    responses((status = 200, content_type = "application/octet-stream"), (status = 404, body = api::ApiError),
-        (status = 502, description = "the sandbox's agent failed or cannot be reached", body = api::ApiError)))]
+    responses((status = 200, content_type = "application/octet-stream"), (status = 404, body = api::ApiError)))]
 pub async fn download(
     State(service): State<Service>,
     Path(id): Path<String>,
@@ -330,8 +327,7 @@ pub async fn download(
 /// Upload a file (`?path=/abs/path`, raw body).
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(("id" = String, Path), ("path" = String, Query)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 204), (status = 400, body = api::ApiError), (status = 404, body = api::ApiError),
-        (status = 502, description = "the sandbox's agent failed or cannot be reached", body = api::ApiError)))]
+    responses((status = 204), (status = 400, body = api::ApiError), (status = 404, body = api::ApiError)))]
 pub async fn upload(
     State(service): State<Service>,
     Path(id): Path<String>,
@@ -366,8 +362,7 @@ fn tokio_stream_from<T: Send + 'static>(
 
 /// List a directory (`?path=/dir`).
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/list", params(("id" = String, Path), ("path" = String, Query)),
-    responses((status = 200, body = api::FileList), (status = 404, body = api::ApiError),
-        (status = 502, description = "the sandbox's agent failed or cannot be reached", body = api::ApiError)))]
+    responses((status = 200, body = api::FileList), (status = 404, body = api::ApiError)))]
 pub async fn list_files(
     State(service): State<Service>,
     Path(id): Path<String>,
@@ -380,7 +375,7 @@ pub async fn list_files(
 /// Expose a port of the sandbox; exposing it again returns the same URL.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/ports", params(("id" = String, Path)), request_body = api::ExposePort,
     responses((status = 201, body = api::ExposedPort), (status = 200, body = api::ExposedPort),
-              (status = 409, body = api::ApiError), (status = 502, description = "the sandbox's agent failed or cannot be reached", body = api::ApiError)))]
+              (status = 409, body = api::ApiError)))]
 pub async fn expose(
     State(service): State<Service>,
     Path(id): Path<String>,
