@@ -38,7 +38,44 @@ pub fn document(config: &ServiceConfig) -> Value {
     let mut doc = serde_json::to_value(crate::ApiDoc::openapi()).expect("the document serializes");
     requests::constrain(&mut doc, config);
     links::link_creates(&mut doc);
+    unique_operation_ids(&mut doc);
     doc
+}
+
+/// Makes every `operationId` unique, as OpenAPI requires: utoipa names an operation after its
+/// handler, and handlers of different modules share names (`create`, `list`), so each of those
+/// outside the sandboxes' own module (`v1`) is prefixed with its module's tag (`webhooks_create`).
+fn unique_operation_ids(doc: &mut Value) {
+    let mut count = std::collections::HashMap::<String, usize>::new();
+    for_each_operation(doc, |op| {
+        if let Some(id) = op["operationId"].as_str() {
+            *count.entry(id.to_string()).or_default() += 1;
+        }
+    });
+    for_each_operation(doc, |op| {
+        let (Some(id), Some(tag)) = (op["operationId"].as_str(), op["tags"][0].as_str()) else {
+            return;
+        };
+        if count.get(id).is_some_and(|n| *n > 1) && tag != "v1" {
+            op["operationId"] = Value::String(format!("{tag}_{id}"));
+        }
+    });
+}
+
+fn for_each_operation(doc: &mut Value, mut f: impl FnMut(&mut Value)) {
+    let paths = doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut());
+    for item in paths {
+        for op in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|o| o.values_mut())
+        {
+            f(op);
+        }
+    }
 }
 
 /// The operations the sandbox's agent carries out (path, method).
@@ -127,6 +164,31 @@ mod tests {
 
     fn document() -> serde_json::Value {
         serde_json::to_value(ApiDoc::openapi()).unwrap()
+    }
+
+    /// Every operation has an id of its own; the sandboxes' keep their handlers' names.
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = super::document(&sandboxd_service::ServiceConfig::default());
+        let mut ids = std::collections::BTreeSet::new();
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                let id = op["operationId"].as_str().unwrap();
+                assert!(ids.insert(id.to_string()), "{id} twice");
+            }
+        }
+        assert_eq!(
+            doc["paths"]["/v1/sandboxes"]["post"]["operationId"],
+            "create"
+        );
+        assert_eq!(
+            doc["paths"]["/v1/webhooks"]["post"]["operationId"],
+            "webhooks_create"
+        );
+        assert_eq!(
+            doc["paths"]["/v1/sandboxes/{id}/exec"]["post"]["operationId"],
+            "exec"
+        );
     }
 
     /// Every operation declares the 401 of the auth middleware, with the error body.
