@@ -38,6 +38,7 @@ fn required_path(raw: &Option<String>) -> Result<String, Error> {
               (status = 404, description = "no such template", body = api::ApiError),
               (status = 409, body = api::ApiError),
               (status = 422, description = "the image cannot be run", body = api::ApiError),
+              (status = 500, description = "the sandbox was made but never became ready (it is then failed)", body = api::ApiError),
               (status = 502, description = "the image's registry failed or is unreachable", body = api::ApiError),
               (status = 503, body = api::ApiError)))]
 pub async fn create(
