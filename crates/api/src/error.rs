@@ -1,7 +1,12 @@
 //! The native API's one error shape, `{code, message}`, and the one place service errors become HTTP
-//! statuses. A client mistake is always a 4xx; a 500 means the daemon itself failed.
+//! statuses. A client mistake is always a 4xx; a 500 means the daemon itself failed. Rejections that
+//! axum's extractors answer on their own (a body over its limit, a path that is not UTF-8) leave in
+//! the same shape ([`shape_rejections`]).
 
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sandboxd_api_types::ApiError;
@@ -43,6 +48,7 @@ impl From<ServiceError> for Error {
         use StatusCode as S;
         let (status, code) = match &e {
             ServiceError::InvalidRequest(_) => (S::BAD_REQUEST, "invalid_request"),
+            ServiceError::InvalidCursor(_) => (S::BAD_REQUEST, "invalid_cursor"),
             ServiceError::NotFound(_) => (S::NOT_FOUND, "not_found"),
             ServiceError::NameConflict(_) => (S::CONFLICT, "name_conflict"),
             ServiceError::Conflict(_) => (S::CONFLICT, "conflict"),
@@ -125,10 +131,163 @@ pub fn with_retry_after(mut response: Response, secs: Option<u64>) -> Response {
     response
 }
 
-/// Parses a JSON body, turning every way it can be wrong into a 400 that says what was wrong.
+/// Parses a JSON body, turning every way it can be wrong into a 400 that says what was wrong. Every
+/// body is a JSON object (serde would also take a struct as an array of its fields); a number with no
+/// fraction is the integer it equals (`512.0` is `512`, as JSON Schema's `integer` says).
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
-    if body.is_empty() {
-        return Err(Error::invalid("the request body must be a JSON object"));
+    let invalid = |e: serde_json::Error| Error::invalid(format!("invalid JSON body: {e}"));
+    let mut value: serde_json::Value = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => serde_json::from_slice(body).map_err(invalid)?,
+        _ => return Err(Error::invalid("the request body must be a JSON object")),
+    };
+    integral_floats_as_integers(&mut value);
+    serde_json::from_value(value).map_err(invalid)
+}
+
+fn integral_floats_as_integers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
     }
-    serde_json::from_slice(body).map_err(|e| Error::invalid(format!("invalid JSON body: {e}")))
+}
+
+/// Largest plain-text rejection re-read to reshape it.
+const REJECTION_BODY_LIMIT: usize = 64 * 1024;
+
+/// Middleware: every answer leaves through [`reshape_rejection`].
+pub async fn shape_rejections(req: Request, next: Next) -> Response {
+    reshape_rejection(next.run(req).await).await
+}
+
+/// An error answer that is not JSON (axum's plain-text rejections) as an [`ApiError`] whose code names
+/// its status and whose message is the rejection's text; JSON answers and successes pass untouched,
+/// headers (`Allow`, `Retry-After`) are kept.
+pub async fn reshape_rejection(response: Response) -> Response {
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, REJECTION_BODY_LIMIT)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes).trim().to_string();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let body = ApiError {
+        code: rejection_code(status).to_string(),
+        message,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(
+        parts,
+        Body::from(serde_json::to_vec(&body).unwrap_or_default()),
+    )
+}
+
+/// The code of a rejection by its status.
+fn rejection_code(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal",
+        _ => "invalid_request",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn reshaped(response: Response) -> (StatusCode, Option<String>, serde_json::Value) {
+        let resp = reshape_rejection(response).await;
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_string());
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            content_type,
+            serde_json::from_slice(&bytes).unwrap_or_default(),
+        )
+    }
+
+    /// axum's plain-text rejections (a body over the limit, a path that is not UTF-8) leave in the
+    /// API's own shape; the API's own errors and successes pass as they were.
+    #[tokio::test]
+    async fn rejections_leave_as_api_errors() {
+        let too_large = (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Failed to buffer the request body: length limit exceeded",
+        )
+            .into_response();
+        let (status, content_type, body) = reshaped(too_large).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(content_type.as_deref(), Some("application/json"));
+        assert_eq!(body["code"], "payload_too_large");
+        assert_eq!(
+            body["message"],
+            "Failed to buffer the request body: length limit exceeded"
+        );
+        let bad_path = (
+            StatusCode::BAD_REQUEST,
+            "Invalid URL: Invalid UTF-8 in `id`",
+        )
+            .into_response();
+        let (status, _, body) = reshaped(bad_path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["code"], "invalid_request");
+        let own = Error::new(StatusCode::CONFLICT, "name_conflict", "taken").into_response();
+        let (status, _, body) = reshaped(own).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (StatusCode::CONFLICT, Some("name_conflict"))
+        );
+        let ok = (StatusCode::OK, "plain success").into_response();
+        assert_eq!(reshaped(ok).await.0, StatusCode::OK);
+    }
+
+    /// A body is an object (never a struct spelt as an array of its fields), and `512.0` is the
+    /// integer 512.
+    #[test]
+    fn bodies_are_objects_and_integral_numbers_are_integers() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Body {
+            n: Option<u64>,
+            cpu: Option<f64>,
+        }
+        for bad in ["[null, null]", "", "  ", "null", "3", "\"x\""] {
+            let err = parse_json::<Body>(bad.as_bytes()).unwrap_err();
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{bad:?}");
+        }
+        let b: Body = parse_json(br#" {"n": 512.0, "cpu": 2.0}"#).unwrap();
+        assert_eq!((b.n, b.cpu), (Some(512), Some(2.0)));
+        assert!(parse_json::<Body>(br#"{"n": 1.5}"#).is_err());
+    }
 }

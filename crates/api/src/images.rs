@@ -56,7 +56,8 @@ pub async fn pull(State(service): State<Service>, body: Bytes) -> Result<Json<ap
 #[utoipa::path(post, path = "/v1/images/import",
     params(("tag" = Option<String>, Query, description = "reference to tag the image as"),
            ("name" = Option<String>, Query, description = "which image of an archive holding several")),
-    request_body(content = Vec<u8>, content_type = "application/x-tar"),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream",
+        description = "the archive (a tar; its Content-Type is not checked)"),
     responses((status = 200, body = api::Image), (status = 400, body = api::ApiError),
               (status = 401, body = api::ApiError), (status = 422, body = api::ApiError)))]
 pub async fn import(

@@ -26,6 +26,7 @@ pub mod images;
 pub mod keys;
 pub mod mcp;
 pub mod metrics;
+pub mod openapi;
 pub mod templates;
 pub mod terminal;
 pub mod v1;
@@ -36,6 +37,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
+use openapi::SharedResponses;
 use sandboxd_proxy::Proxy;
 use sandboxd_service::Service;
 use std::sync::Arc;
@@ -53,7 +55,7 @@ use utoipa::OpenApi;
           templates::create, templates::list, templates::get, templates::delete, templates::logs,
           templates::snapshot),
     components(schemas(sandboxd_api_types::ApiError)),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &SharedResponses)
 )]
 pub struct ApiDoc;
 
@@ -157,16 +159,17 @@ pub fn router(
                 .layer(DefaultBodyLimit::max(360 << 20)),
         )
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
+        .layer(middleware::from_fn(error::shape_rejections))
         .with_state(service.clone());
     let open = Router::new()
         .route(
             "/health",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
-        .route(
-            "/v1/openapi.json",
-            get(|| async { Json(ApiDoc::openapi()) }),
-        )
+        .route("/v1/openapi.json", {
+            let doc = Arc::new(openapi::document(service.config()));
+            get(move || async move { Json(doc.as_ref().clone()) })
+        })
         .route(
             "/metrics",
             get(metrics::render).with_state((metrics.clone(), service)),
@@ -217,12 +220,12 @@ mod tests {
         };
         assert_eq!(
             statuses("/v1/api-keys", "post"),
-            ["201", "400", "401", "403"]
+            ["201", "400", "401", "403", "413"]
         );
         assert_eq!(statuses("/v1/api-keys", "get"), ["200", "401", "403"]);
         assert_eq!(
             statuses("/v1/api-keys/{id}", "delete"),
-            ["204", "401", "403", "404", "409"]
+            ["204", "400", "401", "403", "404", "409"]
         );
         for (path, method) in [
             ("/v1/webhooks", "post"),

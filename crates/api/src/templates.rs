@@ -134,9 +134,12 @@ pub async fn logs(
         .unwrap_or_default();
     let param = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
     let offset = match param("offset") {
+        // At most the largest int64, as the document says.
         Some(o) => o
-            .parse::<u64>()
-            .map_err(|_| Error::invalid("offset must be a whole number"))?,
+            .parse::<i64>()
+            .ok()
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| Error::invalid("offset must be a whole number (at most 2^63 - 1)"))?,
         None => 0,
     };
     let follow = match param("follow").as_deref() {

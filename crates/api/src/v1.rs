@@ -35,7 +35,13 @@ fn required_path(raw: &Option<String>) -> Result<String, Error> {
 /// Create a sandbox.
 #[utoipa::path(post, path = "/v1/sandboxes", request_body = api::CreateSandbox,
     responses((status = 201, body = api::Sandbox), (status = 400, body = api::ApiError),
-              (status = 409, body = api::ApiError), (status = 503, body = api::ApiError)))]
+              (status = 404, description = "no such template", body = api::ApiError),
+              (status = 409, body = api::ApiError),
+              (status = 422, description = "the image cannot be run", body = api::ApiError),
+              (status = 429, description = "past a per-key limit; `Retry-After` says when to retry", body = api::ApiError),
+              (status = 500, description = "the sandbox was made but never became ready (it is then failed)", body = api::ApiError),
+              (status = 502, description = "the image's registry failed or is unreachable", body = api::ApiError),
+              (status = 503, body = api::ApiError)))]
 pub async fn create(
     State(service): State<Service>,
     caller: Option<Extension<Caller>>,

@@ -96,7 +96,8 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The deliveries of a webhook with their attempts, newest first (`?limit=`, default 100).
+/// The deliveries of a webhook with their attempts, newest first (`?limit=`, default 100). Those of a
+/// deleted webhook stay readable (what was still queued ends `failed`, "webhook deleted").
 #[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", params(("id" = String, Path), ("limit" = Option<u32>, Query)),
     responses((status = 200, body = api::WebhookDeliveryList), (status = 404, body = api::ApiError),
               (status = 403, body = api::ApiError, description = "a user key")))]

@@ -23,6 +23,8 @@ fn bad_input_gets_clear_4xx_and_creates_nothing() {
             ("malformed JSON", r#"{"name": "#),
             ("empty body", ""),
             ("a JSON array", "[1, 2]"),
+            // serde would take a struct as an array of its fields: this one would be `{}`.
+            ("a JSON array of nulls", "[null, null]"),
             ("unknown field", r#"{"nmae": "x"}"#),
             ("negative memory", r#"{"memoryMB": -5}"#),
             ("zero memory", r#"{"memoryMB": 0}"#),

@@ -4,7 +4,8 @@
 //! - Moving the row to `deleting` is the claim on the delete: exactly one of racing deletes (callers,
 //!   the expiry sweep) makes it and answers Ok; the others, like any caller after it, find the sandbox
 //!   gone ([`ServiceError::NotFound`]: [`Service::get`] and [`Service::list`] leave `deleting` rows out).
-//!   The claim frees the sandbox's name in the same transaction, so a new sandbox may take it at once.
+//!   The claim frees the sandbox's name and withdraws its routes (custom domains, exposed ports) in
+//!   the same transaction, so a new sandbox may take them at once and nothing routes to it any more.
 //! - The delete answers once the sandbox's processes have ended ([`Runtime::halt`]); its cgroup,
 //!   network, layer and row go behind the answer ([`Service::finish_delete`]), and only then is
 //!   `sandbox.deleted` emitted. The row keeps the network slot leased until then, so no new sandbox
@@ -43,6 +44,12 @@ impl Service {
                     tx.set_state(&rid, &from, SandboxState::Deleting, None, unix_millis_now())?;
                 if claimed {
                     tx.release_name(&rid)?;
+                    for domain in tx.domains_of(&rid)? {
+                        tx.unbind_domain(&domain.hostname, &rid)?;
+                    }
+                    for port in tx.exposed_ports(&rid)? {
+                        tx.remove_exposed_port(&rid, port.port)?;
+                    }
                 }
                 Ok(claimed)
             })
@@ -99,10 +106,11 @@ impl Service {
     pub(crate) async fn finish_delete(&self, id: &str) -> Result<bool, ServiceError> {
         self.forget_endpoint(id);
         self.runtime().destroy(id).await?;
-        let id = id.to_string();
+        let rid = id.to_string();
         let deleted = self
             .writer()
             .write(move |tx| {
+                let id = rid;
                 if !tx.delete_sandbox(&id)? {
                     return Ok(None);
                 }
@@ -110,6 +118,8 @@ impl Service {
                 emit(tx, SANDBOX_DELETED, Some(&id), data).map(Some)
             })
             .await?;
+        // A request that read the sandbox before the claim may have cached its endpoint since.
+        self.forget_endpoint(id);
         Ok(deleted.map(|ev| self.publish([ev])).is_some())
     }
 }

@@ -51,6 +51,9 @@ pub enum ServiceError {
     /// The store could not do its part.
     #[error("store")]
     Store(#[source] StoreError),
+    /// A list cursor this daemon did not issue (not the `nextCursor` of a listing).
+    #[error("invalid list cursor {0:?}: pass the nextCursor of an earlier page")]
+    InvalidCursor(String),
     /// The caller's credentials are not good for this.
     #[error("{0}")]
     Unauthorized(String),
@@ -89,6 +92,7 @@ impl From<StoreError> for ServiceError {
             StoreError::NotFound { kind, key } => {
                 ServiceError::NotFound(format!("{kind} {key} not found"))
             }
+            e @ StoreError::PortConflict { .. } => ServiceError::Conflict(e.to_string()),
             StoreError::PoolExhausted { pool } => {
                 ServiceError::Exhausted(format!("no free {pool} left"))
             }
@@ -104,9 +108,41 @@ impl From<RuntimeError> for ServiceError {
                 ServiceError::NotFound(format!("template {t:?} not found"))
             }
             RuntimeError::Unsupported(what) => ServiceError::InvalidRequest(what),
+            // Its row is there but the sandbox went (a delete racing this request): it is gone for
+            // the caller too, never the daemon's failure.
+            RuntimeError::NotFound(id) => ServiceError::NotFound(format!("sandbox {id} not found")),
             other => ServiceError::Runtime(other),
         }
     }
 }
 
 pub use sandboxd_errors::chain;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sandbox the runtime no longer has is not found (a 404), not a runtime failure (a 500).
+    #[test]
+    fn vanished_sandboxes_are_not_found() {
+        let e = ServiceError::from(RuntimeError::NotFound("bld1".into()));
+        assert!(
+            matches!(&e, ServiceError::NotFound(m) if m == "sandbox bld1 not found"),
+            "{e:?}"
+        );
+    }
+
+    /// Exposing a port again with the other protocol is a conflict with the exposure there (a 409).
+    #[test]
+    fn a_port_exposed_with_another_protocol_is_a_conflict() {
+        let e = ServiceError::from(StoreError::PortConflict {
+            sandbox_id: "sb1".into(),
+            port: 1,
+            existing: sandboxd_store::Protocol::Tcp,
+        });
+        assert!(
+            matches!(&e, ServiceError::Conflict(m) if m.contains("already exposed as tcp")),
+            "{e:?}"
+        );
+    }
+}

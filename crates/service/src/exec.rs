@@ -60,6 +60,8 @@ pub fn exit_code(end: &EndEvent) -> i32 {
     128 + signal
 }
 
+/// Longest `timeoutMs` taken: the largest int64, as the API documents the field.
+pub const MAX_TIMEOUT_MS: u64 = i64::MAX as u64;
 impl Service {
     /// A client of the agent of running sandbox `key` (an auto-resuming one is resumed), acting as
     /// `user`.
@@ -91,6 +93,11 @@ impl Service {
             return Err(ServiceError::InvalidRequest(
                 "cmd must not be empty or contain NUL".into(),
             ));
+        }
+        if req.timeout_ms.is_some_and(|ms| ms > MAX_TIMEOUT_MS) {
+            return Err(ServiceError::InvalidRequest(format!(
+                "timeoutMs must be at most {MAX_TIMEOUT_MS}"
+            )));
         }
         let envs = req.env.clone().unwrap_or_default();
         validate::env(&envs)?;

@@ -18,7 +18,7 @@ use rand::Rng;
 use sandboxd_api_types as api;
 use sandboxd_runtime::{ResourceLimits, SandboxSpec};
 use sandboxd_store::{
-    unix_millis_now, Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState,
+    unix_millis_now, Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState, StoreError,
 };
 use std::collections::BTreeMap;
 
@@ -31,11 +31,12 @@ const BUSY_SLOT_RETRIES: usize = 64;
 pub const DEFAULT_TEMPLATE: &str = "base";
 const DEFAULT_MEMORY_MB: u64 = 512;
 const DEFAULT_CPU: f64 = 1.0;
-const MIN_MEMORY_MB: u64 = 32;
+/// The smallest memory limit a create may ask for, MiB.
+pub const MIN_MEMORY_MB: u64 = 32;
 /// Default of [`crate::ServiceConfig::default_disk_mb`].
 pub const DEFAULT_DISK_MB: u64 = 10 * 1024;
 /// The smallest disk limit a create may ask for, MiB.
-const MIN_DISK_MB: u64 = 16;
+pub const MIN_DISK_MB: u64 = 16;
 
 /// A validated create request.
 #[derive(Debug, Clone)]
@@ -453,7 +454,8 @@ impl Service {
             .ok_or_else(|| ServiceError::NotFound(format!("sandbox {key} not found")))
     }
 
-    /// A page of sandboxes; those being deleted are left out unless `filter` asks for them.
+    /// A page of sandboxes; those being deleted are left out unless `filter` asks for them, and a
+    /// cursor no listing returned is [`ServiceError::InvalidCursor`].
     pub async fn list(
         &self,
         mut filter: SandboxFilter,
@@ -464,10 +466,17 @@ impl Service {
                 .filter(|s| *s != SandboxState::Deleting)
                 .collect();
         }
-        Ok(self
+        let cursor = filter.cursor.clone();
+        match self
             .reader()
             .read(move |tx| tx.list_sandboxes(&filter))
-            .await?)
+            .await
+        {
+            Err(StoreError::InvalidCursor) => {
+                Err(ServiceError::InvalidCursor(cursor.unwrap_or_default()))
+            }
+            page => Ok(page?),
+        }
     }
 }
 
@@ -519,6 +528,27 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_798_502_400_123), "2026-12-29T00:00:00.123Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    /// A cursor no listing returned is the caller's mistake, named as such (the API answers 400
+    /// `invalid_cursor`), never a store failure.
+    #[tokio::test]
+    async fn a_cursor_this_daemon_did_not_issue_is_an_invalid_cursor() {
+        use crate::test_support::{InMemoryRuntimeForTests, TestService};
+        let t = TestService::new(
+            crate::ServiceConfig::default(),
+            InMemoryRuntimeForTests::default(),
+        );
+        for bad in ["", "J#", "12", "x:sb1"] {
+            let filter = SandboxFilter {
+                cursor: Some(bad.into()),
+                ..Default::default()
+            };
+            match t.svc.list(filter).await {
+                Err(ServiceError::InvalidCursor(c)) => assert_eq!(c, bad),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -43,17 +43,20 @@ pub fn env(env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
     Ok(())
 }
 
-/// Metadata: at most 64 pairs, keys 1–128 bytes, values up to 1024 bytes, no '=' in keys.
+/// Metadata: at most 64 pairs, keys of 1–128 characters without '=', values up to 1024 characters
+/// (characters, as JSON Schema's `maxLength` counts them).
 pub fn metadata(metadata: &BTreeMap<String, String>) -> Result<(), ServiceError> {
     if metadata.len() > 64 {
         return Err(invalid("at most 64 metadata entries"));
     }
     for (k, v) in metadata {
-        if k.is_empty() || k.len() > 128 || k.contains('=') {
+        if k.is_empty() || k.chars().count() > 128 || k.contains('=') {
             return Err(invalid(format!("invalid metadata key {k:?}")));
         }
-        if v.len() > 1024 {
-            return Err(invalid(format!("metadata value of {k} is over 1024 bytes")));
+        if v.chars().count() > 1024 {
+            return Err(invalid(format!(
+                "metadata value of {k} is over 1024 characters"
+            )));
         }
     }
     Ok(())

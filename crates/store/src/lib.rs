@@ -79,7 +79,7 @@ pub use outbox::{NewWebhook, OutboxEntry, OutboxState};
 pub use per_key::KeyUsage;
 pub use ports::{ExposedPort, HostPorts, PortState, Protocol, ReserveOutcome};
 pub use reader::{ReadTx, StoreReader};
-pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState};
+pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState, CURSOR_PATTERN};
 pub use slots::SlotLease;
 pub use templates::{LogLine, TemplateRecord, TemplateState};
 pub use tokens::{hash_token, ApiToken, CreatedToken, KeyScope, Revoked, TokenId, VerifiedToken};

@@ -254,8 +254,23 @@ fn encode_cursor(s: &Sandbox) -> String {
     format!("{}:{}", s.created_at, s.id)
 }
 
+/// The shape of every cursor [`encode_cursor`] writes, as a regular expression for API documents: a
+/// creation time in milliseconds (a canonical non-negative integer of at most 18 digits, so it always
+/// fits an `i64`), `:`, a sandbox id. [`decode_cursor`] accepts exactly these.
+pub const CURSOR_PATTERN: &str = "^(0|[1-9][0-9]{0,17}):[a-z0-9_-]+$";
+
 fn decode_cursor(c: &str) -> Result<(i64, String)> {
     let (at, id) = c.split_once(':').ok_or(StoreError::InvalidCursor)?;
+    let canonical = at.len() <= 18
+        && at.bytes().all(|b| b.is_ascii_digit())
+        && (at == "0" || !at.starts_with('0'));
+    let valid_id = !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !canonical || !valid_id {
+        return Err(StoreError::InvalidCursor);
+    }
     let at = at.parse().map_err(|_| StoreError::InvalidCursor)?;
     Ok((at, id.to_owned()))
 }

@@ -269,16 +269,48 @@ async fn list_pages_by_created_at_and_filters() {
         .unwrap();
     assert!(page.is_empty());
 
-    let bad = SandboxFilter {
-        cursor: Some("garbage".into()),
-        ..Default::default()
-    };
-    let err = store
-        .reader()
-        .read(move |tx| tx.list_sandboxes(&bad))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::InvalidCursor));
+    for bad in [
+        "garbage",
+        "",
+        ":sb1",
+        "12:",
+        "012:sb1",
+        "-5:sb1",
+        "+5:sb1",
+        "1:SB1",
+        "1:sb 1",
+        "1234567890123456789:sb1",
+    ] {
+        let filter = SandboxFilter {
+            cursor: Some(bad.into()),
+            ..Default::default()
+        };
+        let err = store
+            .reader()
+            .read(move |tx| tx.list_sandboxes(&filter))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::InvalidCursor), "{bad:?}: {err:?}");
+    }
+}
+
+/// Whatever matches [`CURSOR_PATTERN`] (the shape documented for clients) is a cursor the store
+/// takes, even one no listing returned.
+#[tokio::test]
+async fn every_cursor_of_the_documented_shape_is_accepted() {
+    let (_dir, store, _t) = open_temp();
+    for good in ["0:a", "1733000000000:sbabc123", "999999999999999999:x_y-z"] {
+        let filter = SandboxFilter {
+            cursor: Some(good.into()),
+            ..Default::default()
+        };
+        let (page, next) = store
+            .reader()
+            .read(move |tx| tx.list_sandboxes(&filter))
+            .await
+            .unwrap_or_else(|e| panic!("{good:?}: {e}"));
+        assert!(page.is_empty() && next.is_none());
+    }
 }
 
 #[tokio::test]
