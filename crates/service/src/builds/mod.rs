@@ -217,6 +217,16 @@ impl Service {
             self.record_built(name, &state).await
         }
         .await;
+        // The build sandboxes hold their images until their teardowns end.
+        let held = intermediates.clone();
+        if let Err(e) = self
+            .await_teardowns("a build's intermediate images", move |s| {
+                s.image.as_ref().is_some_and(|d| held.contains(d))
+            })
+            .await
+        {
+            tracing::warn!(error = %crate::error::chain(&e), "intermediate images are kept");
+        }
         for digest in intermediates {
             let _ = self
                 .writer()
