@@ -232,14 +232,12 @@ where
     Ok(report)
 }
 
-async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::Result<HttpReport> {
+/// A sandbox serving `server` on its port 8000, exposed: its address and its public host.
+async fn server_sandbox(fleet: &ApiFleet, server: Server) -> anyhow::Result<(Ipv4Addr, String)> {
     let client = &fleet.client;
-    let sandbox = fleet
-        .create()
-        .await
-        .context("creating the server sandbox")?;
+    let sandbox = fleet.create().await.context("creating a server sandbox")?;
     let id = sandbox.id.as_str();
-    run_ok(client, id, &["sh", "-c", args.server.start_command()]).await?;
+    run_ok(client, id, &["sh", "-c", server.start_command()]).await?;
     let address: Ipv4Addr = run_ok(client, id, &["python3", "-c", ETH0_ADDRESS])
         .await?
         .trim()
@@ -254,6 +252,15 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         .authority()
         .context("the port's public URL has no host")?
         .to_string();
+    Ok((address, host))
+}
+
+async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::Result<HttpReport> {
+    // One sandbox per path. With a connection per request, one path's thousands of closed
+    // connections (TIME-WAIT on both ends) would crowd the four-tuples of the next path to the same
+    // address: its connects then wait on SYN retries, and the figure measures the order of the runs.
+    let (address, _) = server_sandbox(&fleet, args.server).await?;
+    let (_, host) = server_sandbox(&fleet, args.server).await?;
     let daemon = daemon_addr(&api).await?;
     let direct = LoadTarget {
         addr: SocketAddr::from((address, SERVER_PORT)),
