@@ -237,8 +237,10 @@ async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
         Some("11"),
         "fork should fail with EAGAIN: {report}"
     );
-    // Then the classic bomb, left running against the limit while the host is timed.
-    sb.sh("(bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 &")
+    // Then a bomb left pressing against the limit while the host is timed: a loop that never stops
+    // forking (the classic `bomb | bomb &` can die out at the limit, each process exiting when its
+    // fork fails, and leave nothing to press).
+    sb.sh("(while :; do sleep 1000 & done) >/dev/null 2>&1 &")
         .await;
     wait_for(
         "the bomb pressing against pids.max",
