@@ -2,7 +2,8 @@
 //!
 //! Runs as PID 1 of fresh mount, pid, net, uts and ipc namespaces, still as the host's root, with the
 //! handshake socket on fd 3 and the agent's listening socket on fd 4. In order it:
-//! 1. makes every mount private, mounts the overlay root, the read-only binds, /proc, /sys, /dev, /run;
+//! 1. makes every mount private, mounts the overlay root (of idmapped views of its lower layers when
+//!    the plan says so, see `RootfsPlan::idmapped_at`), the read-only binds, /proc, /sys, /dev, /run;
 //! 2. pivots into the new root and detaches the old one (nothing of the host is reachable by path after);
 //! 3. sets the hostname, then unshares a user namespace: the namespaces above stay owned by the host's
 //!    user namespace, so even the sandbox's root can never mount, or reconfigure its network;
@@ -21,7 +22,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{pivot_root, sethostname, Gid, Uid};
 use sandboxd_envd::boot::{
-    BindMount, BootConfig, BootFault, BootMessage, AGENT_LISTEN_FD, BOOT_SYNC_FD,
+    BindMount, BootConfig, BootFault, BootMessage, AGENT_LISTEN_FD, BOOT_SYNC_FD, IDMAP_USERNS_FD,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
@@ -159,10 +160,15 @@ fn build_root(config: &BootConfig) -> Result<(), BootError> {
         .map_err(fail("make mounts private"))?;
     let plan = &config.rootfs;
     let root = &plan.target;
-    let lowers: Vec<String> = std::iter::once(&plan.lower)
+    let layers: Vec<PathBuf> = std::iter::once(&plan.lower)
         .chain(&plan.below)
-        .map(|p| p.display().to_string())
+        .cloned()
         .collect();
+    let layers = match &plan.idmapped_at {
+        Some(at) => idmapped_layers(&layers, at)?,
+        None => layers,
+    };
+    let lowers: Vec<String> = layers.iter().map(|p| p.display().to_string()).collect();
     let options = format!(
         "lowerdir={},upperdir={},workdir={}",
         lowers.join(":"),
@@ -186,6 +192,38 @@ fn build_root(config: &BootConfig) -> Result<(), BootError> {
     umount2(".", MntFlags::MNT_DETACH).map_err(fail("detach old root"))?;
     std::env::set_current_dir("/").map_err(fail("chdir /"))?;
     Ok(())
+}
+
+/// The lower layers seen through the user namespace on `IDMAP_USERNS_FD`: each an idmapped clone
+/// attached at `at/<n>`, on a private tmpfs mounted over `at` (none of it is visible on the host, and
+/// all of it goes with the old root; the overlay keeps its own references to the layers).
+fn idmapped_layers(layers: &[PathBuf], at: &Path) -> Result<Vec<PathBuf>, BootError> {
+    mount(
+        Some("tmpfs"),
+        at,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=700,size=16k"),
+    )
+    .map_err(fail("mount the idmapped layers' directory"))?;
+    // SAFETY: the runtime hands us this descriptor and nothing else in this process owns it; it is
+    // closed when this function returns, so no process of the sandbox ever holds it.
+    let userns = unsafe { std::os::fd::OwnedFd::from_raw_fd(IDMAP_USERNS_FD) };
+    let userns = std::os::fd::AsFd::as_fd(&userns);
+    layers
+        .iter()
+        .enumerate()
+        .map(|(n, layer)| {
+            let target = at.join(n.to_string());
+            std::fs::create_dir(&target).map_err(fail("create an idmapped layer's mount point"))?;
+            let tree = sandboxd_idmap::idmapped_clone(layer, userns).map_err(|e| BootError {
+                stage: "idmap layer",
+                message: format!("{}: {e}", layer.display()),
+            })?;
+            sandboxd_idmap::attach(tree, &target).map_err(fail("attach an idmapped layer"))?;
+            Ok(target)
+        })
+        .collect()
 }
 
 fn inside(root: &Path, path: &Path) -> PathBuf {

@@ -45,7 +45,8 @@ const EXEC_WARMUP: usize = 10;
 /// Options of `bench runtime`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RuntimeArgs {
-    /// Sandboxes to create (sequentially) for the create→first-exec figure.
+    /// Sandboxes to create (sequentially) for the create→first-exec figure, and as many again on the
+    /// shared id range, interleaved, for its peer.
     #[arg(long, default_value_t = 50)]
     pub sandboxes: usize,
     /// Timed exec round trips of /bin/true on one sandbox.
@@ -84,7 +85,13 @@ pub struct RuntimeReport {
     pub agent: PathBuf,
     /// The disk quota backend the runtime chose (`create_p50_ms` includes making the layer).
     pub disk_backend: DiskBackend,
+    /// Sandboxes with host ids of their own (the daemon's default), every other one of the run.
     pub create_to_first_exec: Latency,
+    /// The sandboxes in between, on the one shared id range (as before per-sandbox ranges): the
+    /// peer of `create_to_first_exec`, so the cost of ranges (idmapped layers) is read in one run.
+    pub shared_range_create_to_first_exec: Latency,
+    /// `create_to_first_exec` p50 − `shared_range_create_to_first_exec` p50, ms (target ±1).
+    pub id_range_cost_ms: f64,
     pub exec_round_trip: Latency,
     /// Freezing a sandbox (with a process running in it).
     pub pause: Latency,
@@ -104,6 +111,16 @@ impl RuntimeReport {
             self.disk_backend
         );
         println!("{}", self.create_to_first_exec.line("create→first-exec"));
+        println!(
+            "{}",
+            self.shared_range_create_to_first_exec
+                .line("  … one shared id range")
+        );
+        println!(
+            "  own id ranges cost {:+.2} ms at p50 (target within ±1 ms: {})",
+            self.id_range_cost_ms,
+            crate::report::verdict(self.id_range_cost_ms.abs() <= 1.0)
+        );
         let b = &self.breakdown;
         println!(
             "  breakdown p50: create {} ms  start {} ms  first exec {} ms{}",
@@ -146,7 +163,7 @@ pub fn agent_binary(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 /// Runs `bench runtime`.
 pub async fn run(args: &RuntimeArgs, interrupt: Interrupt) -> anyhow::Result<RuntimeReport> {
-    let total = args.warmup + args.sandboxes;
+    let total = args.warmup + 2 * args.sandboxes;
     if args.sandboxes == 0 || args.execs == 0 || args.resumes == 0 {
         bail!("--sandboxes, --execs and --resumes must be at least 1");
     }
@@ -183,15 +200,22 @@ async fn measure(
     let tag = std::process::id();
     let cmd = ["/bin/true".to_string()];
     let (mut create, mut start, mut first, mut whole) = (vec![], vec![], vec![], vec![]);
+    let mut shared = vec![];
     let mut last = None;
-    for i in 0..args.warmup + args.sandboxes {
+    for i in 0..args.warmup + 2 * args.sandboxes {
+        let slot = FIRST_SLOT + i as u32;
+        // Alternately a range of its own (as the daemon makes them) and the shared one.
+        let own = i % 2 == 0;
         let mut spec = SandboxSpec {
-            net_slot: FIRST_SLOT + i as u32,
+            net_slot: slot,
+            id_range: own.then_some(slot),
             ..SandboxSpec::base(format!("bench-{tag}-{i}"), format!("bench-token-{tag}-{i}"))
         };
         spec.limits.disk_mb = args.disk_mb;
         let (steps, client) = fleet.boot(&spec).await?;
-        if i >= args.warmup {
+        if i >= args.warmup && !own {
+            shared.push(steps.whole());
+        } else if i >= args.warmup {
             create.push(steps.create);
             start.push(steps.start);
             first.push(steps.first_exec);
@@ -218,6 +242,12 @@ async fn measure(
         agent,
         disk_backend: fleet.rt.disk_backend(),
         create_to_first_exec: Latency::new("create→first-exec", &whole, Some(CREATE_FIRST_EXEC))?,
+        shared_range_create_to_first_exec: Latency::new(
+            "shared-range create→first-exec",
+            &shared,
+            None,
+        )?,
+        id_range_cost_ms: p50(&whole) - p50(&shared),
         exec_round_trip: Latency::new("exec round trip", &rtt, Some(EXEC_RTT))?,
         pause: Latency::new("pause", &pause, None)?,
         resume_to_exec: Latency::new("resume→exec", &resume_to_exec, None)?,

@@ -25,6 +25,9 @@ use std::path::PathBuf;
 pub const BOOT_SYNC_FD: i32 = 3;
 /// Descriptor number of the agent's listening socket in the booting agent.
 pub const AGENT_LISTEN_FD: i32 = 4;
+/// Descriptor number, in a booting agent told [`RootfsPlan::idmapped_at`], of the user namespace the
+/// lower layers are to be seen through (idmapped mounts: the layers' owners as this sandbox's ids).
+pub const IDMAP_USERNS_FD: i32 = 5;
 
 /// Everything the agent needs to finish building its sandbox.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -81,6 +84,12 @@ pub struct RootfsPlan {
     pub work: PathBuf,
     /// Where the merged tree is mounted before `pivot_root` (an existing, empty directory).
     pub target: PathBuf,
+    /// When set, the lower layers are not used as they are: each is cloned as an idmapped mount seen
+    /// through the user namespace on [`IDMAP_USERNS_FD`] and attached under this directory (an
+    /// existing one, in the agent's own mount namespace), and the overlay is made of those clones.
+    /// `None`: the layers' owners already are the sandbox's ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idmapped_at: Option<PathBuf>,
 }
 
 /// One bind mount from the host into the sandbox.
@@ -145,6 +154,7 @@ mod tests {
                 upper: "/u".into(),
                 work: "/w".into(),
                 target: "/t".into(),
+                idmapped_at: Some("/i".into()),
             },
             binds: vec![BindMount {
                 source: "/usr".into(),

@@ -22,6 +22,15 @@ pub use types::*;
 /// All methods are idempotent where that makes sense: destroying an unknown sandbox succeeds, starting a
 /// running one returns it unchanged. Implementations must be safe to call concurrently for different ids;
 /// callers serialize operations on one id.
+/// What a sandbox wrote to its root filesystem, as it lies on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WritableLayer {
+    /// The overlay upper directory.
+    pub path: std::path::PathBuf,
+    /// The host id of the sandbox's root: an owner `id_base + k` on disk is id `k` in the sandbox.
+    pub id_base: u32,
+}
+
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
     /// Prepares a sandbox (its writable layer and persisted state) without starting it.
@@ -73,7 +82,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// The directory holding everything the sandbox wrote to its root filesystem (its overlay upper
     /// layer, in overlayfs form), for committing it as an image layer; read it only while the sandbox
     /// is stopped or paused.
-    async fn writable_layer(&self, id: &str) -> Result<std::path::PathBuf, RuntimeError> {
+    async fn writable_layer(&self, id: &str) -> Result<WritableLayer, RuntimeError> {
         Err(RuntimeError::Unsupported(format!(
             "the writable layer of sandbox {id} is not available in this runtime"
         )))

@@ -18,6 +18,12 @@ pub struct SandboxSpec {
     pub limits: ResourceLimits,
     /// The network slot leased to this sandbox by the caller; it fixes the sandbox's addresses.
     pub net_slot: u32,
+    /// The host id range of this sandbox (the daemon gives its `net_slot`, which no other live
+    /// sandbox on the host holds): its root is a host id no other sandbox has (see
+    /// [`crate::namespace::ids`]). `None` in specs persisted before ranges existed, and for callers
+    /// that want none: the runtime's shared range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_range: Option<u32>,
     /// Whether the sandbox may reach the outside world: the default for destinations in neither
     /// `egress_allow` nor `egress_deny`.
     pub egress: bool,
@@ -65,6 +71,7 @@ impl SandboxSpec {
             template: "base".into(),
             limits: ResourceLimits::default(),
             net_slot: 0,
+            id_range: None,
             egress: false,
             egress_allow: Vec::new(),
             egress_deny: Vec::new(),
@@ -290,6 +297,18 @@ pub enum RuntimeError {
     /// An egress list entry is not an IPv4 network.
     #[error("{0:?} is not an IPv4 address or CIDR block (a.b.c.d or a.b.c.d/n)")]
     InvalidNet(String),
+    /// An id range is past the host's 32-bit ids.
+    #[error("id range {0} is past the host's 32-bit ids")]
+    IdRangeOutOfRange(u32),
+    /// Making the user namespace that shows the shared layers to a sandbox failed.
+    #[error("making the user namespace that maps the shared layers to host ids from {base}")]
+    IdMapNamespace {
+        /// The sandbox's root's host id.
+        base: u32,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The network slot is outside the configured subnet.
     #[error("network slot {0} is outside the sandbox subnet")]
     SlotOutOfRange(u32),

@@ -139,6 +139,13 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let runtime = NamespaceRuntime::new(runtime_config)
         .await
         .context("starting the namespace runtime")?;
+    let reclaimed = runtime
+        .reclaim_orphans()
+        .await
+        .context("reclaiming the host interfaces this daemon's sandboxes left")?;
+    if !reclaimed.is_empty() {
+        tracing::info!(slots = ?reclaimed, "removed host interfaces no sandbox of this daemon runs on");
+    }
     let disk_backend = runtime.disk_backend();
     tracing::info!(?disk_backend, "disk quota backend");
     let service = Service::new(

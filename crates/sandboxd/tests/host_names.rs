@@ -152,3 +152,46 @@ fn a_daemon_on_a_wiped_data_dir_leaves_the_old_sandboxes_alone() {
         let _ = sandboxd_runtime::quota::release_pool(&old_dir.join("runtime"));
     });
 }
+
+/// A veth pair named `name` (its peer `peer`), as a sandbox of some daemon would leave it.
+fn leave_interface(name: &str, peer: &str) {
+    let ok = std::process::Command::new("ip")
+        .args(["link", "add", name, "type", "veth", "peer", "name", peer])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ip link add {name}");
+}
+
+fn interface_exists(name: &str) -> bool {
+    std::path::Path::new(&format!("/sys/class/net/{name}")).exists()
+}
+
+/// At start a daemon removes the host interfaces of its own name that no sandbox of its own runs on,
+/// and keeps those of its running sandboxes and every interface of another daemon's name.
+#[test]
+fn a_daemon_reclaims_its_own_orphan_interfaces_and_nothing_else() {
+    e2e(|| async {
+        let mut d = Daemon::start().await;
+        let live = d.create_id().await;
+        let live_slot = slot_of(&d.data_dir().join("runtime/sandboxes"), &live);
+        let orphan_slot = d.slot_range().end - 1;
+        assert_ne!(orphan_slot, live_slot);
+        let (ours, foreign) = (d.host_ifname(orphan_slot), format!("sbhzzzz{orphan_slot}"));
+        assert_ne!(ours, foreign, "this daemon's id is not zzzz");
+        leave_interface(&ours, &format!("sbtp{}a", std::process::id() % 100_000));
+        leave_interface(&foreign, &format!("sbtp{}b", std::process::id() % 100_000));
+        d.restart().await;
+        let kept_foreign = interface_exists(&foreign);
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &foreign])
+            .status();
+        assert!(!interface_exists(&ours), "{ours} outlived the restart");
+        assert!(kept_foreign, "another daemon's {foreign} was taken");
+        assert!(
+            interface_exists(&d.host_ifname(live_slot)),
+            "the live sandbox's interface went"
+        );
+        assert_eq!(d.exec(&live, &["true"]).await.exit_code, 0);
+    });
+}

@@ -277,6 +277,10 @@ impl Service {
                 disk_mb: plan.disk_mb,
             },
             net_slot: self.config().net_slot_base + slot,
+            // The host ids follow the slot: the pool gives each live sandbox of this daemon its own
+            // slot, and `free_slot` one no other daemon's sandbox holds, so no two live sandboxes on
+            // the host share an id (`sandboxd_runtime::namespace::ids`).
+            id_range: Some(self.config().net_slot_base + slot),
             egress: plan.network.egress,
             egress_allow: plan.network.allow,
             egress_deny: plan.network.deny,

@@ -1,7 +1,9 @@
 //! The host side of the boot handshake (the agent side is `sandboxd_agent::boot`).
 //!
 //! Guarantee: when [`NamespaceRuntime::boot`] returns a pid, that init runs in its cgroup, behind its
-//! veth pair, in a user namespace whose ids map to `id_map_base..+65536`, confined, and about to serve
+//! veth pair, in a user namespace whose ids map to its own `id_base..+65536` (see [`super::ids`]),
+//! seeing the shared layers through idmapped mounts when that is not the storage range, confined, and
+//! about to serve
 //! the agent on its socket; no user instruction has run yet. When it fails, everything this call made
 //! (process, cgroup, veth pair and its egress rules, socket) is gone again.
 //!
@@ -30,12 +32,18 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(20);
 type Lines = tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>;
 
 impl NamespaceRuntime {
-    /// Boots the sandbox described by `spec`; returns the host pid of its init.
+    /// Boots the sandbox described by `spec`, rooted at host id `id_base`; returns the host pid of its
+    /// init.
     pub(super) async fn boot(
         &self,
         paths: &SandboxPaths,
         spec: &SandboxSpec,
+        id_base: u32,
     ) -> Result<i32, RuntimeError> {
+        let idmap = self.ids.namespace_for(id_base)?;
+        if idmap.is_some() {
+            super::mkdir_owned(&paths.idmapped(), 0o700, None)?;
+        }
         let socket = paths.socket();
         let _ = std::fs::remove_file(&socket);
         let listener = UnixListener::bind(&socket).map_err(RuntimeError::io("listen", &socket))?;
@@ -55,6 +63,7 @@ impl NamespaceRuntime {
                 log: &log,
                 sync: &theirs,
                 listener: listener.as_raw_fd(),
+                idmap: idmap.as_ref().map(|ns| ns.as_raw_fd()),
             },
         ) {
             Ok(pid) => pid,
@@ -70,7 +79,8 @@ impl NamespaceRuntime {
         let attached = AtomicBool::new(false);
         let outcome = tokio::time::timeout(BOOT_TIMEOUT, async {
             cgroup.add_pid(pid)?;
-            self.handshake(pid, ours, paths, spec, &attached).await
+            let config = self.boot_config(paths, spec, id_base, idmap.is_some())?;
+            self.handshake(pid, ours, config, spec, &attached).await
         })
         .await
         .unwrap_or_else(|_| {
@@ -105,15 +115,16 @@ impl NamespaceRuntime {
         &self,
         pid: i32,
         sync: UnixStream,
-        paths: &SandboxPaths,
+        config: BootConfig,
         spec: &SandboxSpec,
         attached: &AtomicBool,
     ) -> Result<(), RuntimeError> {
+        let id_base = config.id_map_base;
         sync.set_nonblocking(true).map_err(RuntimeError::Spawn)?;
         let sync = tokio::net::UnixStream::from_std(sync).map_err(RuntimeError::Spawn)?;
         let (read, mut write) = sync.into_split();
         let mut lines = BufReader::new(read).lines();
-        let config = BootMessage::Config(Box::new(self.boot_config(paths, spec)?));
+        let config = BootMessage::Config(Box::new(config));
         write
             .write_all(&config.to_line())
             .await
@@ -148,7 +159,7 @@ impl NamespaceRuntime {
                 .await;
             return Err(e);
         }
-        write_id_maps(pid, self.config.id_map_base)?;
+        write_id_maps(pid, id_base)?;
         write
             .write_all(&BootMessage::Go.to_line())
             .await
@@ -160,6 +171,8 @@ impl NamespaceRuntime {
         &self,
         paths: &SandboxPaths,
         spec: &SandboxSpec,
+        id_base: u32,
+        idmapped: bool,
     ) -> Result<BootConfig, RuntimeError> {
         // `base` lends the host's system directories; an image brings its own.
         let (lower, below, mut binds) = match &spec.image {
@@ -211,9 +224,10 @@ impl NamespaceRuntime {
                 upper: paths.upper(),
                 work: paths.work(),
                 target: paths.rootfs(),
+                idmapped_at: idmapped.then(|| paths.idmapped()),
             },
             binds,
-            id_map_base: self.config.id_map_base,
+            id_map_base: id_base,
             token: spec.agent_token.clone(),
             default_user: "user".into(),
             envs: match &spec.image {
@@ -283,7 +297,7 @@ async fn expect(
     }
 }
 
-/// Maps ids 0..65536 of the sandbox's user namespace to `base..base+65536` on the host.
+/// Maps ids 0..65536 of the sandbox's user namespace to `base..base+65536` on the host (`RANGE_SIZE`).
 fn write_id_maps(pid: i32, base: u32) -> Result<(), RuntimeError> {
     let map = format!("0 {base} 65536\n");
     for file in ["uid_map", "gid_map"] {

@@ -31,6 +31,7 @@
 
 mod boot;
 pub mod egress;
+pub mod ids;
 pub mod image_root;
 pub mod net;
 pub mod process;
@@ -41,6 +42,7 @@ use crate::cgroup::{CgroupManager, Limits};
 use crate::quota::{DiskBackend, DiskConfig, DiskQuota, DiskUsage};
 use crate::{
     validate_id, AgentEndpoint, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
+    WritableLayer,
 };
 use net::Network;
 use process::{reap, PidFd};
@@ -63,7 +65,9 @@ pub struct NamespaceConfig {
     pub subnet_base: Ipv4Addr,
     /// Number of network slots.
     pub slots: u32,
-    /// Host uid/gid that a sandbox's root maps to; 65536 ids from here are the sandbox's.
+    /// Host uid/gid the shared layers' root is stored as, and the root of a sandbox without an id
+    /// range of its own; a sandbox with range `r` is rooted at `id_map_base + 65536 · (r + 1)`
+    /// ([`ids`]).
     pub id_map_base: u32,
     /// Host directory holding the daemon's call-home socket (`daemon.sock`), bound read-only into every
     /// sandbox; `None` (the default): sandboxes are not told where to call home and report nothing.
@@ -108,6 +112,7 @@ pub struct NamespaceRuntime {
     net: Network,
     template: rootfs::Template,
     quota: DiskQuota,
+    ids: ids::IdRanges,
 }
 
 impl NamespaceRuntime {
@@ -146,18 +151,56 @@ impl NamespaceRuntime {
             .map_err(|e| RuntimeError::Host(format!("disk quota setup panicked: {e}")))??;
         let net = Network::new(config.subnet_base, config.slots, &config.ifname_prefix)?;
         egress::guard_host().await?;
+        let ids = ids::IdRanges::probe(config.id_map_base, &template.lower);
         Ok(Self {
             config,
             cgroups,
             net,
             template,
             quota,
+            ids,
         })
     }
 
     /// The cgroup manager (for stats, freezing).
     pub fn cgroups(&self) -> &CgroupManager {
         &self.cgroups
+    }
+
+    /// Removes the host interfaces named by this runtime's prefix whose slot no sandbox of its own runs
+    /// on (left by a sandbox whose record went while it ran, or a boot cut short), with their egress
+    /// rules; returns their slots. Call at start, before any create. Interfaces of other daemons are
+    /// never touched: their names are not of this prefix. An id-less runtime (prefix `sbh`, a data
+    /// dir from before daemon ids) cannot tell its own from those of other id-less runtimes on the
+    /// host, so it removes nothing.
+    pub async fn reclaim_orphans(&self) -> Result<Vec<u32>, RuntimeError> {
+        if self.config.ifname_prefix == ifname_prefix("") {
+            return Ok(Vec::new());
+        }
+        let running: std::collections::HashSet<u32> = self
+            .list()
+            .await?
+            .into_iter()
+            .filter(|s| s.state == RuntimeState::Running)
+            .map(|s| s.spec.net_slot)
+            .collect();
+        let mut reclaimed = Vec::new();
+        for slot in self.net.interfaces().await? {
+            if running.contains(&slot) {
+                continue;
+            }
+            if let Ok(addrs) = self.net.addrs(slot) {
+                egress::revoke(addrs.sandbox).await;
+            }
+            self.net.detach(slot).await?;
+            reclaimed.push(slot);
+        }
+        Ok(reclaimed)
+    }
+
+    /// Whether sandboxes with an id range get host ids of their own on this host ([`ids`]).
+    pub fn id_ranges_supported(&self) -> bool {
+        self.ids.supported()
     }
 
     /// The disk quota backend chosen at start.
@@ -306,12 +349,13 @@ impl Runtime for NamespaceRuntime {
             }
             Err(e) => return Err(RuntimeError::io("create", &paths.dir)(e)),
         }
-        let base = self.config.id_map_base;
+        let storage = self.config.id_map_base;
         // Set once this call made the layer: only then is it ours to remove on failure.
         let mut layer_made = false;
         let prepared = (|| {
+            let base = self.ids.base_of(spec.id_range)?;
             if let Some(image) = spec.image.as_ref().filter(|i| !i.on_base) {
-                image_root::ensure_top(&self.config.state_dir.join("image-tops"), image, base)?;
+                image_root::ensure_top(&self.config.state_dir.join("image-tops"), image, storage)?;
             }
             match self.quota.create(&spec.id, limit)? {
                 Some(layer) => {
@@ -335,6 +379,7 @@ impl Runtime for NamespaceRuntime {
                 pid: None,
                 start_time: None,
                 started: false,
+                id_base: Some(base),
             };
             paths.save(&p)?;
             self.info(&p)
@@ -353,7 +398,13 @@ impl Runtime for NamespaceRuntime {
         if p.live_pid().is_some() {
             return self.info(&p);
         }
-        let pid = self.boot(&paths, &p.spec).await?;
+        let pid = self
+            .boot(
+                &paths,
+                &p.spec,
+                p.id_base.unwrap_or(self.config.id_map_base),
+            )
+            .await?;
         p.pid = Some(pid);
         p.start_time = process::start_time(pid);
         p.started = true;
@@ -411,10 +462,15 @@ impl Runtime for NamespaceRuntime {
         }
     }
 
-    async fn writable_layer(&self, id: &str) -> Result<PathBuf, RuntimeError> {
-        let (paths, _) = self.load(id)?;
+    async fn writable_layer(&self, id: &str) -> Result<WritableLayer, RuntimeError> {
+        let (paths, p) = self.load(id)?;
         // A quota'd layer is linked from the sandbox's directory; the layer itself is what counts.
-        std::fs::canonicalize(paths.upper()).map_err(RuntimeError::io("resolve", paths.upper()))
+        let path = std::fs::canonicalize(paths.upper())
+            .map_err(RuntimeError::io("resolve", paths.upper()))?;
+        Ok(WritableLayer {
+            path,
+            id_base: p.id_base.unwrap_or(self.config.id_map_base),
+        })
     }
 
     async fn pause(&self, id: &str) -> Result<(), RuntimeError> {

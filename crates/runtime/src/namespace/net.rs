@@ -152,6 +152,25 @@ impl Network {
         Ok(addrs)
     }
 
+    /// The slots of the host interfaces named by this runtime's prefix (`<prefix><digits>`), whoever
+    /// made them: a prefix ends in letters (or is `sbh`) and a slot is digits, so another daemon's
+    /// names never parse as ours.
+    pub async fn interfaces(&self) -> Result<Vec<u32>, RuntimeError> {
+        let mut links = self.handle.link().get().execute();
+        let mut slots = Vec::new();
+        while let Some(link) = links.try_next().await.map_err(net_err("list interfaces"))? {
+            let name = link.attributes.iter().find_map(|a| match a {
+                rtnetlink::packet_route::link::LinkAttribute::IfName(n) => Some(n.clone()),
+                _ => None,
+            });
+            if let Some(slot) = name.as_deref().and_then(|n| slot_of(&self.prefix, n)) {
+                slots.push(slot);
+            }
+        }
+        slots.sort_unstable();
+        Ok(slots)
+    }
+
     /// Deletes the host end of `slot` (which deletes the pair); a missing interface is fine.
     pub async fn detach(&self, slot: u32) -> Result<(), RuntimeError> {
         let name = self.host_ifname(slot);
@@ -165,6 +184,15 @@ impl Network {
             Err(e) => Err(RuntimeError::Network(format!("delete {name}: {e}"))),
         }
     }
+}
+
+/// The slot interface `name` is of under `prefix`, if it is one of its names.
+fn slot_of(prefix: &str, name: &str) -> Option<u32> {
+    let digits = name.strip_prefix(prefix)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 async fn link_index(handle: &Handle, name: &str) -> Result<u32, RuntimeError> {
@@ -232,5 +260,19 @@ mod tests {
             net.addrs(16384),
             Err(RuntimeError::SlotOutOfRange(_))
         ));
+    }
+
+    #[test]
+    fn only_the_prefix_followed_by_digits_is_ours() {
+        assert_eq!(slot_of("sbhabcd", "sbhabcd12"), Some(12));
+        assert_eq!(slot_of("sbhabcd", "sbhabcd0"), Some(0));
+        // Another daemon whose id starts like ours, and the id-less names.
+        assert_eq!(slot_of("sbhabc", "sbhabcd12"), None);
+        assert_eq!(slot_of("sbhabcd", "sbh12"), None);
+        assert_eq!(slot_of("sbh", "sbhabcd12"), None);
+        assert_eq!(slot_of("sbhabcd", "sbhabcd"), None);
+        assert_eq!(slot_of("sbhabcd", "sbhabcd1x"), None);
+        assert_eq!(slot_of("sbhabcd", "eth0"), None);
+        assert_eq!(slot_of("sbhabcd", "sbhabcd99999999999"), None);
     }
 }

@@ -28,6 +28,8 @@ pub struct ChildFds<'a> {
     pub sync: &'a OwnedFd,
     /// Becomes fd 4 (`AGENT_LISTEN_FD`).
     pub listener: RawFd,
+    /// Becomes fd 5 (`IDMAP_USERNS_FD`) when the lower layers are idmapped.
+    pub idmap: Option<RawFd>,
 }
 
 fn dup_high(fd: RawFd) -> std::io::Result<OwnedFd> {
@@ -66,6 +68,8 @@ pub fn clone_boot(agent: &Path, fds: ChildFds<'_>) -> std::io::Result<i32> {
         dup_high(devnull.as_raw_fd())?,
     ];
     let [log, sync, listener, null] = high.each_ref().map(|fd| fd.as_raw_fd());
+    let idmap_high = fds.idmap.map(dup_high).transpose()?;
+    let idmap = idmap_high.as_ref().map_or(-1, |fd| fd.as_raw_fd());
     // SAFETY: a zeroed sigaction is SIG_DFL with no flags; the sigset is initialised by sigemptyset.
     let mut default_action: libc::sigaction = unsafe { std::mem::zeroed() };
     default_action.sa_sigaction = libc::SIG_DFL;
@@ -95,7 +99,8 @@ pub fn clone_boot(agent: &Path, fds: ChildFds<'_>) -> std::io::Result<i32> {
                 && libc::dup2(log, 1) >= 0
                 && libc::dup2(log, 2) >= 0
                 && libc::dup2(sync, sandboxd_envd::boot::BOOT_SYNC_FD) >= 0
-                && libc::dup2(listener, sandboxd_envd::boot::AGENT_LISTEN_FD) >= 0;
+                && libc::dup2(listener, sandboxd_envd::boot::AGENT_LISTEN_FD) >= 0
+                && (idmap < 0 || libc::dup2(idmap, sandboxd_envd::boot::IDMAP_USERNS_FD) >= 0);
             if !ok {
                 libc::_exit(126);
             }

@@ -24,6 +24,10 @@ pub struct Persisted {
     pub start_time: Option<u64>,
     /// Whether it was ever started.
     pub started: bool,
+    /// The host id the sandbox's root is, fixed at create ([`super::ids::IdRanges::base_of`]);
+    /// `None` in records from before ranges existed: the runtime's shared range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_base: Option<u32>,
 }
 
 impl Persisted {
@@ -77,6 +81,11 @@ impl SandboxPaths {
     /// The overlay work directory.
     pub fn work(&self) -> PathBuf {
         self.dir.join("work")
+    }
+    /// Where the booting init attaches its idmapped views of the lower layers (used only inside the
+    /// sandbox's mount namespace, see [`super::ids`]).
+    pub fn idmapped(&self) -> PathBuf {
+        self.dir.join("lowers")
     }
     /// The mount point of the merged root (used only inside the sandbox's mount namespace).
     pub fn rootfs(&self) -> PathBuf {
@@ -137,6 +146,7 @@ mod tests {
             pid: Some(me),
             start_time: start_time(me),
             started: true,
+            id_base: None,
         };
         assert_eq!(p.observed_state(), RuntimeState::Running);
         p.start_time = p.start_time.map(|t| t + 1);
@@ -157,10 +167,12 @@ mod tests {
             pid: Some(42),
             start_time: Some(7),
             started: true,
+            id_base: Some(165_536),
         };
         paths.save(&p).unwrap();
         let back = paths.load().unwrap().unwrap();
         assert_eq!(back.spec, p.spec);
         assert_eq!(back.pid, Some(42));
+        assert_eq!(back.id_base, Some(165_536));
     }
 }

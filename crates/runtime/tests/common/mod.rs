@@ -86,10 +86,13 @@ pub async fn fixture_with(edit: impl FnOnce(&mut NamespaceConfig)) -> Fixture {
     Fixture { rt, dir }
 }
 
+/// A `base` sandbox on `slot`, with the id range of the same number (slots are this test process's
+/// alone, so the range is too).
 pub fn spec(slot: u32, limits: ResourceLimits) -> SandboxSpec {
     SandboxSpec {
         limits,
         net_slot: slot,
+        id_range: Some(slot),
         ..SandboxSpec::base(unique_id("t"), unique_id("token"))
     }
 }

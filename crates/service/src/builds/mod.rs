@@ -515,9 +515,11 @@ impl Service {
     /// per-sandbox files left out). The caller keeps the sandbox still (stopped or paused).
     pub(crate) async fn pack_live_layer(&self, id: &str) -> Result<LayerRecord, ServiceError> {
         let settings = self.image_settings()?.clone();
-        let upper = self.runtime().writable_layer(id).await?;
+        let layer = self.runtime().writable_layer(id).await?;
+        let upper = layer.path;
         let opts = sandboxd_images::pack::PackOptions {
-            id_shift: settings.layers.id_shift(),
+            // The sandbox's own ids on disk; the layer store shifts them back to its own on unpack.
+            id_shift: layer.id_base,
             exclude: PER_SANDBOX_FILES.iter().map(Into::into).collect(),
             gzip: false,
         };
