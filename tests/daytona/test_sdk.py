@@ -20,6 +20,7 @@ from daytona import (
     DaytonaError,
     DaytonaNotFoundError,
     DaytonaTimeoutError,
+    PtySize,
 )
 
 RUN = uuid.uuid4().hex[:8]
@@ -144,6 +145,81 @@ def test_sessions_keep_shell_state_and_stream_async_logs():
         try:
             sbx.process.get_session("work")
             raise AssertionError("a deleted session was found")
+        except DaytonaNotFoundError:
+            pass
+    finally:
+        DAYTONA.delete(sbx)
+
+
+def read_until(pty, needle, within=10.0):
+    """The PTY's output until `needle` appears in it (an AssertionError after `within` seconds)."""
+    seen = bytearray()
+    deadline = time.monotonic() + within
+    while needle.encode() not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{needle!r} not in the PTY's output: {bytes(seen)!r}"
+        pty.wait(on_data=seen.extend, timeout=min(left, 0.5))
+    return seen.decode(errors="replace")
+
+
+def test_pty_sessions_outlive_their_connections_and_resize():
+    sbx = DAYTONA.create(CreateSandboxFromSnapshotParams(snapshot="base", labels={"pty": RUN}))
+    try:
+        pty = sbx.process.create_pty_session(
+            id="term", cwd="/tmp", envs={"GREETING": "hello-pty"}, pty_size=PtySize(rows=30, cols=100)
+        )
+        pty.send_input("echo \"$GREETING from $(pwd)\"; stty size\n")
+        out = read_until(pty, "30 100")
+        assert "hello-pty from /tmp" in out, out
+        try:
+            sbx.process.create_pty_session(id="term")
+            raise AssertionError("a PTY session id was created twice")
+        except DaytonaConflictError:
+            pass
+        info = sbx.process.get_pty_session_info("term")
+        assert info.active and (info.cols, info.rows) == (100, 30) and info.cwd == "/tmp", info
+        assert info.envs.get("GREETING") == "hello-pty", info
+        resized = pty.resize(PtySize(rows=40, cols=120))
+        assert (resized.cols, resized.rows) == (120, 40), resized
+        pty.send_input("stty size\n")
+        read_until(pty, "40 120")
+        # Leaving does not end it: a new connection finds the same shell.
+        pty.send_input("export KEPT=still-here\n")
+        pty.disconnect()
+        assert [(s.id, s.active) for s in sbx.process.list_pty_sessions()] == [("term", True)]
+        again = sbx.process.connect_pty_session("term")
+        again.send_input("echo $KEPT; exit 3\n")
+        result = again.wait(timeout=10)
+        assert result.exit_code == 3, result
+        ended = sbx.process.get_pty_session_info("term")
+        assert not ended.active, ended
+        try:
+            sbx.process.resize_pty_session("term", PtySize(rows=10, cols=10))
+            raise AssertionError("an ended PTY was resized")
+        except DaytonaError:
+            pass
+        # Made through the toolbox's own create (as the TypeScript SDK does) to start lazily: it is
+        # described, not running, until the first connect starts it at its size.
+        from daytona_toolbox_api_client import PtyCreateRequest
+
+        made = sbx.process._api_client.create_pty_session(PtyCreateRequest(id="lazy", lazy_start=True, cols=90, rows=20))
+        assert made.session_id == "lazy", made
+        waiting = sbx.process.get_pty_session_info("lazy")
+        assert not waiting.active and waiting.lazy_start, waiting
+        lazy = sbx.process.connect_pty_session("lazy")
+        lazy.send_input("stty size\n")
+        read_until(lazy, "20 90")
+        assert sbx.process.get_pty_session_info("lazy").active
+        lazy.kill()
+        # Killing one ends its process and forgets it.
+        doomed = sbx.process.create_pty_session(id="doomed")
+        doomed.kill()
+        assert doomed.wait(timeout=10).exit_code is not None
+        sbx.process.kill_pty_session("term")
+        assert sbx.process.list_pty_sessions() == []
+        try:
+            sbx.process.get_pty_session_info("doomed")
+            raise AssertionError("a killed PTY session was found")
         except DaytonaNotFoundError:
             pass
     finally:

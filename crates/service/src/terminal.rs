@@ -36,6 +36,8 @@ pub struct TerminalRequest {
     pub user: Option<String>,
     pub cwd: Option<String>,
     pub envs: HashMap<String, String>,
+    /// The agent's tag for the process, by which [`Service::connect_terminal`] finds it again.
+    pub tag: Option<String>,
 }
 
 /// An open terminal: its pid, its input side and its output.
@@ -120,7 +122,7 @@ impl Terminal {
 }
 
 /// A validated window size.
-fn window(cols: u16, rows: u16) -> Result<PtySize, ServiceError> {
+pub(crate) fn window(cols: u16, rows: u16) -> Result<PtySize, ServiceError> {
     if cols == 0 || rows == 0 || cols > MAX_WINDOW || rows > MAX_WINDOW {
         return Err(ServiceError::InvalidRequest(format!(
             "a terminal's cols and rows must be between 1 and {MAX_WINDOW}, got {cols}x{rows}"
@@ -160,32 +162,49 @@ impl Service {
                 cwd: req.cwd,
             },
             pty: Some(Pty { size: Some(size) }),
+            tag: req.tag,
             ..Default::default()
         };
-        let mut events = client.start(start).await.map_err(agent_error)?;
-        let pid = loop {
-            match events.next().await {
-                Some(Ok(ProcessEvent::Start(s))) => break s.pid,
-                Some(Ok(ProcessEvent::Keepalive(_))) => continue,
-                Some(Err(e)) => return Err(agent_error(e)),
-                Some(Ok(other)) => {
-                    return Err(ServiceError::Agent(sandboxd_envd::Error::Protocol(
-                        format!("the terminal's stream opened with {other:?} instead of its pid"),
-                    )))
-                }
-                None => {
-                    return Err(ServiceError::Agent(sandboxd_envd::Error::Protocol(
-                        "the terminal's stream ended before its pid".into(),
-                    )))
-                }
-            }
-        };
-        Ok(Terminal {
-            pid,
-            input: TerminalInput { client, pid },
-            events,
-        })
+        let events = client.start(start).await.map_err(agent_error)?;
+        attached(client, events).await
     }
+
+    /// Attaches to the terminal process tagged `tag` in sandbox `key`: its output from now on, and
+    /// its input. [`ServiceError::NotFound`] when no process has that tag.
+    pub async fn connect_terminal(&self, key: &str, tag: &str) -> Result<Terminal, ServiceError> {
+        let (_, client) = self.agent(key, None).await?;
+        let events = client
+            .connect(ProcessSelector::Tag(tag.to_string()))
+            .await
+            .map_err(agent_error)?;
+        attached(client, events).await
+    }
+}
+
+/// The terminal whose event stream is `events`, once the stream names its pid.
+async fn attached(client: EnvdClient, mut events: ProcessStream) -> Result<Terminal, ServiceError> {
+    let pid = loop {
+        match events.next().await {
+            Some(Ok(ProcessEvent::Start(s))) => break s.pid,
+            Some(Ok(ProcessEvent::Keepalive(_))) => continue,
+            Some(Err(e)) => return Err(agent_error(e)),
+            Some(Ok(other)) => {
+                return Err(ServiceError::Agent(sandboxd_envd::Error::Protocol(
+                    format!("the terminal's stream opened with {other:?} instead of its pid"),
+                )))
+            }
+            None => {
+                return Err(ServiceError::Agent(sandboxd_envd::Error::Protocol(
+                    "the terminal's stream ended before its pid".into(),
+                )))
+            }
+        }
+    };
+    Ok(Terminal {
+        pid,
+        input: TerminalInput { client, pid },
+        events,
+    })
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
 //!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`; sessions
 //!   ([`sessions`]: create, exec sync and async, command status, logs and their `follow` WebSocket,
-//!   delete).
+//!   delete); PTY sessions ([`pty`]: create, list, info, resize, kill, and their WebSockets,
+//!   `create-connect` and `connect`).
 //! - Toolbox file system ([`files`], [`transfer`]) at `/api/toolbox/{id}/files…`: list, `info`,
 //!   `folder`, delete, `move`, `permissions`, `find`, `search`, `replace`, `bulk-upload`,
 //!   `bulk-download` (multipart, [`multipart`]), `download`, `upload-v2`.
@@ -33,6 +34,7 @@ pub mod git_more;
 pub mod git_status;
 pub mod models;
 pub mod multipart;
+pub mod pty;
 pub mod sessions;
 pub mod toolbox;
 pub mod toolbox_error;
@@ -104,6 +106,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
             "/api/toolbox/{id}/process/session/{sid}/command/{cid}/input",
             post(sessions::input),
         )
+        .merge(pty_router())
         .route(
             "/api/toolbox/{id}/user-home-dir",
             get(toolbox::user_home_dir),
@@ -140,6 +143,17 @@ fn files_router() -> Router<Service> {
         .route(&format!("{t}/download"), get(transfer::download))
         .route(&format!("{t}/bulk-upload"), post(transfer::bulk_upload))
         .route(&format!("{t}/upload-v2"), post(transfer::upload))
+}
+
+/// The toolbox's PTY session routes ([`pty`]).
+fn pty_router() -> Router<Service> {
+    let p = "/api/toolbox/{id}/process/pty";
+    Router::new()
+        .route(p, post(pty::create).get(pty::list))
+        .route(&format!("{p}/create-connect"), get(pty::create_connect))
+        .route(&format!("{p}/{{sid}}"), get(pty::get).delete(pty::delete))
+        .route(&format!("{p}/{{sid}}/connect"), get(pty::connect))
+        .route(&format!("{p}/{{sid}}/resize"), post(pty::resize))
 }
 
 /// The toolbox's git routes ([`git`], [`git_more`]).
