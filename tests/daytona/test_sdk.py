@@ -139,7 +139,25 @@ def test_sessions_keep_shell_state_and_stream_async_logs():
         assert logs.stdout == "line 1\nline 2\nline 3\n", logs
         session = sbx.process.get_session("work")
         assert [c.id for c in session.commands][-1] == started.cmd_id and len(session.commands) == 3, session
+        # A command reads what is sent to it, and takes nothing once it ended.
+        asking = sbx.process.execute_session_command(
+            "work", SessionExecuteRequest(command='read -r who; read -r how; echo "hello $who, $how"', run_async=True)
+        )
+        sbx.process.send_session_command_input("work", asking.cmd_id, "world\n")
+        sbx.process.send_session_command_input("work", asking.cmd_id, "in two parts\n")
+        deadline = time.monotonic() + 10
+        while sbx.process.get_session_command("work", asking.cmd_id).exit_code is None:
+            assert time.monotonic() < deadline, "the command never got its input"
+            time.sleep(0.05)
+        answered = sbx.process.get_session_command_logs("work", asking.cmd_id)
+        assert answered.stdout == "hello world, in two parts\n", answered
+        try:
+            sbx.process.send_session_command_input("work", asking.cmd_id, "late\n")
+            raise AssertionError("an ended command took input")
+        except DaytonaError:
+            pass
         assert [s.session_id for s in sbx.process.list_sessions()] == ["work"]
+        assert len(sbx.process.get_session("work").commands) == 4
         sbx.process.delete_session("work")
         assert sbx.process.list_sessions() == []
         try:

@@ -60,6 +60,21 @@ pub fn exit_code(end: &EndEvent) -> i32 {
     128 + signal
 }
 
+/// Reads a process's events to its end; its exit code ([`exit_code`]).
+pub(crate) async fn collect_exit(
+    mut events: sandboxd_envd::ProcessStream,
+) -> Result<i32, ServiceError> {
+    use futures::StreamExt;
+    while let Some(event) = events.next().await {
+        if let ProcessEvent::End(end) = event.map_err(agent_error)? {
+            return Ok(exit_code(&end));
+        }
+    }
+    Err(ServiceError::Agent(sandboxd_envd::Error::Protocol(
+        "the process's events ended without its exit".into(),
+    )))
+}
+
 /// Longest `timeoutMs` taken: the largest int64, as the API documents the field.
 pub const MAX_TIMEOUT_MS: u64 = i64::MAX as u64;
 impl Service {

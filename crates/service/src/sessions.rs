@@ -4,14 +4,17 @@
 //! Everything is in the sandbox, on the agent's process and file machinery; the daemon holds none
 //! of it: the shell is an agent process tagged `session:<id>` (its stdin open), and
 //! each command `<c>` of it has files in `/tmp/.sandboxd-sessions/<id>/`: `<c>.cmd` (the command),
-//! `<c>.out` and `<c>.err` (its output, written as it runs), `<c>.exit` (its exit code, renamed
-//! into place once it ended, so it is never read half-written).
+//! `<c>.in` (a FIFO, its stdin, there while it runs), `<c>.out` and `<c>.err` (its output, written
+//! as it runs), `<c>.exit` (its exit code, renamed into place once it ended and its FIFO is gone, so
+//! it is never read half-written).
 //!
 //! Contract:
 //! - Session ids are 1–64 of `[A-Za-z0-9._-]`; creating one that exists is a conflict.
-//! - A command runs in the session's shell itself (not a subshell), with stdin from `/dev/null`;
-//!   commands of one session run in order. [`Service::session_exec`] answers once the command is
-//!   handed to the shell; [`Service::session_wait`] waits for its end.
+//! - A command runs in the session's shell itself (not a subshell), its stdin its FIFO (opened read
+//!   and write by the shell, so it never sees an end of input; where `mkfifo` is missing, an empty
+//!   file); commands of one session run in order. [`Service::session_exec`] answers once the command
+//!   is handed to the shell; [`Service::session_wait`] waits for its end;
+//!   [`Service::session_input`] writes to its stdin while it runs.
 //! - Deleting a session kills its shell (and what it runs) and removes its files.
 
 use crate::exec::agent_error;
@@ -24,6 +27,18 @@ use std::time::Duration;
 pub const SESSIONS_DIR: &str = "/tmp/.sandboxd-sessions";
 /// How often a waiter looks for a command's end.
 const POLL: Duration = Duration::from_millis(20);
+/// How long writing a command's input may take (a FIFO whose command just ended has no reader, and
+/// the writer would wait for one).
+const INPUT_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The outcome of [`Service::session_input`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionInput {
+    /// Written to the command's stdin.
+    Sent,
+    /// The command ended: there is no stdin to write to.
+    Ended,
+}
 
 /// One command of a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +89,9 @@ fn script(dir: &str, cid: &str, command: &str) -> String {
     let base = format!("{dir}/{cid}");
     // The newline before `}` ends a trailing comment of the command.
     format!(
-        "{{ {command}\n}} </dev/null >'{base}.out' 2>'{base}.err'; echo $? >'{base}.exit.tmp'; mv '{base}.exit.tmp' '{base}.exit'\n"
+        "mkfifo '{base}.in' 2>/dev/null || : >'{base}.in'; \
+         {{ {command}\n}} <>'{base}.in' >'{base}.out' 2>'{base}.err'; __sandboxd_rc=$?; rm -f '{base}.in'; \
+         echo $__sandboxd_rc >'{base}.exit.tmp'; mv '{base}.exit.tmp' '{base}.exit'\n"
     )
 }
 
@@ -271,6 +288,57 @@ impl Service {
         })
     }
 
+    /// Writes `data` to the stdin of command `cid` of session `session`, if it still runs.
+    pub async fn session_input(
+        &self,
+        key: &str,
+        session: &str,
+        cid: &str,
+        data: Bytes,
+    ) -> Result<SessionInput, ServiceError> {
+        validate_id("session", session)?;
+        validate_id("command", cid)?;
+        let (_, client) = self.agent(key, None).await?;
+        let base = format!("{}/{cid}", dir(session));
+        if client.stat(&format!("{base}.cmd")).await.is_err() {
+            return Err(ServiceError::NotFound(format!(
+                "command {cid:?} of session {session:?} not found"
+            )));
+        }
+        // A process of the sandbox copies its stdin into the FIFO, which is there while the
+        // command runs (`test -p`); the agent kills it past the deadline.
+        let writer = crate::sandboxes::random_id("input:", 12);
+        let request = StartRequest {
+            process: ProcessConfig {
+                cmd: "/bin/sh".into(),
+                args: vec![
+                    "-c".into(),
+                    r#"test -p "$1" && exec cat >"$1""#.into(),
+                    "sh".into(),
+                    format!("{base}.in"),
+                ],
+                ..Default::default()
+            },
+            pty: None,
+            tag: Some(writer.clone()),
+            stdin: Some(true),
+        };
+        let events = client
+            .start_with_timeout(request, Some(INPUT_DEADLINE))
+            .await
+            .map_err(agent_error)?;
+        let selector = ProcessSelector::Tag(writer);
+        client
+            .send_stdin(selector.clone(), data)
+            .await
+            .map_err(agent_error)?;
+        client.close_stdin(selector).await.map_err(agent_error)?;
+        match crate::exec::collect_exit(events).await? {
+            0 => Ok(SessionInput::Sent),
+            _ => Ok(SessionInput::Ended),
+        }
+    }
+
     /// Waits (up to `timeout`) for command `cid` of session `session` to end; its output.
     pub async fn session_wait(
         &self,
@@ -334,8 +402,15 @@ mod tests {
     #[test]
     fn a_command_runs_in_the_shell_itself_and_its_exit_code_lands_whole() {
         let s = script("/d", "c1", "cd /tmp # a comment");
-        assert!(s.starts_with("{ cd /tmp # a comment\n}"), "{s}");
-        assert!(s.contains("</dev/null >'/d/c1.out' 2>'/d/c1.err'"));
+        assert!(s.starts_with("mkfifo '/d/c1.in'"), "{s}");
+        assert!(s.contains("{ cd /tmp # a comment\n}"), "{s}");
+        assert!(s.contains("<>'/d/c1.in' >'/d/c1.out' 2>'/d/c1.err'"));
+        // The FIFO goes before the exit code lands: an exit code means no stdin is left.
+        let (fifo_gone, exit) = (
+            s.find("rm -f '/d/c1.in'").unwrap(),
+            s.find(".exit'").unwrap(),
+        );
+        assert!(fifo_gone < exit, "{s}");
         assert!(s.ends_with("mv '/d/c1.exit.tmp' '/d/c1.exit'\n"));
     }
 }

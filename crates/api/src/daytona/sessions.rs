@@ -8,7 +8,8 @@
 //! - `GET …/{sid}/command/{cid}` → `{id, command, exitCode?}`; `…/logs` → `{output, stdout,
 //!   stderr}`, or with `follow=true` a WebSocket of binary frames, stdout prefixed `\x01\x01\x01`
 //!   and stderr `\x02\x02\x02`, closed with 1000 once the command ended and all was sent.
-//! - `POST …/input` is refused (400): session commands read `/dev/null`.
+//! - `POST …/{sid}/command/{cid}/input {data}` → 204 once written to the command's stdin; 410 once
+//!   it ended.
 
 use super::error::DaytonaError;
 use axum::body::Bytes;
@@ -17,7 +18,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use sandboxd_service::sessions::{CommandOutput, SessionCommand};
+use sandboxd_service::sessions::{CommandOutput, SessionCommand, SessionInput};
 use sandboxd_service::Service;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -221,9 +222,27 @@ async fn follow_logs(
     }
 }
 
-/// `POST /process/session/{sid}/command/{cid}/input`.
-pub async fn input(Path(_path): Path<(String, String, String)>) -> DaytonaError {
-    DaytonaError::bad_request(
-        "input is not supported: session commands run with their stdin on /dev/null",
-    )
+#[derive(Deserialize)]
+struct Input {
+    data: String,
+}
+
+/// `POST /process/session/{sid}/command/{cid}/input` → 204, 410 once the command ended.
+pub async fn input(
+    State(service): State<Service>,
+    Path((id, sid, cid)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<StatusCode, DaytonaError> {
+    let req: Input = parse(&body)?;
+    match service
+        .session_input(&id, &sid, &cid, Bytes::from(req.data))
+        .await?
+    {
+        SessionInput::Sent => Ok(StatusCode::NO_CONTENT),
+        SessionInput::Ended => Err(DaytonaError::new(
+            StatusCode::GONE,
+            "gone",
+            format!("command {cid} has ended: it takes no more input"),
+        )),
+    }
 }
