@@ -6,10 +6,14 @@ daemon's code-interpreter-v1 template (Daytona's default snapshot here) must be 
 0 = every check passed. Run by crates/sandboxd/tests/daytona_sdk.rs.
 """
 
+import os
 import sys
 import time
 import traceback
 import uuid
+from urllib.parse import urlsplit
+
+import httpx
 
 from daytona import (
     ListSandboxesQuery,
@@ -240,6 +244,50 @@ def test_pty_sessions_outlive_their_connections_and_resize():
             raise AssertionError("a killed PTY session was found")
         except DaytonaNotFoundError:
             pass
+    finally:
+        DAYTONA.delete(sbx)
+
+
+def fetch(url, headers=None):
+    """GET `url` through the daemon's listener, its host in the Host header (no DNS for the
+    `{port}-{id}.localhost` names needed)."""
+    daemon = urlsplit(os.environ["DAYTONA_API_URL"])
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    sent = {"Host": parts.netloc, **(headers or {})}
+    return httpx.get(f"{daemon.scheme}://{daemon.netloc}{path}", headers=sent, timeout=10)
+
+
+def test_previews_of_a_private_sandbox_need_its_token_or_a_signed_link():
+    sbx = DAYTONA.create(CreateSandboxFromSnapshotParams(snapshot="base", labels={"preview": RUN}))
+    try:
+        assert sbx.public is False, "Daytona's sandboxes are private unless told"
+        sbx.process.exec("mkdir -p /tmp/site && echo preview-ok > /tmp/site/index.html")
+        sbx.process.exec("cd /tmp/site && nohup python3 -m http.server 8000 >/dev/null 2>&1 &")
+        link = sbx.get_preview_link(8000)
+        deadline = time.monotonic() + 10
+        while fetch(link.url, {"X-Daytona-Preview-Token": link.token}).status_code != 200:
+            assert time.monotonic() < deadline, "the server never answered"
+            time.sleep(0.1)
+        assert fetch(link.url, {"X-Daytona-Preview-Token": link.token}).text == "preview-ok\n"
+        assert fetch(link.url).status_code == 401, "reached without its token"
+        assert fetch(link.url, {"X-Daytona-Preview-Token": "0" * len(link.token)}).status_code == 401
+        key = os.environ["DAYTONA_API_KEY"]
+        assert fetch(link.url, {"Authorization": f"Bearer {key}"}).status_code == 200
+        signed = sbx.create_signed_preview_url(8000, expires_in_seconds=120)
+        assert signed.port == 8000 and signed.token in signed.url, signed
+        assert fetch(signed.url).text == "preview-ok\n"
+        sbx.expire_signed_preview_url(8000, signed.token)
+        assert fetch(signed.url).status_code == 401, "an expired link still works"
+        short = sbx.create_signed_preview_url(8000, expires_in_seconds=1)
+        assert fetch(short.url).status_code == 200
+        time.sleep(1.2)
+        assert fetch(short.url).status_code == 401, "a link outlived its time"
+        sbx.set_public(True)
+        assert DAYTONA.get(sbx.id).public is True
+        assert fetch(link.url).status_code == 200, "a public sandbox needs no token"
+        sbx.set_public(False)
+        assert fetch(link.url).status_code == 401
     finally:
         DAYTONA.delete(sbx)
 

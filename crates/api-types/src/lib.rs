@@ -246,6 +246,12 @@ pub struct NetworkPolicy {
     /// blocks, at most 256 (`"0.0.0.0/0"` denies everything not allowed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_out: Vec<String>,
+    /// Whether anyone may reach the sandbox's ports through the proxy (absent: yes). When `false`,
+    /// a request needs the sandbox's traffic token (header `X-Daytona-Preview-Token` or
+    /// `e2b-traffic-access-token`), an API key (`Authorization: Bearer`), or a signed preview link;
+    /// the agent's own port is opened by its own token either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_public_traffic: Option<bool>,
 }
 
 /// A sandbox.

@@ -29,6 +29,9 @@ pub enum RouteError {
     /// The sandbox exists but cannot be reached right now (paused, starting, runtime error...).
     #[error("sandbox unavailable: {0}")]
     Unavailable(String),
+    /// The sandbox is not public and the request carries none of the credentials that open it.
+    #[error("{0}")]
+    Unauthorized(String),
 }
 
 /// Everything that can go wrong while forwarding one request.
@@ -81,6 +84,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::ConnectTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::Route(RouteError::Unauthorized(_)) => StatusCode::UNAUTHORIZED,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -100,7 +104,7 @@ impl ProxyError {
                 port,
                 source,
             } if is_not_listening(source) => port_not_open(code, sandbox_id, *port),
-            ProxyError::Route(RouteError::Unavailable(_)) => {
+            ProxyError::Route(RouteError::Unavailable(_) | RouteError::Unauthorized(_)) => {
                 json!({"code": code, "message": sandboxd_errors::chain(self)})
             }
             ProxyError::ConnectTimeout {
@@ -147,6 +151,16 @@ mod tests {
         assert_eq!(
             err.body(),
             json!({"code": 502, "message": "The sandbox abc was not found"})
+        );
+    }
+
+    #[test]
+    fn a_refused_admission_is_401_with_its_reason() {
+        let err = ProxyError::from(RouteError::Unauthorized("send the token".into()));
+        assert_eq!(err.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            err.body(),
+            json!({"code": 401, "message": "send the token"})
         );
     }
 

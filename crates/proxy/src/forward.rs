@@ -38,6 +38,10 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 impl Proxy {
     /// Forwards the request to `target` and streams the answer back; errors become JSON responses.
     pub async fn forward(&self, target: Target, req: Request) -> Response {
+        let target = match self.resolver.admit(target, req.headers()).await {
+            Ok(target) => target,
+            Err(refused) => return ProxyError::from(refused).into_response(),
+        };
         let span =
             tracing::debug_span!("proxy", sandbox_id = %target.sandbox_id, port = target.port);
         match self

@@ -73,6 +73,18 @@ pub trait Resolver: Send + Sync + 'static {
     async fn target_for_access_token(&self, _token: &str) -> Option<Target> {
         None
     }
+
+    /// Whether a request for `target` with `headers` may go through, and where to: a resolver may
+    /// refuse it ([`RouteError::Unauthorized`]: a sandbox that is not public, without the request
+    /// carrying what opens it) or answer another target (a signed link naming a sandbox's port).
+    /// Called before [`Resolver::upstream`] on every forwarded request. Default: as it is.
+    async fn admit(
+        &self,
+        target: Target,
+        _headers: &http::HeaderMap,
+    ) -> Result<Target, RouteError> {
+        Ok(target)
+    }
 }
 
 /// Everything configurable about a [`Proxy`].

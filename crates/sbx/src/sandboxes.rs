@@ -30,6 +30,7 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
                 egress: args.egress,
                 allow_out: args.allow_out,
                 deny_out: args.deny_out,
+                ..Default::default()
             }),
         lifecycle: args.pause_on_timeout.then_some(Lifecycle {
             on_timeout: OnTimeout::Pause,

@@ -223,6 +223,10 @@ impl Resolver for DomainResolver {
     async fn target_for_access_token(&self, token: &str) -> Option<Target> {
         self.0.target_for_access_token(token).await
     }
+
+    async fn admit(&self, target: Target, headers: &http::HeaderMap) -> Result<Target, RouteError> {
+        self.0.admit(target, headers).await
+    }
 }
 
 #[cfg(test)]

@@ -276,6 +276,7 @@ impl Service {
                 egress: req.allow_internet_access.unwrap_or(true),
                 allow_out: req.allow_out.clone(),
                 deny_out: req.deny_out.clone(),
+                allow_public_traffic: None,
             }),
             lifecycle: Some(api::Lifecycle {
                 on_timeout: if req.auto_pause {

@@ -32,6 +32,7 @@ pub mod network;
 pub mod pause;
 pub mod per_key;
 pub mod ports;
+pub mod previews;
 pub mod pty;
 pub mod readiness;
 pub mod reconcile;

@@ -18,7 +18,7 @@ use sandboxd_runtime::Ipv4Net;
 pub const MAX_ENTRIES: usize = 256;
 
 /// A checked network posture.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressPolicy {
     /// Whether destinations in neither list are reachable.
     pub egress: bool,
@@ -26,6 +26,20 @@ pub struct EgressPolicy {
     pub allow: Vec<Ipv4Net>,
     /// Unreachable unless allowed (`denyOut`).
     pub deny: Vec<Ipv4Net>,
+    /// Whether anyone may reach its ports through the proxy (`allowPublicTraffic`, see
+    /// [`crate::previews`]); true by default.
+    pub public: bool,
+}
+
+impl Default for EgressPolicy {
+    fn default() -> Self {
+        Self {
+            egress: false,
+            allow: Vec::new(),
+            deny: Vec::new(),
+            public: true,
+        }
+    }
 }
 
 impl EgressPolicy {
@@ -36,6 +50,9 @@ impl EgressPolicy {
             if !nets.is_empty() {
                 json[key] = nets.iter().map(Ipv4Net::to_string).collect();
             }
+        }
+        if !self.public {
+            json["allowPublicTraffic"] = false.into();
         }
         json
     }
@@ -50,6 +67,7 @@ pub fn policy(network: Option<&api::NetworkPolicy>) -> Result<EgressPolicy, Serv
         egress: network.egress,
         allow: list("network.allowOut", &network.allow_out)?,
         deny: list("network.denyOut", &network.deny_out)?,
+        public: network.allow_public_traffic != Some(false),
     })
 }
 
@@ -112,6 +130,7 @@ mod tests {
             egress,
             allow_out: strings(allow),
             deny_out: strings(deny),
+            allow_public_traffic: None,
         }
     }
 

@@ -34,6 +34,8 @@ pub struct Endpoint {
     pub token: String,
     /// The sandbox's address on its veth pair.
     pub address: Ipv4Addr,
+    /// Whether anyone may reach its ports through the proxy ([`crate::previews`]).
+    pub public: bool,
 }
 
 /// Cache of [`Endpoint`]s by sandbox id.
@@ -54,16 +56,21 @@ impl Service {
                 let Some(endpoint) = tx.get_endpoint(&rid)? else {
                     return Ok(None);
                 };
-                Ok(tx
-                    .get_sandbox_by_id(&rid)?
-                    .map(|s| (endpoint, s.agent_token)))
+                Ok(tx.get_sandbox_by_id(&rid)?.map(|s| {
+                    (
+                        endpoint,
+                        s.agent_token,
+                        crate::previews::is_public(&s.network),
+                    )
+                }))
             })
             .await?;
         let endpoint = match stored {
-            Some((e, token)) => Arc::new(Endpoint {
+            Some((e, token, public)) => Arc::new(Endpoint {
                 socket: e.agent_socket,
                 token,
                 address: e.address,
+                public,
             }),
             None => {
                 let info = self.runtime().inspect(id).await?.ok_or_else(|| {
@@ -71,10 +78,17 @@ impl Service {
                 })?;
                 tracing::debug!(sandbox_id = %id, "endpoint missing from the store; read-repaired from the runtime");
                 self.record_endpoint(&info).await;
+                let rid = id.to_string();
+                let public = self
+                    .reader()
+                    .read(move |tx| tx.get_sandbox_by_id(&rid))
+                    .await?
+                    .is_none_or(|s| crate::previews::is_public(&s.network));
                 Arc::new(Endpoint {
                     socket: info.agent.socket,
                     token: info.agent.token,
                     address: info.net.sandbox,
+                    public,
                 })
             }
         };
@@ -100,7 +114,7 @@ impl Service {
         }
     }
 
-    fn cached_endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
+    pub(crate) fn cached_endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
         self.inner
             .endpoints
             .0
@@ -442,6 +456,10 @@ pub(crate) fn observed_endpoint(info: &SandboxInfo) -> StoredEndpoint {
 
 #[async_trait::async_trait]
 impl Resolver for Service {
+    async fn admit(&self, target: Target, headers: &http::HeaderMap) -> Result<Target, RouteError> {
+        self.admit_request(target, headers).await
+    }
+
     async fn upstream(&self, target: &Target) -> Result<Upstream, RouteError> {
         let upstream = |endpoint: &Endpoint| {
             if target.port == AGENT_PORT {

@@ -19,6 +19,8 @@
 //!     (`slots::tests::lease_is_idempotent_per_sandbox`);
 //!   - a host port belongs to one exposure: `idx_exposed_ports_host_port`
 //!     (`ports::tests::racing_sandboxes_get_distinct_host_ports`);
+//!   - a signed preview link names one sandbox port: `preview_links` primary key (migration 10)
+//!     (`previews::tests::a_link_opens_its_port_until_its_time_its_expiry_or_its_sandbox_ends`);
 //!   - one binding per hostname: `custom_domains` primary key
 //!     (`domains::tests::hostname_owned_by_another_sandbox_conflicts`);
 //!   - request dedupe with the four claim cases: `request_idempotency` primary key
@@ -60,6 +62,7 @@ mod open;
 pub mod outbox;
 pub mod per_key;
 pub mod ports;
+pub mod previews;
 pub mod reader;
 pub mod sandboxes;
 pub mod slots;

@@ -68,7 +68,23 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "network slots the host holds for someone else, set aside for a while",
         sql: "ALTER TABLE network_slots ADD COLUMN set_aside_until INTEGER;",
     },
+    Migration {
+        version: 10,
+        name: "signed preview links to sandbox ports",
+        sql: SCHEMA_V10,
+    },
 ];
+
+/// Signed preview links (`previews`): a token opens one port of one sandbox until its time.
+const SCHEMA_V10: &str = r#"
+CREATE TABLE preview_links (
+    token      TEXT PRIMARY KEY NOT NULL,
+    sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+    port       INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX idx_preview_links_sandbox ON preview_links(sandbox_id, expires_at);
+"#;
 
 /// The newest schema version this build knows.
 pub fn latest_version() -> u32 {

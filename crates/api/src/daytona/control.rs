@@ -134,6 +134,8 @@ pub async fn create(
                 .filter(|a| !a.is_empty())
                 .map(str::to_string)
                 .collect(),
+            // Daytona's sandboxes are private unless made public.
+            allow_public_traffic: Some(req.public.unwrap_or(false)),
             ..Default::default()
         }),
         ..Default::default()

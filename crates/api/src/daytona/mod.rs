@@ -8,7 +8,7 @@
 //! the feature does not, 501):
 //! - Control ([`control`]): `POST /api/sandbox`, `GET /api/sandbox` (`{items, nextCursor}`,
 //!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop`,
-//!   `GET …/toolbox-proxy-url`.
+//!   `GET …/toolbox-proxy-url`; previews ([`previews`]: preview and signed links, `public`).
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
 //!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`; sessions
 //!   ([`sessions`]: create, exec sync and async, command status, logs and their `follow` WebSocket,
@@ -34,6 +34,7 @@ pub mod git_more;
 pub mod git_status;
 pub mod models;
 pub mod multipart;
+pub mod previews;
 pub mod pty;
 pub mod sessions;
 pub mod toolbox;
@@ -64,6 +65,22 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route(
             "/api/sandbox/{key}/toolbox-proxy-url",
             get(control::toolbox_proxy_url),
+        )
+        .route(
+            "/api/sandbox/{key}/public/{public}",
+            post(previews::set_public),
+        )
+        .route(
+            "/api/sandbox/{key}/ports/{port}/preview-url",
+            get(previews::preview_url),
+        )
+        .route(
+            "/api/sandbox/{key}/ports/{port}/signed-preview-url",
+            get(previews::signed_preview_url),
+        )
+        .route(
+            "/api/sandbox/{key}/ports/{port}/signed-preview-url/{token}/expire",
+            post(previews::expire_signed_preview_url),
         )
         .route("/api/toolbox/{id}/process/execute", post(toolbox::execute))
         .route(

@@ -74,7 +74,7 @@ impl DaytonaSandbox {
             user: "user",
             env: s.env.clone(),
             labels: s.metadata.clone(),
-            public: false,
+            public: sandboxd_service::previews::is_public(&s.network),
             network_block_all: !egress,
             kvm: false,
             target: "local",
@@ -137,9 +137,6 @@ impl CreateSandbox {
         }
         if self.kvm == Some(true) {
             return Some("KVM inside sandboxes is not available on sandboxd".into());
-        }
-        if self.public == Some(true) {
-            return Some("public previews are not served by sandboxd's Daytona API yet".into());
         }
         if self.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
             return Some("volumes are not available on sandboxd".into());
