@@ -30,6 +30,7 @@
 //! adopt them ([`crate::Runtime::list`], [`crate::Runtime::inspect`]).
 
 mod boot;
+pub mod dns;
 pub mod egress;
 pub mod image_root;
 pub mod net;
@@ -76,6 +77,10 @@ pub struct NamespaceConfig {
     /// daemon makes its own from its id ([`ifname_prefix`]) so no two daemons' names meet. Default
     /// `sbh`.
     pub ifname_prefix: String,
+    /// The resolvers the DNS forwarders of sandboxes with domain names in their lists ask, in
+    /// order ([`dns`]); empty (the default): the nameservers of the host's resolver configuration
+    /// as each forwarder starts ([`dns::host_upstreams`]).
+    pub dns_upstreams: Vec<std::net::SocketAddr>,
 }
 
 /// The host-interface prefix of daemon `id`: `sbh` followed by the id's letters. Ids are letters and
@@ -97,6 +102,7 @@ impl NamespaceConfig {
             callback_dir: None,
             disk: DiskConfig::default(),
             ifname_prefix: "sbh".into(),
+            dns_upstreams: Vec::new(),
         }
     }
 }
@@ -108,6 +114,7 @@ pub struct NamespaceRuntime {
     net: Network,
     template: rootfs::Template,
     quota: DiskQuota,
+    forwarders: dns::Forwarders,
 }
 
 impl NamespaceRuntime {
@@ -146,13 +153,70 @@ impl NamespaceRuntime {
             .map_err(|e| RuntimeError::Host(format!("disk quota setup panicked: {e}")))??;
         let net = Network::new(config.subnet_base, config.slots, &config.ifname_prefix)?;
         egress::guard_host().await?;
-        Ok(Self {
+        let runtime = Self {
             config,
             cgroups,
             net,
             template,
             quota,
+            forwarders: dns::Forwarders::default(),
+        };
+        runtime.restart_forwarders().await;
+        Ok(runtime)
+    }
+
+    /// Starts the DNS forwarder of every running sandbox that needs one (see [`dns`]): a sandbox
+    /// outlives the process that started its forwarder. A forwarder that cannot start is logged;
+    /// its sandbox's names then stop resolving, which fails closed.
+    async fn restart_forwarders(&self) {
+        let dir = self.config.state_dir.join("sandboxes");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(id) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if validate_id(&id).is_err() {
+                continue;
+            }
+            let Ok(Some(p)) = SandboxPaths::new(&dir, &id).load() else {
+                continue;
+            };
+            if !p.spec.has_names() || p.live_pid().is_none() {
+                continue;
+            }
+            if let Err(e) = self.start_forwarder(&p.spec).await {
+                tracing::warn!(sandbox_id = %id, error = %e, "cannot restart the DNS forwarder of an adopted sandbox");
+            }
+        }
+    }
+
+    /// Starts `spec`'s DNS forwarder on the host end of its pair, which must be attached.
+    async fn start_forwarder(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+        let addrs = self.net.addrs(spec.net_slot)?;
+        let upstreams = if self.config.dns_upstreams.is_empty() {
+            dns::host_upstreams()
+        } else {
+            self.config.dns_upstreams.clone()
+        };
+        let first = u32::from(self.config.subnet_base);
+        let forwarder = dns::Forwarder::start(dns::ForwarderConfig {
+            listen: (addrs.host, 53).into(),
+            sandbox: addrs.sandbox,
+            allow: spec.egress_allow_names.clone(),
+            deny: spec.egress_deny_names.clone(),
+            upstreams,
+            excluded: first..first.saturating_add(self.config.slots.saturating_mul(4)),
         })
+        .await?;
+        self.forwarders.insert(&spec.id, forwarder);
+        Ok(())
+    }
+
+    /// Whether sandbox `id` has a DNS forwarder running in this process.
+    pub fn has_forwarder(&self, id: &str) -> bool {
+        self.forwarders.has(id)
     }
 
     /// The cgroup manager (for stats, freezing).
@@ -205,6 +269,7 @@ impl NamespaceRuntime {
         let cgroup = self.cgroups.open(&p.spec.id);
         cgroup.kill_all()?;
         cgroup.remove()?;
+        self.forwarders.stop(&p.spec.id);
         if p.spec.needs_egress_rules() {
             egress::revoke(self.net.addrs(p.spec.net_slot)?.sandbox).await;
         }
@@ -329,7 +394,12 @@ impl Runtime for NamespaceRuntime {
                 }
             }
             mkdir_owned(&paths.rootfs(), 0o755, None)?;
-            rootfs::personalise(&paths.upper(), &spec.id, base)?;
+            let nameserver = if spec.has_names() {
+                Some(self.net.addrs(spec.net_slot)?.host)
+            } else {
+                None
+            };
+            rootfs::personalise(&paths.upper(), &spec.id, base, nameserver)?;
             let p = Persisted {
                 spec: spec.clone(),
                 pid: None,
