@@ -4,8 +4,9 @@
 //! Contract: [`NamePattern`]'s parser accepts exactly the names a DNS answer can be matched against
 //! without surprise, and refuses the rest with the reason ([`NameError`]): labels of ASCII letters,
 //! digits and `-` (not at a label's start or end), each 1 to 63 characters, at most 253 characters in
-//! all (a trailing dot ignored), at least two labels for an exact name, and a last label that is not
-//! all digits (so a mistyped address such as `1.2.3` is never taken for a name). A `*` stands only as
+//! all (a trailing dot ignored), at least two labels for an exact name, and a last label that starts
+//! with a letter (so a mistyped address such as `1.2.3` is never taken for a name; custom domains
+//! follow the same rule). A `*` stands only as
 //! a whole first label. Internationalised names are written in their ASCII (`xn--`) form. A pattern's
 //! text is canonical: lowercased, without the trailing dot; it is all that travels and is persisted,
 //! and since it holds nothing but letters, digits, `-`, `.` and a leading `*`, nothing else can reach
@@ -52,9 +53,9 @@ pub enum NameError {
     /// A `*` anywhere but as the whole first label.
     #[error("'*' may only be the whole first label, as in *.example.com")]
     Wildcard,
-    /// A last label of digits only.
-    #[error("its last label is all digits (an IPv4 address is a.b.c.d, a block a.b.c.d/n)")]
-    NumericTop,
+    /// A last label that does not start with a letter.
+    #[error("its last label does not start with a letter (an IPv4 address is a.b.c.d, a block a.b.c.d/n)")]
+    LastLabel,
     /// An exact name of one label.
     #[error("it is a single label; name a domain such as example.com")]
     SingleLabel,
@@ -148,9 +149,9 @@ impl FromStr for NamePattern {
         }
         if labels
             .last()
-            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+            .is_some_and(|l| !l.starts_with(|c: char| c.is_ascii_alphabetic()))
         {
-            return Err(NameError::NumericTop);
+            return Err(NameError::LastLabel);
         }
         if !wildcard && labels.len() < 2 {
             return Err(NameError::SingleLabel);
@@ -235,9 +236,10 @@ mod tests {
             ("a.*.com", NameError::Wildcard),
             ("*.*.com", NameError::Wildcard),
             ("**.com", NameError::Wildcard),
-            ("1.2.3", NameError::NumericTop),
-            ("1.2.3.4", NameError::NumericTop),
-            ("*.10", NameError::NumericTop),
+            ("1.2.3", NameError::LastLabel),
+            ("1.2.3.4", NameError::LastLabel),
+            ("*.10", NameError::LastLabel),
+            ("example.1com", NameError::LastLabel),
             ("localhost", NameError::SingleLabel),
         ] {
             assert_eq!(text.parse::<NamePattern>(), Err(why), "{text:?}");
