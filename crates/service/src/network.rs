@@ -114,6 +114,21 @@ fn entry_of(field: &str, entry: &str) -> Result<Entry, ServiceError> {
     })
 }
 
+/// Checks that every entry of a list that takes no domain names (Daytona's `networkAllowList`) is an
+/// IPv4 address or CIDR block; the refusal names `field`.
+pub fn addresses_only(field: &str, entries: &[String]) -> Result<(), ServiceError> {
+    match entries.iter().find(|e| e.parse::<Ipv4Net>().is_err()) {
+        None => Ok(()),
+        Some(entry) => {
+            let shown: String = entry.chars().take(100).collect();
+            Err(invalid(format!(
+                "{field} entry {shown:?} is not an IPv4 address or CIDR block (a.b.c.d or a.b.c.d/n); \
+                 domain names are not supported there"
+            )))
+        }
+    }
+}
+
 fn invalid(message: String) -> ServiceError {
     ServiceError::InvalidRequest(message)
 }
@@ -235,6 +250,18 @@ mod tests {
                 "{bad:?}: {m}"
             );
         }
+    }
+
+    #[test]
+    fn a_list_of_addresses_only_refuses_names() {
+        let list = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(addresses_only("networkAllowList", &list(&["1.1.1.1", "8.8.8.0/24"])).is_ok());
+        let err = addresses_only("networkAllowList", &list(&["1.1.1.1", "api.openai.com"]));
+        assert_eq!(
+            message(err.map(|()| EgressPolicy::default())),
+            "networkAllowList entry \"api.openai.com\" is not an IPv4 address or CIDR block \
+             (a.b.c.d or a.b.c.d/n); domain names are not supported there"
+        );
     }
 
     #[test]
