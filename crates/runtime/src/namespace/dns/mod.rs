@@ -33,6 +33,9 @@ pub mod names;
 pub use forwarder::{Forwarder, ForwarderConfig};
 pub use names::{NameError, NamePattern};
 
+use super::state::SandboxPaths;
+use super::NamespaceRuntime;
+use crate::{validate_id, RuntimeError, SandboxSpec};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Mutex;
@@ -93,6 +96,62 @@ impl Forwarders {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains_key(id)
+    }
+}
+
+impl NamespaceRuntime {
+    /// Starts the DNS forwarder of every running sandbox that needs one (see the module docs): a sandbox
+    /// outlives the process that started its forwarder. A forwarder that cannot start is logged;
+    /// its sandbox's names then stop resolving, which fails closed.
+    pub(super) async fn restart_forwarders(&self) {
+        let dir = self.config.state_dir.join("sandboxes");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(id) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if validate_id(&id).is_err() {
+                continue;
+            }
+            let Ok(Some(p)) = SandboxPaths::new(&dir, &id).load() else {
+                continue;
+            };
+            if !p.spec.has_names() || p.live_pid().is_none() {
+                continue;
+            }
+            if let Err(e) = self.start_forwarder(&p.spec).await {
+                tracing::warn!(sandbox_id = %id, error = %e, "cannot restart the DNS forwarder of an adopted sandbox");
+            }
+        }
+    }
+
+    /// Starts `spec`'s DNS forwarder on the host end of its pair, which must be attached.
+    pub(super) async fn start_forwarder(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+        let addrs = self.net.addrs(spec.net_slot)?;
+        let upstreams = if self.config.dns_upstreams.is_empty() {
+            host_upstreams()
+        } else {
+            self.config.dns_upstreams.clone()
+        };
+        let first = u32::from(self.config.subnet_base);
+        let forwarder = Forwarder::start(ForwarderConfig {
+            listen: (addrs.host, 53).into(),
+            sandbox: addrs.sandbox,
+            allow: spec.egress_allow_names.clone(),
+            deny: spec.egress_deny_names.clone(),
+            upstreams,
+            excluded: first..first.saturating_add(self.config.slots.saturating_mul(4)),
+        })
+        .await?;
+        self.forwarders.insert(&spec.id, forwarder);
+        Ok(())
+    }
+
+    /// Whether sandbox `id` has a DNS forwarder running in this process.
+    pub fn has_forwarder(&self, id: &str) -> bool {
+        self.forwarders.has(id)
     }
 }
 
