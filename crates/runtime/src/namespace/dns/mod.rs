@@ -18,7 +18,10 @@
 //! before its init is told to go; it stops when the sandbox stops or is destroyed (the sets go with
 //! the sandbox's chain, [`super::egress::revoke`]); a runtime starting up starts one again for every
 //! running sandbox that needs one (sandboxes outlive the daemon, its forwarders do not). Addresses
-//! learnt before a restart stay in the sets until they expire.
+//! learnt before a restart stay in the sets until they expire. The forwarder needs port 53 of the
+//! host end free: a host resolver bound to `0.0.0.0:53` takes it, and the sandbox's start then fails
+//! with a network error naming the forwarder. Without any upstream (none configured and none in the
+//! host's resolver configuration) every query is answered SERVFAIL.
 //!
 //! A DNS-based list is only as strong as the answers: an allowed pattern admits whatever addresses
 //! the upstream resolvers give for names it matches. An answer never admits an address that is the
