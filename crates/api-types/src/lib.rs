@@ -231,19 +231,25 @@ pub struct CreateSnapshot {
 /// Network posture of a sandbox: `egress` is the default for every destination, `allowOut` and
 /// `denyOut` are the exceptions. A destination in `allowOut` is reachable even when it is also in
 /// `denyOut` or `egress` is false; one in `denyOut` only is unreachable. The host's own addresses
-/// are unreachable unless they are in `allowOut`.
+/// are unreachable unless they are in `allowOut`. A domain name's destinations are the IPv4
+/// addresses the sandbox's own resolver (the daemon's DNS forwarder, its only nameserver when a list
+/// names domains) answered for it, from that answer on and for its TTL (at least 30 s); a sandbox's
+/// network comes back with blocks canonical and names lowercased, sorted and deduplicated, after the
+/// blocks.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NetworkPolicy {
     /// Whether the sandbox may reach the outside world (default false); never the host itself.
     #[serde(default)]
     pub egress: bool,
-    /// Destinations the sandbox may reach whatever `egress` says: IPv4 addresses (`"1.1.1.1"`) or
-    /// CIDR blocks (`"8.8.8.0/24"`), at most 256. Domain names and IPv6 are refused.
+    /// Destinations the sandbox may reach whatever `egress` says: IPv4 addresses (`"1.1.1.1"`),
+    /// CIDR blocks (`"8.8.8.0/24"`), domain names (`"api.openai.com"`) or every name below one
+    /// (`"*.example.com"`, not `example.com` itself), at most 256 in all. IPv6 is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_out: Vec<String>,
-    /// Destinations the sandbox may not reach unless they are in `allowOut`: IPv4 addresses or CIDR
-    /// blocks, at most 256 (`"0.0.0.0/0"` denies everything not allowed).
+    /// Destinations the sandbox may not reach unless they are in `allowOut`: IPv4 addresses, CIDR
+    /// blocks, domain names or `*.` patterns, at most 256 in all (`"0.0.0.0/0"` denies everything
+    /// not allowed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_out: Vec<String>,
     /// Whether anyone may reach the sandbox's ports through the proxy (absent: yes). When `false`,

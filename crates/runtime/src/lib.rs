@@ -14,6 +14,7 @@ pub mod namespace;
 pub mod quota;
 mod types;
 
+pub use namespace::dns::{NameError, NamePattern};
 pub use quota::DiskUsage;
 pub use types::*;
 

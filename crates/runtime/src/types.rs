@@ -1,5 +1,6 @@
 //! The values that cross the [`crate::Runtime`] boundary, and its error type.
 
+use crate::namespace::dns::NamePattern;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -35,6 +36,15 @@ pub struct SandboxSpec {
     /// `denyOut`). Empty in specs persisted before the lists existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress_deny: Vec<Ipv4Net>,
+    /// Domain names (and `*.` patterns) whose resolved IPv4 addresses the sandbox may reach like
+    /// `egress_allow`'s, learnt from the answers of its DNS forwarder
+    /// ([`crate::namespace::dns`]). Empty in specs persisted before the names existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_allow_names: Vec<NamePattern>,
+    /// Domain names (and `*.` patterns) whose resolved IPv4 addresses are denied like
+    /// `egress_deny`'s. Empty in specs persisted before the names existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_deny_names: Vec<NamePattern>,
     /// Environment every command in the sandbox starts with.
     pub envs: HashMap<String, String>,
     /// Access token the sandbox's agent demands on every call.
@@ -75,6 +85,8 @@ impl SandboxSpec {
             egress: false,
             egress_allow: Vec::new(),
             egress_deny: Vec::new(),
+            egress_allow_names: Vec::new(),
+            egress_deny_names: Vec::new(),
             envs: HashMap::new(),
             agent_token: agent_token.into(),
             image: None,
@@ -83,13 +95,22 @@ impl SandboxSpec {
 
     /// Whether anything at all may leave the sandbox: it needs a default route and NAT then.
     pub fn may_send_out(&self) -> bool {
-        self.egress || !self.egress_allow.is_empty()
+        self.egress || !self.egress_allow.is_empty() || !self.egress_allow_names.is_empty()
+    }
+
+    /// Whether the sandbox's lists name domains: it then gets a DNS forwarder of its own as its
+    /// only resolver ([`crate::namespace::dns`]).
+    pub fn has_names(&self) -> bool {
+        !self.egress_allow_names.is_empty() || !self.egress_deny_names.is_empty()
     }
 
     /// Whether the host must install any egress rule for the sandbox (see
     /// [`crate::namespace::egress`]); a sandbox without egress and without lists needs none.
     pub fn needs_egress_rules(&self) -> bool {
-        self.egress || !self.egress_allow.is_empty() || !self.egress_deny.is_empty()
+        self.egress
+            || !self.egress_allow.is_empty()
+            || !self.egress_deny.is_empty()
+            || self.has_names()
     }
 }
 
@@ -458,11 +479,34 @@ mod tests {
             "net_slot":3,"egress":true,"envs":{},"agent_token":"t"}"#;
         let spec: SandboxSpec = serde_json::from_str(old).unwrap();
         assert!(spec.egress_allow.is_empty() && spec.egress_deny.is_empty());
+        assert!(spec.egress_allow_names.is_empty() && !spec.has_names());
         assert_eq!(spec.limits.disk_mb, 0, "no disk limit unless asked");
         assert!(spec.may_send_out() && spec.needs_egress_rules());
         // And a spec without lists is written as before.
         let again = serde_json::to_value(&spec).unwrap();
         assert!(again.get("egress_allow").is_none() && again.get("egress_deny").is_none());
+        assert!(again.get("egress_allow_names").is_none());
+    }
+
+    #[test]
+    fn names_alone_need_rules_and_an_allowed_name_a_way_out() {
+        let names = |list: &[&str]| list.iter().map(|n| n.parse().unwrap()).collect();
+        let allow = SandboxSpec {
+            egress_allow_names: names(&["api.example.com"]),
+            ..SandboxSpec::base("sb", "t")
+        };
+        assert!(allow.has_names() && allow.needs_egress_rules() && allow.may_send_out());
+        let deny = SandboxSpec {
+            egress_deny_names: names(&["*.example.com"]),
+            ..SandboxSpec::base("sb", "t")
+        };
+        assert!(deny.has_names() && deny.needs_egress_rules() && !deny.may_send_out());
+        let json = serde_json::to_value(&deny).unwrap();
+        assert_eq!(
+            json["egress_deny_names"],
+            serde_json::json!(["*.example.com"])
+        );
+        assert_eq!(serde_json::from_value::<SandboxSpec>(json).unwrap(), deny);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! sandboxes still cannot reach one another nor the host's own services. Allow and deny lists: a denied
 //! destination is unreachable (forwarded or on the host itself), an allowed one reachable even without
 //! egress (a host address too), allow wins over deny, a re-applied static setup keeps every sandbox's
-//! lists, and destroy leaves no rule behind.
+//! lists, and destroy leaves no rule behind. Domain names: a name's addresses are reachable exactly
+//! once the sandbox's own DNS forwarder resolved them (a test double serves the names), a denied
+//! name's addresses are not, and a restarted runtime restarts the forwarders of running sandboxes.
 //!
 //! "Outside" is a network namespace each test makes, joined to the host by its own veth pair: a server
 //! there sees a masqueraded source address exactly when the sandbox's traffic was NATed by the host.
@@ -11,269 +13,15 @@
 
 mod common;
 
-use common::{connect_within, fixture, spec, text, Fixture};
-use sandboxd_envd::{EnvdClient, ExecOptions};
-use sandboxd_runtime::namespace::egress;
-use sandboxd_runtime::{Ipv4Net, ResourceLimits, Runtime, SandboxInfo};
-use sandboxd_test_support::{require_root, test_slot, TestSlot};
-use std::io::Write;
-use std::net::TcpListener;
-use std::process::Command;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-/// A network namespace with one server address, torn down on drop.
-struct Outside {
-    n: u8,
-    name: String,
-    host_if: String,
-}
-
-impl Outside {
-    /// `198.18.<n>.1` on the host end, `198.18.<n>.2` and `198.19.<n>.2` inside.
-    fn new(n: u8) -> Self {
-        let name = format!("sbtest-out-{}-{n}", std::process::id());
-        let host_if = format!("sbo{}x{n}", std::process::id() % 100_000);
-        let ip = |args: &str| {
-            let ok = Command::new("ip")
-                .args(args.split_whitespace())
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "ip {args}");
-        };
-        ip(&format!("netns add {name}"));
-        ip(&format!(
-            "link add {host_if} type veth peer name eth0 netns {name}"
-        ));
-        ip(&format!("addr add 198.18.{n}.1/30 dev {host_if}"));
-        ip(&format!("link set {host_if} up"));
-        ip(&format!("-n {name} addr add 198.18.{n}.2/30 dev eth0"));
-        ip(&format!("-n {name} link set eth0 up"));
-        ip(&format!("-n {name} link set lo up"));
-        ip(&format!("-n {name} addr add 198.19.{n}.2/32 dev eth0"));
-        ip(&format!(
-            "route add 198.19.{n}.2/32 via 198.18.{n}.2 dev {host_if}"
-        ));
-        Outside { n, name, host_if }
-    }
-
-    /// The server's address, outside the host.
-    fn server(&self) -> String {
-        format!("198.18.{}.2", self.n)
-    }
-
-    /// A second server address outside the host, in another network.
-    fn second(&self) -> String {
-        format!("198.19.{}.2", self.n)
-    }
-
-    /// The host's own address on this pair (what NAT rewrites sources to).
-    fn host(&self) -> String {
-        format!("198.18.{}.1", self.n)
-    }
-
-    /// Serves one connection on `198.18.<n>.2:port`, answering with the peer's address.
-    fn serve_once(&self, port: u16) -> std::process::Child {
-        self.serve_once_on(&self.server(), port)
-    }
-
-    /// Serves one connection on `address:port` inside, answering with the peer's address; returns
-    /// once the server listens (it says so on stdout).
-    fn serve_once_on(&self, address: &str, port: u16) -> std::process::Child {
-        let script = format!(
-            "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-             s.bind(('{address}', {port})); s.listen(1); s.settimeout(20)\n\
-             print('listening', flush=True)\n\
-             c,a=s.accept(); c.sendall(a[0].encode()); c.close()"
-        );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.name, "python3", "-c", &script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        assert_eq!(
-            line, "listening\n",
-            "the server in {} did not start",
-            self.name
-        );
-        child
-    }
-
-    /// Serves connections on the host's own `198.18.<n>.1:port` for 20 s, answering with the peer's
-    /// address.
-    fn serve_on_host(&self, port: u16) {
-        answer_with_peer(TcpListener::bind((self.host().as_str(), port)).unwrap());
-    }
-}
-
-/// Answers every connection to `listener` for 20 s with the peer's address.
-fn answer_with_peer(listener: TcpListener) {
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            match listener.accept() {
-                Ok((mut c, peer)) => {
-                    let _ = c.write_all(peer.ip().to_string().as_bytes());
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    });
-}
-
-impl Drop for Outside {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host_if])
-            .status();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-/// IPv4 forwarding on for as long as any test holds one; the last one restores what it was.
-struct Forwarding;
-
-static FORWARDING: Mutex<(usize, Option<String>)> = Mutex::new((0, None));
-
-impl Forwarding {
-    fn on() -> Self {
-        let mut held = FORWARDING.lock().unwrap_or_else(|p| p.into_inner());
-        if held.0 == 0 {
-            held.1 = Some(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap());
-            // The runtime turns it on once per process: after a restore, it is this guard's job.
-            std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap();
-        }
-        held.0 += 1;
-        Forwarding
-    }
-}
-
-impl Drop for Forwarding {
-    fn drop(&mut self) {
-        let mut held = FORWARDING.lock().unwrap_or_else(|p| p.into_inner());
-        held.0 -= 1;
-        if held.0 == 0 && held.1.take().is_some_and(|v| v.trim() == "0") {
-            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", "0");
-        }
-    }
-}
-
-/// A distinct `198.18.<n>.0/30` per test (`k` < 4) and per test process.
-fn outside_index(k: u8) -> u8 {
-    (std::process::id() % 45) as u8 * 5 + 20 + k
-}
-
-fn client_script(host: &str, port: u16) -> String {
-    format!(
-        "python3 -c \"import socket\ns=socket.socket(); s.settimeout(3)\n\
-         try:\n  s.connect(('{host}', {port})); print(s.recv(64).decode())\n\
-         except Exception as e: print('unreachable', type(e).__name__)\""
-    )
-}
-
-/// A sandbox on its own slot, with the given egress and lists.
-struct Listed {
-    info: SandboxInfo,
-    client: EnvdClient,
-    _slot: TestSlot,
-    destroyed: bool,
-}
-
-impl Drop for Listed {
-    fn drop(&mut self) {
-        if self.destroyed {
-            return;
-        }
-        // A test that failed never reached its destroy: no sandbox, pair or rule outlives it.
-        if let Some(pid) = self.info.pid {
-            // SAFETY: kill with a pid we started; harmless if it is gone.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &format!("sbh{}", self.info.net.slot)])
-            .stderr(std::process::Stdio::null())
-            .status();
-        let address = self.info.net.sandbox;
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(egress::revoke(address))
-        })
-        .join();
-    }
-}
-
-impl Listed {
-    async fn start(fx: &Fixture, egress: bool, allow: &[&str], deny: &[&str]) -> Listed {
-        let slot = test_slot();
-        let mut s = spec(slot.slot, ResourceLimits::default());
-        let nets =
-            |list: &[&str]| -> Vec<Ipv4Net> { list.iter().map(|n| n.parse().unwrap()).collect() };
-        s.egress = egress;
-        s.egress_allow = nets(allow);
-        s.egress_deny = nets(deny);
-        fx.rt.create(&s).await.unwrap();
-        let info = fx.rt.start(&s.id).await.unwrap();
-        let client = EnvdClient::new(&info.agent.socket, &info.agent.token);
-        Listed {
-            info,
-            client,
-            _slot: slot,
-            destroyed: false,
-        }
-    }
-
-    /// What the sandbox's client prints connecting to `host:port`: the peer address the server saw,
-    /// or `unreachable …`.
-    async fn reach(&self, host: &str, port: u16) -> String {
-        let cmd = [
-            "/bin/sh".to_string(),
-            "-c".to_string(),
-            client_script(host, port),
-        ];
-        let out = self
-            .client
-            .exec(&cmd, ExecOptions::default())
-            .await
-            .unwrap();
-        format!("{}{}", text(&out.stdout).trim(), text(&out.stderr).trim())
-    }
-
-    /// Destroys the sandbox and checks that no rule of it is left in the table.
-    async fn destroy(mut self, fx: &Fixture) {
-        fx.rt.destroy(self.info.id()).await.unwrap();
-        self.destroyed = true;
-        let table = nft_table();
-        let address = self.info.net.sandbox.to_string();
-        let chain = egress::chain_name(self.info.net.sandbox);
-        let mentioned = table
-            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .any(|word| word == address);
-        assert!(!mentioned, "{address} left in the table:\n{table}");
-        assert!(!table.contains(&chain), "{chain} left behind:\n{table}");
-    }
-}
-
-fn nft_table() -> String {
-    let out = Command::new("nft")
-        .args(["list", "table", "ip", egress::TABLE])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    text(&out.stdout)
-}
+use common::dns_double::DnsDouble;
+use common::listed::{nft_table, Listed};
+use common::outside::{answer_with_peer, client_script, outside_index, Forwarding, Outside};
+use common::{connect_within, fixture, fixture_with, spec, text, Fixture};
+use sandboxd_runtime::namespace::{egress, NamespaceRuntime};
+use sandboxd_runtime::{NamePattern, ResourceLimits, Runtime};
+use sandboxd_test_support::{require_root, test_slot};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::time::Duration;
 
 #[tokio::test]
 async fn egress_is_natted_when_asked_for_and_absent_otherwise() {
@@ -460,4 +208,212 @@ async fn the_host_is_off_limits_unless_an_allow_list_names_it() {
     for sb in [closed, plain, opened, only_host] {
         sb.destroy(&fx).await;
     }
+}
+
+fn names(list: &[&str]) -> Vec<NamePattern> {
+    list.iter().map(|n| n.parse().unwrap()).collect()
+}
+
+fn ip(address: &str) -> Ipv4Addr {
+    address.parse().unwrap()
+}
+
+/// Prints `<name> <address>` (or `<name> unresolved …`) per name, resolved by the sandbox's libc.
+fn resolve_script(names: &[&str]) -> String {
+    let list: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    format!(
+        "python3 -c \"import socket\nfor n in [{}]:\n  try: print(n, socket.gethostbyname(n))\n\
+         \x20 except Exception as e: print(n, 'unresolved', type(e).__name__)\"",
+        list.join(",")
+    )
+}
+
+/// Asks `nameserver` over TCP for the A record of `name`; prints the answer's last address.
+fn tcp_query_script(nameserver: &str, name: &str) -> String {
+    format!(
+        "python3 -c \"import socket,struct\n\
+         m=struct.pack('>6H',4660,256,1,0,0,0)+b''.join(bytes([len(l)])+l.encode() for l in '{name}'.split('.'))+bytes(1)+struct.pack('>2H',1,1)\n\
+         s=socket.create_connection(('{nameserver}',53),timeout=3)\n\
+         s.sendall(struct.pack('>H',len(m))+m)\n\
+         n=struct.unpack('>H',s.recv(2))[0]\nr=b''\n\
+         while len(r)<n: r+=s.recv(n-len(r))\n\
+         print(socket.inet_ntoa(r[-4:]))\""
+    )
+}
+
+fn nft_set(name: &str) -> String {
+    let out = std::process::Command::new("nft")
+        .args(["list", "set", "ip", egress::TABLE, name])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// The test double's table: `allowed.test` and `wild.test` at the outside server, `other.test` and
+/// every name below `wild.test` at the second outside address.
+fn serve_names(outside: &Outside) -> DnsDouble {
+    let (server, second) = (ip(&outside.server()), ip(&outside.second()));
+    DnsDouble::start(
+        &outside.name,
+        server,
+        &[
+            ("allowed.test", server),
+            ("other.test", second),
+            ("wild.test", server),
+            ("*.wild.test", second),
+        ],
+        0,
+    )
+}
+
+/// Invariant: a name in an allow list admits exactly the addresses the sandbox's forwarder resolved
+/// for it, and only from the answer on; other names resolve but stay unreachable; `*.suffix` admits
+/// the names below the suffix, not the suffix itself; a denied name's addresses are closed to a
+/// sandbox with egress; destroy leaves neither chain nor set behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_names_open_exactly_the_addresses_resolved_for_them() {
+    if !require_root() {
+        return;
+    }
+    let outside = Outside::new(outside_index(5));
+    let _forwarding = Forwarding::on();
+    let dns = serve_names(&outside);
+    let (server, second) = (outside.server(), outside.second());
+    let upstream = SocketAddr::new(ip(&server).into(), 53);
+    let fx = fixture_with(|c| c.dns_upstreams = vec![upstream]).await;
+    let named = Listed::start_with(&fx, |s| s.egress_allow_names = names(&["allowed.test"])).await;
+    assert_eq!(
+        named.sh("cat /etc/resolv.conf").await,
+        format!("nameserver {}", named.info.net.host)
+    );
+
+    // Not resolved yet: the allowed name's address is as closed as any other.
+    let mut first = outside.serve_once(8100);
+    let before = named.reach(&server, 8100).await;
+    assert!(before.starts_with("unreachable"), "{before}");
+    // Both names resolve, through the configured upstream.
+    assert_eq!(
+        named
+            .sh(&resolve_script(&["allowed.test", "other.test"]))
+            .await,
+        format!("allowed.test {server}\nother.test {second}")
+    );
+    assert!(
+        dns.answered() >= 2,
+        "the double answered {}",
+        dns.answered()
+    );
+    // The resolved address is reachable from its answer on (resolved and connected at once).
+    assert_eq!(named.reach("allowed.test", 8100).await, outside.host());
+    let _ = first.wait();
+    let set = nft_set(&egress::name_set(
+        named.info.net.sandbox,
+        egress::NameSet::Allow,
+    ));
+    assert!(set.contains(&server) && !set.contains(&second), "{set}");
+    // The other name resolved too, but is not on the list.
+    let mut other = outside.serve_once_on(&second, 8101);
+    let blocked = named.reach("other.test", 8101).await;
+    assert!(blocked.starts_with("unreachable"), "{blocked}");
+    // (It is there: plain egress reaches it.)
+    let plain = Listed::start(&fx, true, &[], &[]).await;
+    assert_eq!(plain.reach(&second, 8101).await, outside.host());
+    let _ = other.wait();
+
+    // `*.wild.test`: the names below, not the apex.
+    let wild = Listed::start_with(&fx, |s| s.egress_allow_names = names(&["*.wild.test"])).await;
+    let mut apex = outside.serve_once(8102);
+    let blocked = wild.reach("wild.test", 8102).await;
+    assert!(blocked.starts_with("unreachable"), "{blocked}");
+    let _ = apex.kill();
+    let _ = apex.wait();
+    let mut below = outside.serve_once_on(&second, 8103);
+    assert_eq!(wild.reach("api.wild.test", 8103).await, outside.host());
+    let _ = below.wait();
+    // Over TCP the forwarder answers as well.
+    let host_end = wild.info.net.host.to_string();
+    assert_eq!(
+        wild.sh(&tcp_query_script(&host_end, "deep.api.wild.test"))
+            .await,
+        second
+    );
+
+    // A denied name: reachable by the egress default until its answer is seen, then closed.
+    let denied = Listed::start_with(&fx, |s| {
+        s.egress = true;
+        s.egress_deny_names = names(&["other.test"]);
+    })
+    .await;
+    let mut open = outside.serve_once_on(&second, 8104);
+    assert_eq!(denied.reach(&second, 8104).await, outside.host());
+    let _ = open.wait();
+    let mut closed = outside.serve_once_on(&second, 8105);
+    let blocked = denied.reach("other.test", 8105).await;
+    assert!(blocked.starts_with("unreachable"), "{blocked}");
+    assert_eq!(plain.reach(&second, 8105).await, outside.host());
+    let _ = closed.wait();
+
+    for sb in [named, plain, wild, denied] {
+        sb.destroy(&fx).await;
+    }
+}
+
+/// A sandbox outlives the process that started its forwarder: a runtime starting up on the same
+/// state starts it again, and the sandbox's names resolve and admit as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_runtime_restarts_the_forwarders_of_running_sandboxes() {
+    if !require_root() {
+        return;
+    }
+    let outside = Outside::new(outside_index(6));
+    let _forwarding = Forwarding::on();
+    let _dns = serve_names(&outside);
+    let server = outside.server();
+    let dir = tempfile::Builder::new()
+        .prefix("sandboxd-dns-")
+        .tempdir()
+        .unwrap();
+    let mut config = common::config(dir.path());
+    config.dns_upstreams = vec![SocketAddr::new(ip(&server).into(), 53)];
+    let slot = test_slot();
+    let (first_config, n) = (config.clone(), slot.slot);
+    // The first runtime lives on a thread of its own: its end takes its tasks (the forwarder) with
+    // it, as a daemon's death does.
+    let info = std::thread::spawn(move || {
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio.block_on(async move {
+            let rt = NamespaceRuntime::new(first_config).await.unwrap();
+            let mut s = spec(n, ResourceLimits::default());
+            s.egress_allow_names = names(&["allowed.test"]);
+            rt.create(&s).await.unwrap();
+            let info = rt.start(&s.id).await.unwrap();
+            assert!(rt.has_forwarder(&s.id));
+            info
+        })
+    })
+    .join()
+    .unwrap();
+    let sb = Listed::of(info, slot);
+    let id = sb.info.id().to_string();
+    let gone = sb.sh(&resolve_script(&["allowed.test"])).await;
+    assert!(gone.starts_with("allowed.test unresolved"), "{gone}");
+
+    let fx = Fixture {
+        rt: NamespaceRuntime::new(config).await.unwrap(),
+        dir,
+    };
+    assert!(fx.rt.has_forwarder(&id));
+    assert_eq!(
+        sb.sh(&resolve_script(&["allowed.test"])).await,
+        format!("allowed.test {server}")
+    );
+    let mut listening = outside.serve_once(8110);
+    assert_eq!(sb.reach("allowed.test", 8110).await, outside.host());
+    let _ = listening.wait();
+    sb.destroy(&fx).await;
+    assert!(!fx.rt.has_forwarder(&id));
 }

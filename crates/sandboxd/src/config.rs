@@ -137,6 +137,16 @@ pub struct ServeConfig {
         value_delimiter = ','
     )]
     pub insecure_registries: Vec<String>,
+    /// A resolver `ADDR[:PORT]` (port 53 by default; repeatable, asked in order) that the DNS
+    /// forwarders of sandboxes with domain names in `allowOut`/`denyOut` ask; default: the
+    /// nameservers of the host's resolver configuration.
+    #[arg(
+        long = "dns-upstream",
+        env = "SB_DNS_UPSTREAMS",
+        value_delimiter = ',',
+        value_parser = parse_dns_upstream
+    )]
+    pub dns_upstreams: Vec<std::net::SocketAddr>,
     /// Allow `*.` wildcard custom domains (default: off).
     #[arg(long, env = "SB_ALLOW_WILDCARD_DOMAINS")]
     pub allow_wildcard_domains: bool,
@@ -155,6 +165,17 @@ pub struct ServeConfig {
     /// seconds.
     #[arg(long, env = "SB_WEBHOOK_MAX_TOTAL_SECS", default_value_t = 3600)]
     pub webhook_max_total_secs: u64,
+}
+
+/// `ADDR[:PORT]` of a resolver: an IPv4 or IPv6 address (`[v6]:PORT` with a port), port 53 unless
+/// given.
+fn parse_dns_upstream(text: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(addr) = text.parse::<std::net::SocketAddr>() {
+        return Ok(addr);
+    }
+    text.parse::<std::net::IpAddr>()
+        .map(|ip| std::net::SocketAddr::new(ip, 53))
+        .map_err(|_| format!("{text:?} is not a resolver address (ADDR or ADDR:PORT, [V6]:PORT)"))
 }
 
 impl ServeConfig {
@@ -201,5 +222,35 @@ impl ServeConfig {
         let [beside, static_build] = candidates;
         // The static build first: it works in any root filesystem.
         [static_build, beside].into_iter().find(|p| p.is_file())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dns_upstream_is_an_address_with_port_53_unless_it_names_one() {
+        for (text, addr) in [
+            ("10.0.0.53", "10.0.0.53:53"),
+            ("10.0.0.53:5353", "10.0.0.53:5353"),
+            ("2001:db8::1", "[2001:db8::1]:53"),
+            ("[2001:db8::1]:5353", "[2001:db8::1]:5353"),
+        ] {
+            assert_eq!(
+                parse_dns_upstream(text),
+                Ok(addr.parse().unwrap()),
+                "{text}"
+            );
+        }
+        for bad in [
+            "",
+            "dns.example.com",
+            "10.0.0.53:",
+            "10.0.0.53:99999",
+            "[::1]",
+        ] {
+            assert!(parse_dns_upstream(bad).is_err(), "{bad:?}");
+        }
     }
 }

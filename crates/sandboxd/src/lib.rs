@@ -126,6 +126,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     runtime_config.cgroup_parent = config.cgroup_parent.clone();
     runtime_config.ifname_prefix = sandboxd_runtime::namespace::ifname_prefix(&daemon_id);
+    runtime_config.dns_upstreams = config.dns_upstreams.clone();
     runtime_config.disk = DiskConfig {
         mode: config.disk_backend,
         pool_file_mb: config.disk_pool_mb,

@@ -39,8 +39,12 @@ fn bad_input_gets_clear_4xx_and_creates_nothing() {
                 r#"{"network": {"egress": true, "denyOut": ["bad"]}}"#,
             ),
             (
-                "a domain name in the allow list",
-                r#"{"network": {"allowOut": ["example.com"]}}"#,
+                "a domain name with an empty label in the allow list",
+                r#"{"network": {"allowOut": ["example..com"]}}"#,
+            ),
+            (
+                "a wildcard in the middle of a denied name",
+                r#"{"network": {"denyOut": ["api.*.example.com"]}}"#,
             ),
             (
                 "IPv6 in the deny list",

@@ -168,11 +168,26 @@ fn the_daytona_sdk_moves_files_and_drives_git_in_a_sandbox() {
 }
 
 /// A Daytona create's `networkAllowList` (comma-separated CIDRs) is the sandbox's `allowOut`, and
-/// `networkBlockAll` its egress switch (the API lists the blocks in order).
+/// `networkBlockAll` its egress switch (the API lists the blocks in order); a domain name there is
+/// refused (Daytona's list takes none) and creates nothing.
 #[test]
 fn a_daytona_create_carries_its_network_allow_list() {
     e2b_test(async {
         let d = e2b_support::start().await;
+        let named =
+            json!({"snapshot": "base", "networkAllowList": "203.0.113.7/32, api.openai.com"});
+        let (status, refused) = call(&d, reqwest::Method::POST, "/api/sandbox", Some(named)).await;
+        assert_eq!(status, 400, "{refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains("networkAllowList entry \\\"api.openai.com\\\""),
+            "{refused}"
+        );
+        assert!(
+            d.list_all().await.is_empty(),
+            "a refused create made a sandbox"
+        );
         let body = json!({
             "snapshot": "base",
             "networkBlockAll": true,

@@ -339,26 +339,29 @@ fn gateway_probe(port: u16) -> String {
     )
 }
 
-/// E2B's `network`: a domain name in `allowOut` cannot be enforced, so it is a 400 in E2B's shape
-/// that creates nothing; IPv4 allow and deny lists are enforced. A host service on the sandbox's
+/// E2B's `network`: an invalid entry is a 400 in E2B's shape that creates nothing; a domain name in
+/// `allowOut` (as the SDK sends it) is accepted, and such a sandbox resolves through its own
+/// forwarder on its gateway; IPv4 allow and deny lists are enforced. A host service on the sandbox's
 /// gateway (10.201.x.x, one of the host's own addresses) is out of reach of a sandbox without lists
 /// and of one that denies `10.0.0.0/8`; a sandbox whose `allowOut` names `10.0.0.0/8` reaches it.
 #[test]
-fn network_lists_are_enforced_and_domain_names_refused() {
+fn network_lists_are_enforced_and_domain_names_accepted() {
     e2b_test(async {
         let d = e2b_support::start().await;
         let resp = post(
             &d,
             "/v2/sandboxes",
-            json!({"templateID": "base", "network": {"allowOut": ["example.com"]}}),
+            json!({"templateID": "base", "network": {"allowOut": ["api.openai.com", "bad_name.example.com"]}}),
         )
         .await;
         assert_eq!(resp.status().as_u16(), 400);
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["code"], json!(400), "{body}");
-        assert_eq!(
-            body["message"],
-            "domain names in network.allowOut are not supported; use IPv4 addresses or CIDR blocks",
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("network.allowOut entry \"bad_name.example.com\" is not")
+                && message.ends_with("it has the character '_'; labels hold ASCII letters, digits and '-' (write an internationalised name in its xn-- form)"),
+            "{body}"
         );
         let resp = post(
             &d,
@@ -392,6 +395,22 @@ fn network_lists_are_enforced_and_domain_names_refused() {
         .await;
         assert_eq!(status, 201, "{opened}");
         let opened = sandbox_id(&opened);
+        let (status, named) = create(
+            &d,
+            &json!({"templateID": "base",
+                    "network": {"allowOut": ["api.openai.com", "*.Example.com"], "dnsServers": ["8.8.8.8"]}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{named}");
+        let named = sandbox_id(&named);
+        let route = "gw=$(awk '$2 == \"00000000\" {print $3}' /proc/net/route); \
+                     printf '%d.%d.%d.%d' 0x${gw:6:2} 0x${gw:4:2} 0x${gw:2:2} 0x${gw:0:2}; echo; cat /etc/resolv.conf";
+        let (status, out) = exec(&d, &named, &["bash", "-c", route]).await;
+        assert_eq!(status, 200, "{out}");
+        let stdout = out["stdout"].as_str().unwrap_or_default();
+        let (gateway, resolv) = stdout.split_once('\n').unwrap_or_default();
+        assert!(gateway.starts_with("10."), "{out}");
+        assert_eq!(resolv, format!("nameserver {gateway}\n"), "{out}");
         let probe = gateway_probe(port);
         for (id, want) in [
             (&listed, "unreachable"),
@@ -404,7 +423,7 @@ fn network_lists_are_enforced_and_domain_names_refused() {
             let stdout = out["stdout"].as_str().unwrap_or_default();
             assert!(stdout.starts_with(want), "{id}: want {want}: {out}");
         }
-        for id in [&listed, &plain, &opened] {
+        for id in [&listed, &plain, &opened, &named] {
             let resp = d
                 .http()
                 .delete(d.endpoint(&format!("/sandboxes/{id}")))

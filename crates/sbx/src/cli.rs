@@ -262,12 +262,14 @@ pub struct CreateArgs {
     /// Allow outbound network access.
     #[arg(long)]
     pub egress: bool,
-    /// A destination the sandbox may always reach: IPv4 address or CIDR block (repeatable).
-    #[arg(long, value_name = "CIDR")]
+    /// A destination the sandbox may always reach: IPv4 address, CIDR block, domain name or
+    /// `*.example.com` (every name below example.com) (repeatable; a name admits the addresses the
+    /// sandbox resolves for it).
+    #[arg(long, value_name = "CIDR|NAME")]
     pub allow_out: Vec<String>,
-    /// A destination the sandbox may not reach unless allowed: IPv4 address or CIDR block
-    /// (repeatable; `0.0.0.0/0` denies all that is not allowed).
-    #[arg(long, value_name = "CIDR")]
+    /// A destination the sandbox may not reach unless allowed: IPv4 address, CIDR block, domain
+    /// name or `*.example.com` (repeatable; `0.0.0.0/0` denies all that is not allowed).
+    #[arg(long, value_name = "CIDR|NAME")]
     pub deny_out: Vec<String>,
     /// Idempotency key: repeating a create with the same key returns the first sandbox.
     #[arg(long)]

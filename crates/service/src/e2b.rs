@@ -28,12 +28,15 @@
 //!
 //! **Network.** `allow_internet_access` (default true, as in E2B) becomes the sandbox's egress default;
 //! `network.allowOut` and `network.denyOut` become its allow and deny lists, checked like `/v1`'s
-//! ([`crate::network`]: IPv4 addresses and CIDR blocks only) and enforced by the runtime's firewall:
-//! an allowed destination is reachable even when denied or without internet access, a denied one is
-//! not. Domain names in the lists are refused here, with nothing claimed or created; the HTTP layer
-//! refuses the other `network` options that cannot be honoured (rules, an egress proxy, host
-//! masking, HTTPS ports, `allowPublicTraffic: false`) before this flow runs. `dnsServers` only
-//! matters for domain names in `allowOut`, which are refused, so it is accepted and has no effect.
+//! ([`crate::network`]: IPv4 addresses, CIDR blocks, domain names such as the SDK's
+//! `api.openai.com`, and `*.` patterns) and enforced by the runtime's firewall: an allowed
+//! destination is reachable even when denied or without internet access, a denied one is not; a
+//! name's destinations are the addresses the sandbox's own DNS forwarder resolved for it. An entry
+//! that is none of these (IPv6 included) is refused here, with nothing claimed or created; the HTTP
+//! layer refuses the other `network` options that cannot be honoured (rules, an egress proxy, host
+//! masking, HTTPS ports, `allowPublicTraffic: false`) before this flow runs. `dnsServers` is
+//! accepted and has no effect: names are resolved through the daemon's upstream resolvers (the
+//! host's, or `--dns-upstream`), the same for every sandbox.
 //!
 //! **Lifecycle.** `autoPause` makes the timeout pause the sandbox instead of deleting it, and
 //! `autoResume.enabled` (only with `autoPause`, else 400) makes the next request for a paused sandbox
@@ -611,15 +614,15 @@ mod tests {
         bad_template.template_id = "nope".into();
         let mut bad_env = request();
         bad_env.env_vars.insert("1BAD".into(), String::new());
-        let mut domain_allowed = request();
-        domain_allowed.allow_out = vec!["example.com".into()];
+        let mut bad_name = request();
+        bad_name.allow_out = vec!["api.openai.com".into(), "bad_name.example.com".into()];
         let mut bad_deny = request();
         bad_deny.deny_out = vec!["10.0.0.0/8".into(), "::/0".into()];
         for (req, want_not_found) in [
             (auto_resume, false),
             (bad_template, true),
             (bad_env, false),
-            (domain_allowed, false),
+            (bad_name, false),
             (bad_deny, false),
         ] {
             let fp = req
@@ -638,14 +641,20 @@ mod tests {
         assert_eq!(f.rt.creates.load(Ordering::SeqCst), 0);
     }
 
-    /// The lists reach the runtime's spec checked and canonical, and the store's row records them.
+    /// The lists reach the runtime's spec checked and canonical (names too), and the store's row
+    /// records them.
     #[tokio::test]
     async fn network_lists_reach_the_runtime() {
         let f = fixture(Duration::ZERO);
         let mut req = request();
         req.allow_internet_access = Some(false);
-        req.allow_out = vec!["1.1.1.1".into(), "8.8.8.9/24".into()];
-        req.deny_out = vec!["10.0.0.0/8".into()];
+        req.allow_out = vec![
+            "1.1.1.1".into(),
+            "api.openai.com".into(),
+            "8.8.8.9/24".into(),
+            "*.Example.com.".into(),
+        ];
+        req.deny_out = vec!["10.0.0.0/8".into(), "bad.example.com".into()];
         let sandbox = f.svc.e2b_create(req).await.unwrap();
         let spec = f.rt.sandboxes.lock().unwrap()[&sandbox.id].spec.clone();
         let text = |nets: &[sandboxd_runtime::Ipv4Net]| -> Vec<String> {
@@ -654,10 +663,19 @@ mod tests {
         assert!(!spec.egress);
         assert_eq!(text(&spec.egress_allow), ["1.1.1.1/32", "8.8.8.0/24"]);
         assert_eq!(text(&spec.egress_deny), ["10.0.0.0/8"]);
+        let names = |names: &[sandboxd_runtime::NamePattern]| -> Vec<String> {
+            names.iter().map(|n| n.to_string()).collect()
+        };
+        assert_eq!(
+            names(&spec.egress_allow_names),
+            ["*.example.com", "api.openai.com"]
+        );
+        assert_eq!(names(&spec.egress_deny_names), ["bad.example.com"]);
         assert_eq!(
             sandbox.network,
-            serde_json::json!({"egress": false, "allowOut": ["1.1.1.1/32", "8.8.8.0/24"],
-                               "denyOut": ["10.0.0.0/8"]})
+            serde_json::json!({"egress": false,
+                "allowOut": ["1.1.1.1/32", "8.8.8.0/24", "*.example.com", "api.openai.com"],
+                "denyOut": ["10.0.0.0/8", "bad.example.com"]})
         );
     }
 

@@ -284,6 +284,8 @@ impl Service {
             egress: plan.network.egress,
             egress_allow: plan.network.allow,
             egress_deny: plan.network.deny,
+            egress_allow_names: plan.network.allow_names,
+            egress_deny_names: plan.network.deny_names,
             envs: envs.into_iter().collect(),
             agent_token: token,
             image: image_root,

@@ -9,7 +9,8 @@
 //!   Daytona's object store and are refused.
 //! - `cpu`, `memory` and `disk` (GiB) are the sandbox's limits; `labels` its metadata (the SDK keeps
 //!   the code language there); `networkBlockAll` turns egress off and `networkAllowList` (comma-separated
-//!   IPv4 addresses and CIDR blocks) is the sandbox's `allowOut`. `autoStopInterval` (minutes,
+//!   IPv4 addresses and CIDR blocks; domain names are refused, as Daytona takes none) is the
+//!   sandbox's `allowOut`. `autoStopInterval` (minutes,
 //!   default 15, 0: a day) is the sandbox's lifetime — counted from the create, not from the last
 //!   activity as Daytona counts it.
 //! - Names are the sandboxes' names: unique (a conflict is a 409), and `GET /api/sandbox/{idOrName}`
@@ -113,6 +114,16 @@ pub async fn create(
     labels
         .entry(LANGUAGE_LABEL.to_string())
         .or_insert_with(|| "python".to_string());
+    let allow_out: Vec<String> = req
+        .network_allow_list
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect();
+    sandboxd_service::network::addresses_only("networkAllowList", &allow_out)?;
     let create = api::CreateSandbox {
         name: req.name.clone().filter(|n| !n.is_empty()),
         template,
@@ -125,15 +136,7 @@ pub async fn create(
         timeout_sec: Some(timeout_sec),
         network: Some(api::NetworkPolicy {
             egress: !req.network_block_all.unwrap_or(false),
-            allow_out: req
-                .network_allow_list
-                .as_deref()
-                .unwrap_or_default()
-                .split(',')
-                .map(str::trim)
-                .filter(|a| !a.is_empty())
-                .map(str::to_string)
-                .collect(),
+            allow_out,
             // Daytona's sandboxes are private unless made public.
             allow_public_traffic: Some(req.public.unwrap_or(false)),
             ..Default::default()

@@ -105,10 +105,11 @@ impl NewSandbox {
 }
 
 /// `network.allowOut` and `network.denyOut` of a create, as sent (the service checks the entries:
-/// IPv4 addresses and CIDR blocks only). The other options of E2B's `network` are refused unless they
-/// ask for nothing: `egressProxy`, `maskRequestHost` (null or empty), `rules`, `httpsPorts` (null or
-/// empty), `allowPublicTraffic` (null or true). `dnsServers` only serves domain names in `allowOut`,
-/// which the service refuses, so it is accepted and has no effect. Any other key is refused.
+/// IPv4 addresses, CIDR blocks, domain names and `*.` patterns). The other options of E2B's
+/// `network` are refused unless they ask for nothing: `egressProxy`, `maskRequestHost` (null or
+/// empty), `rules`, `httpsPorts` (null or empty), `allowPublicTraffic` (null or true). `dnsServers`
+/// is accepted (a list of strings) and has no effect: a sandbox's names are resolved through the
+/// daemon's upstream resolvers, the same for every sandbox. Any other key is refused.
 pub fn network_lists(
     network: Option<&serde_json::Value>,
 ) -> Result<(Vec<String>, Vec<String>), E2bError> {

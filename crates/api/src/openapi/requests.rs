@@ -66,7 +66,10 @@ pub(super) fn constrain(doc: &mut Value, config: &ServiceConfig) {
     for list in ["allowOut", "denyOut"] {
         patch(
             &mut schemas["NetworkPolicy"]["properties"][list],
-            json!({"maxItems": 256, "items": {"type": "string", "pattern": IPV4_NET}}),
+            json!({"maxItems": 256, "items": {"type": "string", "anyOf": [
+                {"pattern": IPV4_NET},
+                {"pattern": egress_name(), "maxLength": 253},
+            ]}}),
         );
     }
     let exec = &mut schemas["ExecRequest"];

@@ -63,6 +63,15 @@ pub(super) fn hostname(allow_wildcard: bool) -> String {
     format!("^{wildcard}({label}\\.)+{last}\\.?$")
 }
 
+/// A domain name in an egress list ([`sandboxd_service::network`]): labels of letters, digits and
+/// `-` (1–63, no `-` at either end), the last starting with a letter; at least two labels, or `*.`
+/// and at least one; a trailing dot. The whole is at most 253 characters (`maxLength` beside it).
+pub(super) fn egress_name() -> String {
+    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    let last = "[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    format!("^(\\*\\.({label}\\.)*{last}|({label}\\.)+{last})\\.?$")
+}
+
 /// Matches a name equal to or under `domain`, in any case.
 pub(super) fn under(domain: &str) -> String {
     let any_case: String = domain
@@ -202,5 +211,58 @@ mod tests {
             );
         }
         assert!(matches(&hostname(true), "*.a.com"));
+    }
+
+    /// An egress list entry either pattern allows is one the service takes, and the service's
+    /// refusals are refused by both.
+    #[test]
+    fn documented_egress_entries_are_the_services() {
+        use sandboxd_api_types::NetworkPolicy;
+        let accepted = |entry: &str| {
+            sandboxd_service::network::policy(Some(&NetworkPolicy {
+                egress: false,
+                allow_out: vec![entry.to_string()],
+                ..Default::default()
+            }))
+            .is_ok()
+        };
+        let name = egress_name();
+        let documented = |entry: &str| matches(IPV4_NET, entry) || matches(&name, entry);
+        let longest = format!("{0}.{0}.{0}.{1}", "a".repeat(63), "a".repeat(61));
+        for ok in [
+            "1.1.1.1",
+            "8.8.8.0/24",
+            "api.openai.com",
+            "API.Example.Com.",
+            "*.example.com",
+            "*.internal",
+            "1.2.3.example",
+            "xn--bcher-kva.example",
+            longest.as_str(),
+        ] {
+            assert!(documented(ok) && accepted(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "localhost",
+            "1.2.3",
+            "a.1",
+            "*.10",
+            "example.1com",
+            "a..com",
+            "-a.com",
+            "a-.com",
+            "a_b.com",
+            "*",
+            "*.*.a.com",
+            "a.*.com",
+            "::1",
+            "1.2.3.4/33",
+            "b\u{fc}cher.de",
+        ] {
+            assert!(!documented(bad) && !accepted(bad), "{bad}");
+        }
+        let label_too_long = format!("{}.com", "a".repeat(64));
+        assert!(!documented(&label_too_long) && !accepted(&label_too_long));
     }
 }

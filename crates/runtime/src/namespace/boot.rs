@@ -2,10 +2,10 @@
 //!
 //! Guarantee: when [`NamespaceRuntime::boot`] returns a pid, that init runs in its cgroup, behind its
 //! veth pair, in a user namespace whose ids map to its own `id_base..+65536` (see [`super::ids`]),
-//! seeing the shared layers through idmapped mounts when that is not the storage range, confined, and
-//! about to serve
-//! the agent on its socket; no user instruction has run yet. When it fails, everything this call made
-//! (process, cgroup, veth pair and its egress rules, socket) is gone again.
+//! seeing the shared layers through idmapped mounts when that is not the storage range, confined,
+//! and about to serve the agent on its socket, its DNS forwarder serving when its lists name domains;
+//! no user instruction has run yet. When it fails, everything this call made (process, cgroup, veth
+//! pair and its egress rules, forwarder, socket) is gone again.
 //!
 //! With a callback directory configured, the plan also binds it read-only at
 //! [`sandboxd_envd::callback::SANDBOX_DIR`] and names the daemon's socket inside it, so the agent can
@@ -98,6 +98,7 @@ impl NamespaceRuntime {
             let _ = cgroup.kill_all();
             let _ = cgroup.remove();
             if attached.load(Ordering::SeqCst) {
+                self.forwarders.stop(&spec.id);
                 if spec.needs_egress_rules() {
                     if let Ok(addrs) = self.net.addrs(spec.net_slot) {
                         super::egress::revoke(addrs.sandbox).await;
@@ -140,6 +141,9 @@ impl NamespaceRuntime {
                 attached.store(true, Ordering::SeqCst);
                 if spec.needs_egress_rules() {
                     super::egress::allow(&addrs, spec).await?;
+                }
+                if spec.has_names() {
+                    self.start_forwarder(spec).await?;
                 }
                 Ok::<_, RuntimeError>(addrs)
             },

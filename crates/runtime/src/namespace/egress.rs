@@ -24,6 +24,16 @@
 //! exactly that list: it gets a default route and sits in `allow_only`, which masquerades it without
 //! letting anything else out.
 //!
+//! **Names** ([`SandboxSpec::egress_allow_names`], [`SandboxSpec::egress_deny_names`]). A sandbox
+//! whose lists name domains also gets two sets of its own, `names_allow_<a>_<b>_<c>_<d>` and
+//! `names_deny_…` (`flags timeout`), which its DNS forwarder ([`super::dns`]) fills with the
+//! addresses it resolved for those names, each for its answer's lifetime. Its chain then starts with
+//! `ct state established,related accept` (a connection admitted when it opened outlives its
+//! address's element), admits UDP and TCP port 53 to the host end of its own pair (the forwarder;
+//! the only host service it reaches), and consults `names_allow` right after the allowed blocks and
+//! `names_deny` right after the denied ones, so the precedence is the same: allowed (block or name)
+//! beats denied (block or name) beats the egress default.
+//!
 //! A sandbox's rules are installed (and the address given a default route when anything may leave)
 //! *before* its init is told to go, so the first instruction already runs under them; they go when
 //! the sandbox stops. Installing first clears whatever an earlier sandbox on the same address left,
@@ -82,10 +92,42 @@ pub fn chain_name(address: Ipv4Addr) -> String {
     format!("sandbox_{a}_{b}_{c}_{d}")
 }
 
-/// Removes every trace of `address`: set memberships, map element, chain. Idempotent (see the module
-/// docs); assumes [`CONTAINERS`].
+/// The two sets a sandbox's DNS forwarder fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NameSet {
+    /// Addresses of allowed names.
+    Allow,
+    /// Addresses of denied names.
+    Deny,
+}
+
+/// The name of `set` of the sandbox at `address`.
+pub fn name_set(address: Ipv4Addr, set: NameSet) -> String {
+    let [a, b, c, d] = address.octets();
+    let kind = match set {
+        NameSet::Allow => "allow",
+        NameSet::Deny => "deny",
+    };
+    format!("names_{kind}_{a}_{b}_{c}_{d}")
+}
+
+/// The definition of a name set (after `add set ip sandboxd <name>`).
+const NAME_SET: &str = "{ type ipv4_addr; flags timeout; }";
+
+/// Removes every trace of `address`: set memberships, map element, chain, name sets (after the
+/// chain, whose rules refer to them). Idempotent (see the module docs); assumes [`CONTAINERS`].
 fn clear_script(address: Ipv4Addr) -> String {
     let chain = chain_name(address);
+    let mut script = chain_clear_script(address, &chain);
+    for set in [NameSet::Allow, NameSet::Deny] {
+        let set = name_set(address, set);
+        let _ = writeln!(script, "add set ip {TABLE} {set} {NAME_SET}");
+        let _ = writeln!(script, "delete set ip {TABLE} {set}");
+    }
+    script
+}
+
+fn chain_clear_script(address: Ipv4Addr, chain: &str) -> String {
     format!(
         "add element ip {TABLE} egress {{ {address} }}\n\
          delete element ip {TABLE} egress {{ {address} }}\n\
@@ -113,20 +155,53 @@ fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
     let mut script = format!("{CONTAINERS}{}", clear_script(address));
     if spec.egress {
         let _ = writeln!(script, "add element ip {TABLE} egress {{ {address} }}");
-    } else if !spec.egress_allow.is_empty() {
+    } else if spec.may_send_out() {
         let _ = writeln!(script, "add element ip {TABLE} allow_only {{ {address} }}");
     }
-    if spec.egress_allow.is_empty() && spec.egress_deny.is_empty() {
+    let names = spec.has_names();
+    if spec.egress_allow.is_empty() && spec.egress_deny.is_empty() && !names {
         return script;
     }
     let chain = chain_name(address);
+    if names {
+        for set in [NameSet::Allow, NameSet::Deny] {
+            let _ = writeln!(
+                script,
+                "add set ip {TABLE} {} {NAME_SET}",
+                name_set(address, set)
+            );
+        }
+    }
     let _ = writeln!(script, "add chain ip {TABLE} {chain}");
-    for (nets, verdict) in [(&spec.egress_allow, "accept"), (&spec.egress_deny, "drop")] {
+    if names {
+        let host = addrs.host;
+        let _ = writeln!(
+            script,
+            "add rule ip {TABLE} {chain} ct state established,related accept"
+        );
+        for proto in ["udp", "tcp"] {
+            let _ = writeln!(
+                script,
+                "add rule ip {TABLE} {chain} ip daddr {host} {proto} dport 53 accept"
+            );
+        }
+    }
+    for (nets, set, verdict) in [
+        (&spec.egress_allow, NameSet::Allow, "accept"),
+        (&spec.egress_deny, NameSet::Deny, "drop"),
+    ] {
         if !nets.is_empty() {
             let _ = writeln!(
                 script,
                 "add rule ip {TABLE} {chain} ip daddr {{ {} }} {verdict}",
                 set_of(nets)
+            );
+        }
+        if names {
+            let _ = writeln!(
+                script,
+                "add rule ip {TABLE} {chain} ip daddr @{} {verdict}",
+                name_set(address, set)
             );
         }
     }
@@ -137,9 +212,47 @@ fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
     script
 }
 
+/// An address a sandbox's DNS forwarder learnt: which set, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Learnt {
+    /// The set it goes into.
+    pub set: NameSet,
+    /// The address.
+    pub address: Ipv4Addr,
+    /// Its element's lifetime, in seconds.
+    pub seconds: u32,
+}
+
+/// Puts every address of `learnt` into its set of the sandbox at `sandbox` for its lifetime,
+/// replacing an element already there (add, delete, add: it succeeds either way, and the element's
+/// timeout is the new one), in one transaction.
+fn learn_script(sandbox: Ipv4Addr, learnt: &[Learnt]) -> String {
+    let mut script = String::new();
+    for l in learnt {
+        let (set, address) = (name_set(sandbox, l.set), l.address);
+        let _ = writeln!(
+            script,
+            "add element ip {TABLE} {set} {{ {address} timeout 1s }}\n\
+             delete element ip {TABLE} {set} {{ {address} }}\n\
+             add element ip {TABLE} {set} {{ {address} timeout {}s }}",
+            l.seconds
+        );
+    }
+    script
+}
+
+/// Adds what a DNS answer taught to the sandbox at `sandbox`'s name sets (see [`learn_script`]).
+pub async fn learn(sandbox: Ipv4Addr, learnt: &[Learnt]) -> Result<(), RuntimeError> {
+    if learnt.is_empty() {
+        return Ok(());
+    }
+    nft(&learn_script(sandbox, learnt)).await
+}
+
 async fn nft(script: &str) -> Result<(), RuntimeError> {
     let mut child = tokio::process::Command::new("nft")
         .args(["-f", "-"])
+        .kill_on_drop(true)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -284,6 +397,71 @@ mod tests {
     }
 
     #[test]
+    fn names_get_their_sets_and_the_forwarder_port_and_keep_the_precedence() {
+        let names = |list: &[&str]| list.iter().map(|n| n.parse().unwrap()).collect();
+        let with_names = SandboxSpec {
+            egress_allow_names: names(&["*.example.com"]),
+            egress_deny_names: names(&["bad.example.com"]),
+            ..spec(false, &["1.1.1.1"], &["0.0.0.0/0"])
+        };
+        assert_eq!(
+            installed(&with_names),
+            [
+                "add element ip sandboxd allow_only { 10.201.0.6 }",
+                "add set ip sandboxd names_allow_10_201_0_6 { type ipv4_addr; flags timeout; }",
+                "add set ip sandboxd names_deny_10_201_0_6 { type ipv4_addr; flags timeout; }",
+                "add chain ip sandboxd sandbox_10_201_0_6",
+                "add rule ip sandboxd sandbox_10_201_0_6 ct state established,related accept",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr 10.201.0.5 udp dport 53 accept",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr 10.201.0.5 tcp dport 53 accept",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr { 1.1.1.1/32 } accept",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr @names_allow_10_201_0_6 accept",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr { 0.0.0.0/0 } drop",
+                "add rule ip sandboxd sandbox_10_201_0_6 ip daddr @names_deny_10_201_0_6 drop",
+                "add element ip sandboxd egress_policy { 10.201.0.6 : jump sandbox_10_201_0_6 }",
+            ]
+        );
+        // A deny name alone opens nothing but the forwarder.
+        let deny_only = SandboxSpec {
+            egress_deny_names: names(&["bad.example.com"]),
+            ..spec(false, &[], &[])
+        };
+        let lines = installed(&deny_only);
+        assert!(lines
+            .iter()
+            .all(|l| !l.contains("egress {") && !l.contains("allow_only {")));
+        assert!(lines.iter().any(|l| l.ends_with("udp dport 53 accept")));
+    }
+
+    #[test]
+    fn a_learnt_address_replaces_its_element_with_the_new_lifetime() {
+        let learnt = [
+            Learnt {
+                set: NameSet::Allow,
+                address: Ipv4Addr::new(198, 18, 0, 2),
+                seconds: 60,
+            },
+            Learnt {
+                set: NameSet::Deny,
+                address: Ipv4Addr::new(198, 19, 0, 2),
+                seconds: 30,
+            },
+        ];
+        let script = learn_script(ADDR, &learnt);
+        assert_eq!(
+            script.lines().collect::<Vec<_>>(),
+            [
+                "add element ip sandboxd names_allow_10_201_0_6 { 198.18.0.2 timeout 1s }",
+                "delete element ip sandboxd names_allow_10_201_0_6 { 198.18.0.2 }",
+                "add element ip sandboxd names_allow_10_201_0_6 { 198.18.0.2 timeout 60s }",
+                "add element ip sandboxd names_deny_10_201_0_6 { 198.19.0.2 timeout 1s }",
+                "delete element ip sandboxd names_deny_10_201_0_6 { 198.19.0.2 }",
+                "add element ip sandboxd names_deny_10_201_0_6 { 198.19.0.2 timeout 30s }",
+            ]
+        );
+    }
+
+    #[test]
     fn clearing_adds_before_it_deletes_so_it_never_fails_on_absence() {
         let script = clear_script(ADDR);
         for what in [
@@ -291,6 +469,8 @@ mod tests {
             "element ip sandboxd allow_only { 10.201.0.6",
             "element ip sandboxd egress_policy { 10.201.0.6",
             "chain ip sandboxd sandbox_10_201_0_6",
+            "set ip sandboxd names_allow_10_201_0_6",
+            "set ip sandboxd names_deny_10_201_0_6",
         ] {
             let add = script
                 .find(&format!("add {what}"))
@@ -300,6 +480,11 @@ mod tests {
                 .unwrap_or_else(|| panic!("no delete {what}"));
             assert!(add < delete, "{what}:\n{script}");
         }
+        // The sets go after the chain whose rules refer to them.
+        let chain_gone = script.find("delete chain").unwrap();
+        assert!(script
+            .find("delete set")
+            .is_some_and(|set| set > chain_gone));
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! adopt them ([`crate::Runtime::list`], [`crate::Runtime::inspect`]).
 
 mod boot;
+pub mod dns;
 pub mod egress;
 pub mod ids;
 pub mod image_root;
@@ -80,6 +81,10 @@ pub struct NamespaceConfig {
     /// daemon makes its own from its id ([`ifname_prefix`]) so no two daemons' names meet. Default
     /// `sbh`.
     pub ifname_prefix: String,
+    /// The resolvers the DNS forwarders of sandboxes with domain names in their lists ask, in
+    /// order ([`dns`]); empty (the default): the nameservers of the host's resolver configuration
+    /// as each forwarder starts ([`dns::host_upstreams`]).
+    pub dns_upstreams: Vec<std::net::SocketAddr>,
 }
 
 /// The host-interface prefix of daemon `id`: `sbh` followed by the id's letters. Ids are letters and
@@ -101,6 +106,7 @@ impl NamespaceConfig {
             callback_dir: None,
             disk: DiskConfig::default(),
             ifname_prefix: "sbh".into(),
+            dns_upstreams: Vec::new(),
         }
     }
 }
@@ -113,6 +119,7 @@ pub struct NamespaceRuntime {
     template: rootfs::Template,
     quota: DiskQuota,
     ids: ids::IdRanges,
+    forwarders: dns::Forwarders,
 }
 
 impl NamespaceRuntime {
@@ -152,14 +159,17 @@ impl NamespaceRuntime {
         let net = Network::new(config.subnet_base, config.slots, &config.ifname_prefix)?;
         egress::guard_host().await?;
         let ids = ids::IdRanges::probe(config.id_map_base, &template.lower);
-        Ok(Self {
+        let runtime = Self {
             config,
             cgroups,
             net,
             template,
             quota,
             ids,
-        })
+            forwarders: dns::Forwarders::default(),
+        };
+        runtime.restart_forwarders().await;
+        Ok(runtime)
     }
 
     /// The cgroup manager (for stats, freezing).
@@ -248,6 +258,7 @@ impl NamespaceRuntime {
         let cgroup = self.cgroups.open(&p.spec.id);
         cgroup.kill_all()?;
         cgroup.remove()?;
+        self.forwarders.stop(&p.spec.id);
         if p.spec.needs_egress_rules() {
             egress::revoke(self.net.addrs(p.spec.net_slot)?.sandbox).await;
         }
@@ -373,7 +384,12 @@ impl Runtime for NamespaceRuntime {
                 }
             }
             mkdir_owned(&paths.rootfs(), 0o755, None)?;
-            rootfs::personalise(&paths.upper(), &spec.id, base)?;
+            let nameserver = if spec.has_names() {
+                Some(self.net.addrs(spec.net_slot)?.host)
+            } else {
+                None
+            };
+            rootfs::personalise(&paths.upper(), &spec.id, base, nameserver)?;
             let p = Persisted {
                 spec: spec.clone(),
                 pid: None,

@@ -298,10 +298,16 @@ fn sandbox_resolv_conf(etc: Option<String>, resolved: Option<String>) -> Option<
     }
 }
 
-/// Writes the per-sandbox files (hostname, hosts, and the host's resolver configuration as it is
-/// now: a laptop's changes with its network, so the template's copy may be stale) into the
-/// sandbox's writable layer.
-pub fn personalise(upper: &Path, hostname: &str, id_base: u32) -> Result<(), RuntimeError> {
+/// Writes the per-sandbox files (hostname, hosts, and the resolver configuration: with a
+/// `nameserver`, the sandbox's own DNS forwarder there as its only one ([`super::dns`]); else the
+/// host's as it is now, a laptop's changing with its network, so the template's copy may be stale)
+/// into the sandbox's writable layer.
+pub fn personalise(
+    upper: &Path,
+    hostname: &str,
+    id_base: u32,
+    nameserver: Option<std::net::Ipv4Addr>,
+) -> Result<(), RuntimeError> {
     let etc = upper.join("etc");
     std::fs::create_dir_all(&etc).map_err(RuntimeError::io("create", &etc))?;
     std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755))
@@ -317,7 +323,10 @@ pub fn personalise(upper: &Path, hostname: &str, id_base: u32) -> Result<(), Run
         "127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     );
     write_file(&etc.join("hosts"), hosts.as_bytes(), 0o644, id_base)?;
-    match current_resolv_conf() {
+    match nameserver
+        .map(super::dns::resolv_conf)
+        .or_else(current_resolv_conf)
+    {
         Some(conf) => write_file(&etc.join("resolv.conf"), conf.as_bytes(), 0o644, id_base),
         None => Ok(()),
     }
@@ -396,7 +405,7 @@ mod tests {
     fn personalise_writes_the_current_resolver_configuration() {
         let dir = tempfile::tempdir().unwrap();
         let id = nix::unistd::getuid().as_raw();
-        personalise(dir.path(), "sb", id).unwrap();
+        personalise(dir.path(), "sb", id, None).unwrap();
         let etc = dir.path().join("etc");
         assert_eq!(
             std::fs::read_to_string(etc.join("hostname")).unwrap(),
@@ -405,6 +414,12 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(etc.join("resolv.conf")).ok(),
             current_resolv_conf()
+        );
+        // A sandbox with names in its lists: its forwarder only.
+        personalise(dir.path(), "sb", id, Some([10, 201, 0, 5].into())).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(etc.join("resolv.conf")).unwrap(),
+            "nameserver 10.201.0.5\n"
         );
     }
 }

@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod dns_double;
+pub mod listed;
+pub mod outside;
+
 use sandboxd_envd::{EnvdClient, ExecOptions, ExecOutput};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
 use sandboxd_runtime::{ResourceLimits, Runtime, SandboxInfo, SandboxSpec};
