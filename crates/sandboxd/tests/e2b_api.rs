@@ -710,3 +710,79 @@ fn an_upload_refused_early_reaches_the_client_through_the_proxy() {
         }
     });
 }
+
+/// E2B's `network.allowPublicTraffic: false`: the create answers the sandbox's `trafficAccessToken`,
+/// and its ports answer only requests carrying it in `e2b-traffic-access-token` (401 otherwise);
+/// envd's own port keeps answering its access token; a public sandbox needs nothing.
+#[test]
+fn a_sandbox_without_public_traffic_answers_only_its_traffic_token() {
+    e2b_test(async {
+        let d = e2b_support::start().await;
+        let (status, private) = create(
+            &d,
+            &json!({"templateID": "base", "network": {"allowPublicTraffic": false}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{private}");
+        let token = private["trafficAccessToken"]
+            .as_str()
+            .expect("a private sandbox's create answers its traffic token")
+            .to_string();
+        let id = sandbox_id(&private);
+        let (status, public) = create(&d, &json!({"templateID": "base"})).await;
+        assert_eq!(status, 201, "{public}");
+        assert!(public.get("trafficAccessToken").is_none(), "{public}");
+        let public = sandbox_id(&public);
+        for sandbox in [&id, &public] {
+            common::serve_port(&d, sandbox, 8000).await;
+        }
+        let get = |sandbox: &str, header: Option<(&'static str, String)>| {
+            let mut req = d
+                .http_plain()
+                .get(d.endpoint("/"))
+                .header("Host", format!("8000-{sandbox}.localhost:{}", d.port()));
+            if let Some((name, value)) = header {
+                req = req.header(name, value);
+            }
+            async move { req.send().await.unwrap().status().as_u16() }
+        };
+        assert_eq!(get(&id, None).await, 401);
+        assert_eq!(
+            get(&id, Some(("e2b-traffic-access-token", "0".repeat(32)))).await,
+            401
+        );
+        assert_eq!(
+            get(&id, Some(("e2b-traffic-access-token", token.clone()))).await,
+            200
+        );
+        assert_eq!(get(&public, None).await, 200);
+        // The token is the sandbox's own: it opens no other private sandbox.
+        // (Another body: an identical create within the replay window is the same sandbox.)
+        let (_, other) = create(
+            &d,
+            &json!({"templateID": "base", "metadata": {"n": "2"},
+                    "network": {"allowPublicTraffic": false}}),
+        )
+        .await;
+        let other = sandbox_id(&other);
+        assert_ne!(other, id);
+        common::serve_port(&d, &other, 8000).await;
+        assert_eq!(
+            get(&other, Some(("e2b-traffic-access-token", token))).await,
+            401
+        );
+        // envd's port answers its own access token, as the SDK sends it, without a traffic token.
+        let health = d
+            .http_plain()
+            .get(d.endpoint("/health"))
+            .header("Host", format!("49983-{id}.localhost:{}", d.port()))
+            .header(
+                "X-Access-Token",
+                private["envdAccessToken"].as_str().unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status().as_u16(), 204, "envd's port is gated");
+    });
+}

@@ -92,6 +92,9 @@ pub struct E2bCreate {
     pub allow_out: Vec<String>,
     /// `network.denyOut`: unreachable unless allowed (checked by [`Service::e2b_create`]).
     pub deny_out: Vec<String>,
+    /// `network.allowPublicTraffic: false`: only requests carrying its traffic token reach its ports
+    /// ([`crate::previews`]).
+    pub private: bool,
     /// The id of the API key creating it, whose limits apply ([`crate::per_key`]); not part of the
     /// fingerprint.
     pub owner: String,
@@ -279,7 +282,7 @@ impl Service {
                 egress: req.allow_internet_access.unwrap_or(true),
                 allow_out: req.allow_out.clone(),
                 deny_out: req.deny_out.clone(),
-                allow_public_traffic: None,
+                allow_public_traffic: Some(!req.private),
             }),
             lifecycle: Some(api::Lifecycle {
                 on_timeout: if req.auto_pause {

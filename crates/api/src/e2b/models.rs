@@ -86,7 +86,11 @@ impl NewSandbox {
         if self.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
             return Err(E2bError::bad_request("volume mounts are not supported"));
         }
-        let (allow_out, deny_out) = network_lists(self.network.as_ref())?;
+        let E2bNetwork {
+            allow_out,
+            deny_out,
+            public,
+        } = network_lists(self.network.as_ref())?;
         Ok(E2bCreate {
             template_id: self.template_id.unwrap_or_default(),
             timeout_sec: self.timeout,
@@ -99,23 +103,38 @@ impl NewSandbox {
             network: self.network,
             allow_out,
             deny_out,
+            private: !public,
             owner: String::new(),
         })
     }
 }
 
+/// What sandboxd takes of E2B's `network`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct E2bNetwork {
+    pub allow_out: Vec<String>,
+    pub deny_out: Vec<String>,
+    /// `allowPublicTraffic` (absent: true).
+    pub public: bool,
+}
+
 /// `network.allowOut` and `network.denyOut` of a create, as sent (the service checks the entries:
-/// IPv4 addresses, CIDR blocks, domain names and `*.` patterns). The other options of E2B's
-/// `network` are refused unless they ask for nothing: `egressProxy`, `maskRequestHost` (null or
-/// empty), `rules`, `httpsPorts` (null or empty), `allowPublicTraffic` (null or true). `dnsServers`
-/// is accepted (a list of strings) and has no effect: a sandbox's names are resolved through the
-/// daemon's upstream resolvers, the same for every sandbox. Any other key is refused.
-pub fn network_lists(
-    network: Option<&serde_json::Value>,
-) -> Result<(Vec<String>, Vec<String>), E2bError> {
+/// IPv4 addresses, CIDR blocks, domain names and `*.` patterns), and `allowPublicTraffic` (a bool
+/// or null; `false` makes the sandbox's ports answer only requests carrying its
+/// `trafficAccessToken`). The other options of E2B's `network` are refused unless they ask for
+/// nothing: `egressProxy`, `maskRequestHost` (null or empty), `rules`, `httpsPorts` (null or
+/// empty). `dnsServers` is accepted (a list of strings) and has no effect: a sandbox's names are
+/// resolved through the daemon's upstream resolvers, the same for every sandbox. Any other key is
+/// refused.
+pub fn network_lists(network: Option<&serde_json::Value>) -> Result<E2bNetwork, E2bError> {
     use serde_json::Value;
+    let mut out = E2bNetwork {
+        allow_out: Vec::new(),
+        deny_out: Vec::new(),
+        public: true,
+    };
     let object = match network {
-        None | Some(Value::Null) => return Ok((Vec::new(), Vec::new())),
+        None | Some(Value::Null) => return Ok(out),
         Some(Value::Object(object)) => object,
         Some(_) => return Err(E2bError::bad_request("network must be an object")),
     };
@@ -137,15 +156,14 @@ pub fn network_lists(
         Value::Object(map) => map.is_empty(),
         _ => false,
     };
-    let (mut allow, mut deny) = (Vec::new(), Vec::new());
     for (key, value) in object {
         let refused = match key.as_str() {
             "allowOut" => {
-                allow = strings(key, value)?;
+                out.allow_out = strings(key, value)?;
                 false
             }
             "denyOut" => {
-                deny = strings(key, value)?;
+                out.deny_out = strings(key, value)?;
                 false
             }
             "dnsServers" => {
@@ -153,19 +171,27 @@ pub fn network_lists(
                 false
             }
             "egressProxy" | "maskRequestHost" | "rules" | "httpsPorts" => !empty(value),
-            "allowPublicTraffic" => !matches!(value, Value::Null | Value::Bool(true)),
+            "allowPublicTraffic" => match value {
+                Value::Null => false,
+                Value::Bool(public) => {
+                    out.public = *public;
+                    false
+                }
+                _ => {
+                    return Err(E2bError::bad_request(
+                        "network.allowPublicTraffic must be a boolean",
+                    ))
+                }
+            },
             _ => true,
         };
         if refused {
-            let what = if key == "allowPublicTraffic" {
-                "network.allowPublicTraffic: false".to_string()
-            } else {
-                format!("network.{key}")
-            };
-            return Err(E2bError::bad_request(format!("{what} is not supported")));
+            return Err(E2bError::bad_request(format!(
+                "network.{key} is not supported"
+            )));
         }
     }
-    Ok((allow, deny))
+    Ok(out)
 }
 
 /// `POST /sandboxes/{id}/timeout`.
@@ -217,6 +243,10 @@ pub struct SandboxBody {
     /// Where the sandbox's ports are: `{port}-{sandboxID}.{domain}`. Not in listings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// What a request to a port of a sandbox made with `allowPublicTraffic: false` carries in
+    /// `e2b-traffic-access-token`. Only in the full view of such a sandbox.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_access_token: Option<String>,
     pub alias: String,
     pub started_at: String,
     pub end_at: String,
@@ -260,6 +290,7 @@ impl SandboxBody {
             envd_version: ENVD_VERSION,
             envd_access_token: None,
             domain: None,
+            traffic_access_token: None,
             alias: s.template.clone(),
             started_at: rfc3339(s.created_at),
             end_at: rfc3339(s.expires_at.unwrap_or(NEVER_MS)),
@@ -279,6 +310,8 @@ impl SandboxBody {
         Self {
             envd_access_token: Some(s.agent_token.clone()),
             domain: Some(format!("{}:{}", config.domain, config.public_port)),
+            traffic_access_token: (!sandboxd_service::previews::is_public(&s.network))
+                .then(|| sandboxd_service::previews::traffic_token(&s.agent_token)),
             allow_internet_access: Some(s.network["egress"].as_bool().unwrap_or(false)),
             lifecycle: Some(sandboxd_service::sandboxes::lifecycle_to_api(&s.lifecycle)),
             ..Self::listed(s)
@@ -407,6 +440,12 @@ mod tests {
         .unwrap();
         assert_eq!(create.allow_out, ["1.1.1.1", "8.8.8.0/24"]);
         assert_eq!(create.deny_out, ["0.0.0.0/0"]);
+        assert!(!create.private);
+        assert!(
+            create_with_network(r#"{"allowPublicTraffic":false}"#)
+                .unwrap()
+                .private
+        );
         assert!(
             create.network.is_some(),
             "kept as sent, for the fingerprint"
@@ -438,8 +477,8 @@ mod tests {
             (r#"{"rules":[{"x":1}]}"#, "network.rules"),
             (r#"{"httpsPorts":[443]}"#, "network.httpsPorts"),
             (
-                r#"{"allowPublicTraffic":false}"#,
-                "network.allowPublicTraffic",
+                r#"{"allowPublicTraffic":"no"}"#,
+                "network.allowPublicTraffic must be a boolean",
             ),
             (r#"{"blockEverything":true}"#, "network.blockEverything"),
             (
