@@ -3,6 +3,10 @@
 //! a real git server (`git http-backend` behind basic auth, run by the script on the host's address
 //! and reached by a sandbox whose `allowOut` names it). The script's docs list what it proves.
 //!
+//! The TypeScript SDK too (`tests/daytona/test_sdk.mjs`, `@daytonaio/sdk` pinned by its
+//! `package-lock.json`): create, get, list, names, exec, files, sessions with input, PTYs,
+//! previews, stop and start, delete.
+//!
 //! Beyond the script:
 //! - The git password the script's server wants (chosen here) never appears in the daemon's log.
 //! - The caller's mistakes over plain HTTP are 400s and 404s in Daytona's error shape, never 500s:
@@ -164,6 +168,25 @@ fn the_daytona_sdk_moves_files_and_drives_git_in_a_sandbox() {
             !log.contains(&password),
             "the daemon logged the git password"
         );
+    });
+}
+
+#[test]
+fn the_daytona_typescript_sdk_drives_sandboxes() {
+    e2b_test(async {
+        let sdk = workspace_root().join("tests/daytona/node_modules/@daytonaio/sdk/package.json");
+        assert!(
+            sdk.is_file(),
+            "the Daytona TypeScript SDK is not installed: run scripts/daytona-sdks"
+        );
+        let d = e2b_support::start().await;
+        let api = format!("{}/api", d.url());
+        let env = [
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+        ];
+        let node = std::path::Path::new("node");
+        run_script(&d, node, &["tests/daytona/test_sdk.mjs"], &env).await;
     });
 }
 
