@@ -49,6 +49,17 @@ def test_create_answers_a_started_sandbox_found_by_id_and_name():
     assert sbx.labels["suite"] == RUN and sbx.labels["code-toolbox-language"] == "python", sbx.labels
 
 
+def test_labels_are_replaced():
+    sbx = sandbox()
+    labels = sbx.set_labels({"suite": RUN, "stage": "two"})
+    assert labels["stage"] == "two" and labels["suite"] == RUN, labels
+    again = DAYTONA.get(sbx.id)
+    assert again.labels.get("stage") == "two", again.labels
+    assert again.labels.get("code-toolbox-language") == "python", "the language label went"
+    listed = [s.id for s in DAYTONA.list(ListSandboxesQuery(labels={"stage": "two", "suite": RUN}))]
+    assert listed == [sbx.id], listed
+
+
 def test_list_filters_by_label():
     sbx = sandbox()
     found = [s.id for s in DAYTONA.list(ListSandboxesQuery(labels={"suite": RUN}))]

@@ -460,6 +460,21 @@ impl Service {
             .ok_or_else(|| ServiceError::NotFound(format!("sandbox {key} not found")))
     }
 
+    /// Replaces sandbox `key`'s metadata (checked as a create's is); the sandbox as it is then.
+    pub async fn set_metadata(
+        &self,
+        key: &str,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<Sandbox, ServiceError> {
+        validate::metadata(&metadata)?;
+        let sandbox = self.get(key).await?;
+        let id = sandbox.id.clone();
+        self.writer()
+            .write(move |tx| tx.set_metadata(&id, &metadata, unix_millis_now()))
+            .await?;
+        self.get(&sandbox.id).await
+    }
+
     /// A page of sandboxes; those being deleted are left out unless `filter` asks for them, and a
     /// cursor no listing returned is [`ServiceError::InvalidCursor`].
     pub async fn list(

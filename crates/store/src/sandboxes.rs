@@ -494,6 +494,21 @@ impl WriteTx<'_> {
 
     /// Deletes sandbox `id` (cascading to its ports and domains, freeing its slot). Returns whether it
     /// existed.
+    /// Replaces sandbox `id`'s metadata; whether it exists.
+    pub fn set_metadata(
+        &mut self,
+        id: &str,
+        metadata: &BTreeMap<String, String>,
+        now: UnixMillis,
+    ) -> Result<bool> {
+        let json = serde_json::to_string(metadata).expect("a string map serializes");
+        let n = self
+            .conn()
+            .prepare_cached("UPDATE sandboxes SET metadata = ?2, updated_at = ?3 WHERE id = ?1")?
+            .execute(params![id, json, now])?;
+        Ok(n == 1)
+    }
+
     pub fn delete_sandbox(&mut self, id: &str) -> Result<bool> {
         let n = self
             .conn()

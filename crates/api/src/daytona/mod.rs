@@ -71,6 +71,10 @@ pub fn router(service: Service, auth: Auth) -> Router {
             post(previews::set_public),
         )
         .route(
+            "/api/sandbox/{key}/labels",
+            axum::routing::put(previews::replace_labels),
+        )
+        .route(
             "/api/sandbox/{key}/ports/{port}/preview-url",
             get(previews::preview_url),
         )

@@ -7,6 +7,8 @@
 //!   a URL that works without headers (60 s unless told, at most 7 days);
 //!   `POST …/ports/{port}/signed-preview-url/{token}/expire` ends it.
 //! - `POST …/public/{isPublic}` → the sandbox: public (anyone reaches its ports) or not.
+//! - `PUT …/labels {labels}` → `{labels}`: its labels replaced (kept here beside the other
+//!   settings a created sandbox can change).
 
 use super::control::toolbox_url;
 use super::error::DaytonaError;
@@ -62,6 +64,31 @@ pub async fn expire_signed_preview_url(
 ) -> Result<Json<Value>, DaytonaError> {
     service.expire_preview(&key, port, &token).await?;
     Ok(Json(json!({})))
+}
+
+#[derive(Deserialize)]
+pub struct Labels {
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+/// `PUT /api/sandbox/{key}/labels {labels}` → `{labels}`: the labels replaced, the code language's
+/// kept unless given (the toolbox's `code_run` reads it).
+pub async fn replace_labels(
+    State(service): State<Service>,
+    Path(key): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, DaytonaError> {
+    let req: Labels = serde_json::from_slice(&body)
+        .map_err(|e| DaytonaError::bad_request(format!("invalid JSON body: {e}")))?;
+    let mut labels = req.labels;
+    let current = service.get(&key).await?;
+    if let Some(language) = current.metadata.get(super::models::LANGUAGE_LABEL) {
+        labels
+            .entry(super::models::LANGUAGE_LABEL.to_string())
+            .or_insert_with(|| language.clone());
+    }
+    let sandbox = service.set_metadata(&current.id, labels).await?;
+    Ok(Json(json!({ "labels": sandbox.metadata })))
 }
 
 /// `POST /api/sandbox/{key}/public/{isPublic}`.
