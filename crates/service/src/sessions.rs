@@ -257,15 +257,7 @@ impl Service {
         session: &str,
         cid: &str,
     ) -> Result<CommandOutput, ServiceError> {
-        validate_id("session", session)?;
-        validate_id("command", cid)?;
-        let (_, client) = self.agent(key, None).await?;
-        let base = format!("{}/{cid}", dir(session));
-        if client.stat(&format!("{base}.cmd")).await.is_err() {
-            return Err(ServiceError::NotFound(format!(
-                "command {cid:?} of session {session:?} not found"
-            )));
-        }
+        let (client, base) = self.command_files(key, session, cid).await?;
         // The exit code first: when it is there, the output files are complete.
         let exit_code = self.exit_code(&client, session, cid).await?;
         let read = |suffix: &'static str| {
@@ -288,14 +280,14 @@ impl Service {
         })
     }
 
-    /// Writes `data` to the stdin of command `cid` of session `session`, if it still runs.
-    pub async fn session_input(
+    /// The agent of sandbox `key` and where command `cid` of session `session` keeps its files
+    /// (`<base>.cmd`, `.out`, …); [`ServiceError::NotFound`] when there is no such command.
+    async fn command_files(
         &self,
         key: &str,
         session: &str,
         cid: &str,
-        data: Bytes,
-    ) -> Result<SessionInput, ServiceError> {
+    ) -> Result<(sandboxd_envd::EnvdClient, String), ServiceError> {
         validate_id("session", session)?;
         validate_id("command", cid)?;
         let (_, client) = self.agent(key, None).await?;
@@ -305,6 +297,18 @@ impl Service {
                 "command {cid:?} of session {session:?} not found"
             )));
         }
+        Ok((client, base))
+    }
+
+    /// Writes `data` to the stdin of command `cid` of session `session`, if it still runs.
+    pub async fn session_input(
+        &self,
+        key: &str,
+        session: &str,
+        cid: &str,
+        data: Bytes,
+    ) -> Result<SessionInput, ServiceError> {
+        let (client, base) = self.command_files(key, session, cid).await?;
         // A process of the sandbox copies its stdin into the FIFO, which is there while the
         // command runs (`test -p`); the agent kills it past the deadline.
         let writer = crate::sandboxes::random_id("input:", 12);

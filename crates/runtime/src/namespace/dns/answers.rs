@@ -72,37 +72,11 @@ pub(super) fn learnt(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hickory_proto::op::{MessageType, OpCode, Query};
-    use hickory_proto::rr::rdata::{A, AAAA, CNAME};
-    use hickory_proto::rr::{Name, Record, RecordType};
+    use crate::namespace::dns::test_messages::*;
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::rdata::{AAAA, CNAME};
+    use hickory_proto::rr::{Record, RecordType};
     use std::net::Ipv6Addr;
-
-    fn name(text: &str) -> Name {
-        Name::from_ascii(text).unwrap()
-    }
-
-    fn query(id: u16, asked: &str) -> Message {
-        let mut m = Message::new(id, MessageType::Query, OpCode::Query);
-        m.add_query(Query::query(name(asked), RecordType::A));
-        m
-    }
-
-    fn answer(asked: &str, records: Vec<Record>) -> Message {
-        let mut m = query(7, asked);
-        m.metadata.message_type = MessageType::Response;
-        m.add_answers(records);
-        m
-    }
-
-    fn a(owner: &str, ttl: u32, address: [u8; 4]) -> Record {
-        Record::from_rdata(name(owner), ttl, RData::A(A(Ipv4Addr::from(address))))
-    }
-
-    fn patterns(list: &[&str]) -> Vec<NamePattern> {
-        list.iter().map(|p| p.parse().unwrap()).collect()
-    }
-
-    const SUBNET: std::ops::Range<u32> = 0x0ac9_0000..0x0aca_0000;
 
     #[test]
     fn an_allowed_answer_teaches_its_a_records_for_their_clamped_ttl() {

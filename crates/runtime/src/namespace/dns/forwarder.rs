@@ -347,36 +347,8 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hickory_proto::op::{MessageType, OpCode, Query};
-    use hickory_proto::rr::rdata::A;
-    use hickory_proto::rr::{Name, RData, Record, RecordType};
-
-    fn name(text: &str) -> Name {
-        Name::from_ascii(text).unwrap()
-    }
-
-    fn query(id: u16, asked: &str) -> Message {
-        let mut m = Message::new(id, MessageType::Query, OpCode::Query);
-        m.add_query(Query::query(name(asked), RecordType::A));
-        m
-    }
-
-    fn answer(asked: &str, records: Vec<Record>) -> Message {
-        let mut m = query(7, asked);
-        m.metadata.message_type = MessageType::Response;
-        m.add_answers(records);
-        m
-    }
-
-    fn a(owner: &str, ttl: u32, address: [u8; 4]) -> Record {
-        Record::from_rdata(name(owner), ttl, RData::A(A(Ipv4Addr::from(address))))
-    }
-
-    fn patterns(list: &[&str]) -> Vec<NamePattern> {
-        list.iter().map(|p| p.parse().unwrap()).collect()
-    }
-
-    const SUBNET: std::ops::Range<u32> = 0x0ac9_0000..0x0aca_0000;
+    use crate::namespace::dns::test_messages::*;
+    use hickory_proto::op::MessageType;
 
     /// A DNS server test double on loopback: answers every query (UDP and TCP) with `allowed.test`
     /// pointing at 192.0.2.1, with one extra byte-exact marker (its own id echo).

@@ -32,6 +32,8 @@
 mod answers;
 pub mod forwarder;
 pub mod names;
+#[cfg(test)]
+mod test_messages;
 
 pub use forwarder::{Forwarder, ForwarderConfig};
 pub use names::{NameError, NamePattern};
