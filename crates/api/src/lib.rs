@@ -79,7 +79,10 @@ impl utoipa::Modify for BearerAuth {
 }
 
 /// Largest JSON body accepted.
-const JSON_LIMIT: usize = 1024 * 1024;
+pub(crate) const JSON_LIMIT: usize = 1024 * 1024;
+/// Largest template create accepted: its body carries its build context (base64, up to 256 MiB of
+/// tar).
+pub(crate) const TEMPLATE_LIMIT: usize = 360 << 20;
 
 /// Builds the whole router.
 pub fn router(
@@ -151,12 +154,11 @@ pub fn router(
             "/images/import",
             post(images::import).layer(DefaultBodyLimit::disable()),
         )
-        // A template's body carries its build context (base64, up to 256 MiB of tar).
         .route(
             "/templates",
             get(templates::list)
                 .post(templates::create)
-                .layer(DefaultBodyLimit::max(360 << 20)),
+                .layer(DefaultBodyLimit::max(TEMPLATE_LIMIT)),
         )
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
         .layer(middleware::from_fn(error::shape_rejections))

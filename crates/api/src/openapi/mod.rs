@@ -134,14 +134,31 @@ fn declare_shared(path: &str, by_agent: bool, op: &mut Operation) {
             "a body that is not the JSON its schema describes, or a parameter out of range",
         );
     }
-    if has_body {
-        add("413", "the body is larger than this operation takes");
+    if let Some(limit) = body_limit(path).filter(|_| has_body) {
+        add("413", &limit);
     }
     if has_path_param {
         add("404", "no such resource");
     }
     if by_agent {
         add("502", "the sandbox's agent failed or cannot be reached");
+    }
+}
+
+/// What `413` says for the operation at `path`, naming the size limit of its body; `None` where
+/// the body is streamed and has none (a file upload, an image archive).
+fn body_limit(path: &str) -> Option<String> {
+    let mib = |bytes: usize| bytes >> 20;
+    match path {
+        "/v1/sandboxes/{id}/files" | "/v1/images/import" => None,
+        "/v1/templates" => Some(format!(
+            "the body is larger than {} MiB (a template's carries its build context)",
+            mib(crate::TEMPLATE_LIMIT)
+        )),
+        _ => Some(format!(
+            "the body is larger than {} MiB",
+            mib(crate::JSON_LIMIT)
+        )),
     }
 }
 
@@ -219,6 +236,23 @@ mod tests {
         for status in ["400", "401", "413"] {
             assert!(create[status].is_object(), "POST /v1/sandboxes {status}");
         }
+        assert_eq!(
+            create["413"]["description"],
+            "the body is larger than 1 MiB"
+        );
+        let template = &doc["paths"]["/v1/templates"]["post"]["responses"]["413"];
+        assert!(
+            template["description"]
+                .as_str()
+                .unwrap()
+                .contains("360 MiB"),
+            "{template}"
+        );
+        let upload = &doc["paths"]["/v1/sandboxes/{id}/files"]["put"]["responses"];
+        assert!(
+            upload["413"].is_null(),
+            "a streamed upload has no body limit: {upload}"
+        );
         let webhook = &doc["paths"]["/v1/webhooks"]["post"]["responses"];
         assert!(webhook["404"].is_null(), "no path parameter, no 404");
         let exec = &doc["paths"]["/v1/sandboxes/{id}/exec"]["post"]["responses"];
