@@ -98,8 +98,9 @@ fn serve_udp(socket: &UdpSocket, table: &Table, stop: &AtomicBool, answered: &At
 
 fn serve_tcp(listener: &TcpListener, table: &Table, stop: &AtomicBool, answered: &AtomicUsize) {
     while !stop.load(Ordering::SeqCst) {
-        let Ok((mut stream, _)) = listener.accept() else {
-            std::thread::sleep(Duration::from_millis(20));
+        // Waits for a connection, looking at `stop` at least every 100 ms.
+        let Some((mut stream, _)) = super::accept_within(listener, Duration::from_millis(100))
+        else {
             continue;
         };
         let _ = stream.set_nonblocking(false);

@@ -189,3 +189,27 @@ pub async fn connect_within(
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// The next connection to `listener` (non-blocking), waiting for one up to `within` (poll(2) on the
+/// listener, so it takes a connection the moment it arrives); `None` when none came.
+pub fn accept_within(
+    listener: &std::net::TcpListener,
+    within: std::time::Duration,
+) -> Option<(std::net::TcpStream, std::net::SocketAddr)> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Ok(accepted) = listener.accept() {
+            return Some(accepted);
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        let ms =
+            PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::MAX);
+        let _ = poll(&mut fds, ms);
+    }
+}

@@ -104,13 +104,11 @@ pub fn answer_with_peer(listener: TcpListener) {
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            match listener.accept() {
-                Ok((mut c, peer)) => {
-                    let _ = c.write_all(peer.ip().to_string().as_bytes());
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
+        while let Some((mut c, peer)) = super::accept_within(
+            &listener,
+            deadline.saturating_duration_since(Instant::now()),
+        ) {
+            let _ = c.write_all(peer.ip().to_string().as_bytes());
         }
     });
 }
