@@ -66,6 +66,7 @@ const tests = {
 
   async execAndFiles() {
     const sandbox = await create({})
+    assert.equal(await sandbox.getWorkDir(), '/home/user')
     const ok = await sandbox.process.executeCommand('echo $GREETING from $(pwd)', '/tmp', { GREETING: 'hi' })
     assert.equal(ok.exitCode, 0)
     assert.equal(ok.result.trim(), 'hi from /tmp')

@@ -8,7 +8,8 @@
 //!
 //! Contract:
 //! - Ids are sessions' ([`crate::sessions::validate_id`]); making one whose id is described already
-//!   (running, ended, or not started yet) is a conflict.
+//!   (running, ended, or not started yet) is a conflict. It is looked at, not guarded: two makes of
+//!   one id at the same instant can both pass, as for shell sessions (the agent keeps no lock).
 //! - A session made with `lazy_start` is described at once and starts at its first connect.
 //! - A connection's end does nothing to the process: it runs until it exits or is killed, and
 //!   [`Service::connect_pty`] attaches again (its output from then on).
@@ -24,6 +25,9 @@ use sandboxd_envd::process::{ProcessSelector, Signal};
 use sandboxd_envd::EnvdClient;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// The home of a sandbox's default user, `user`.
+pub const USER_HOME: &str = "/home/user";
 
 /// Where the sessions' descriptions are, in the sandbox.
 pub const PTY_DIR: &str = "/tmp/.sandboxd-pty";
@@ -256,8 +260,9 @@ impl Service {
         .await
     }
 
-    /// The directory commands of sandbox `key` start in.
-    async fn work_dir(&self, key: &str) -> Result<String, ServiceError> {
+    /// The directory commands of sandbox `key` start in: its image's working directory, or the
+    /// default user's home ([`USER_HOME`], also when it reports none).
+    pub async fn work_dir(&self, key: &str) -> Result<String, ServiceError> {
         let out = self
             .exec(
                 key,
@@ -268,7 +273,7 @@ impl Service {
             )
             .await?;
         Ok(match out.stdout.trim() {
-            "" => "/".to_string(),
+            "" => USER_HOME.to_string(),
             dir => dir.to_string(),
         })
     }

@@ -33,7 +33,7 @@ const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(600);
 /// WebSocket close code for a run that timed out (Daytona's).
 const CLOSE_TIMEOUT: u16 = 4008;
 /// Where commands start and files are relative to.
-const HOME: &str = "/home/user";
+const HOME: &str = sandboxd_service::pty::USER_HOME;
 
 fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, DaytonaError> {
     serde_json::from_slice(body)
@@ -334,19 +334,7 @@ pub async fn work_dir(
     State(service): State<Service>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, DaytonaError> {
-    let pwd = service
-        .exec(
-            &id,
-            api::ExecRequest {
-                cmd: vec!["/bin/sh".into(), "-c".into(), "pwd".into()],
-                ..Default::default()
-            },
-        )
-        .await?;
-    let dir = pwd.stdout.trim();
-    Ok(Json(
-        json!({ "dir": if dir.is_empty() { HOME } else { dir } }),
-    ))
+    Ok(Json(json!({ "dir": service.work_dir(&id).await? })))
 }
 
 #[cfg(test)]
