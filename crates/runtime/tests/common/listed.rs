@@ -103,10 +103,16 @@ impl Listed {
             .split(|c: char| !(c.is_ascii_digit() || c == '.'))
             .any(|word| word == address);
         assert!(!mentioned, "{address} left in the table:\n{table}");
-        assert!(!table.contains(&chain), "{chain} left behind:\n{table}");
+        // Whole names only: `sandbox_10_201_0_2` is a prefix of another sandbox's `…_0_22`.
+        let named = |name: &str| {
+            table
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|word| word == name)
+        };
+        assert!(!named(&chain), "{chain} left behind:\n{table}");
         for set in [egress::NameSet::Allow, egress::NameSet::Deny] {
             let set = egress::name_set(self.info.net.sandbox, set);
-            assert!(!table.contains(&set), "{set} left behind:\n{table}");
+            assert!(!named(&set), "{set} left behind:\n{table}");
         }
     }
 }
