@@ -1,0 +1,659 @@
+//! The replicated state: what must be unique or agreed on cluster-wide, and the one function that
+//! changes it, [`ClusterState::apply`].
+//!
+//! Contract:
+//! - **Deterministic.** `apply` reads nothing but the state and the command: every time in a command
+//!   was stamped by its proposer (`at_ms`), never read from the local clock, and every map is ordered.
+//!   Every node applying the same log reaches the same state, so a snapshot is just this value.
+//! - **First committed entry wins.** A name, a custom hostname and an E2B create fingerprint map to at
+//!   most one live sandbox. Which of two racing claims gets it is decided here, by log order; the loser
+//!   learns it from the outcome of its own entry and rolls back its local row (the seed's "Hazard 2").
+//! - **Lost nodes let go.** A node whose lease lapsed past the grace is marked lost with a new epoch
+//!   ([`Command::MarkLost`]): its placements become [`PlacementState::Lost`] and their names, hostnames
+//!   and fingerprints are released at once, in the same entry. The node learns it from the log when it
+//!   returns, destroys what it ran for them, and clears the mark for that epoch ([`Command::Recovered`]).
+//!
+//! The invariants are checked by `check_invariants`, which the unit tests below run after every entry.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A node's id in the cluster (derived from its daemon id).
+pub type NodeId = u64;
+
+/// Where a member is reached: its cluster RPC listener and its public API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// `host:port` of `--cluster-listen`.
+    pub cluster_addr: String,
+    /// `host:port` of the API listener (`--listen`), where requests are forwarded.
+    pub api_addr: String,
+}
+
+/// What a node can still take, as it last reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capacity {
+    /// CPU not yet promised to sandboxes, in thousandths.
+    pub cpu_millis: u64,
+    /// Memory available, MiB.
+    pub memory_mb: u64,
+    /// Disk free under the data dir, MiB.
+    pub disk_mb: u64,
+    /// Network slots free.
+    pub slots: u64,
+}
+
+/// A node as the log knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRecord {
+    /// Its addresses.
+    pub member: Member,
+    /// What it can take.
+    pub capacity: Capacity,
+    /// Until when its lease holds (proposer time, Unix ms).
+    pub lease_until_ms: i64,
+    /// How many times it was marked lost.
+    pub epoch: u64,
+    /// Whether it is marked lost now (for `epoch`), until it reports [`Command::Recovered`].
+    pub lost: bool,
+}
+
+/// Where a placement stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementState {
+    /// Names reserved; the owner is creating it.
+    Reserved,
+    /// The owner created it.
+    Placed,
+    /// Its owner was marked lost; it holds nothing any more.
+    Lost,
+}
+
+/// A sandbox as the cluster knows it: who owns it and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// The node that runs it.
+    pub owner: NodeId,
+    /// Its name ("" when unnamed).
+    pub name: String,
+    /// Its E2B create fingerprint, if its create had one.
+    pub fingerprint: Option<String>,
+    /// Custom hostnames bound to it.
+    pub hostnames: Vec<String>,
+    /// Where it stands.
+    pub state: PlacementState,
+    /// When it was reserved (proposer time, Unix ms).
+    pub reserved_at_ms: i64,
+    /// The owner's epoch when it was reserved.
+    pub epoch: u64,
+}
+
+impl Placement {
+    /// Whether it still holds its name, hostnames and fingerprint.
+    pub fn is_live(&self) -> bool {
+        self.state != PlacementState::Lost
+    }
+}
+
+/// An E2B create fingerprint's holder and until when a duplicate replays it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FingerprintHold {
+    /// The sandbox the first create made.
+    pub sandbox_id: String,
+    /// Until when a duplicate is answered with it (proposer time, Unix ms).
+    pub until_ms: i64,
+}
+
+/// One entry of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum Command {
+    /// A node renews its lease and reports its capacity (also how a node first appears).
+    #[serde(rename_all = "camelCase")]
+    Lease {
+        node: NodeId,
+        member: Member,
+        capacity: Capacity,
+        at_ms: i64,
+        until_ms: i64,
+    },
+    /// The leader's watchdog: `node`'s lease lapsed more than `grace_ms` before `at_ms`.
+    #[serde(rename_all = "camelCase")]
+    MarkLost {
+        node: NodeId,
+        at_ms: i64,
+        grace_ms: i64,
+    },
+    /// `node` destroyed what it ran for placements lost in `epoch`; the mark goes.
+    Recovered { node: NodeId, epoch: u64 },
+    /// Reserve sandbox `id` on `owner`, with its name and (E2B) fingerprint.
+    #[serde(rename_all = "camelCase")]
+    Reserve {
+        id: String,
+        owner: NodeId,
+        name: String,
+        fingerprint: Option<String>,
+        replay_ms: i64,
+        at_ms: i64,
+    },
+    /// The owner created `id`.
+    Commit { id: String },
+    /// `id` is gone (deleted, or its create failed): everything it held is free.
+    Release { id: String },
+    /// Bind a custom hostname to `id`.
+    BindHostname { hostname: String, id: String },
+    /// Unbind a custom hostname from `id`.
+    UnbindHostname { hostname: String, id: String },
+}
+
+/// What applying an entry decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum Outcome {
+    /// Done as asked.
+    Applied,
+    /// Nothing to do (already so, or no longer applies).
+    Unchanged,
+    /// The name is held by another live sandbox.
+    NameTaken { holder: String },
+    /// The hostname is bound to another live sandbox.
+    HostnameTaken { holder: String },
+    /// A create with this fingerprint already made `sandbox_id` on `owner`, inside its window.
+    #[serde(rename_all = "camelCase")]
+    Duplicate { sandbox_id: String, owner: NodeId },
+    /// The sandbox is not placed (or no longer live).
+    UnknownSandbox,
+    /// The owner is marked lost (or unknown): nothing is placed on it.
+    OwnerUnavailable,
+}
+
+/// The whole replicated state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterState {
+    /// Nodes that ever took a lease.
+    pub nodes: BTreeMap<NodeId, NodeRecord>,
+    /// Sandbox id → placement.
+    pub placements: BTreeMap<String, Placement>,
+    /// Name → the live sandbox holding it.
+    pub names: BTreeMap<String, String>,
+    /// Custom hostname → the live sandbox it is bound to.
+    pub hostnames: BTreeMap<String, String>,
+    /// E2B create fingerprint → its holder.
+    pub fingerprints: BTreeMap<String, FingerprintHold>,
+}
+
+impl ClusterState {
+    /// Applies one entry. Deterministic: see the module doc.
+    pub fn apply(&mut self, command: &Command) -> Outcome {
+        match command {
+            Command::Lease {
+                node,
+                member,
+                capacity,
+                at_ms: _,
+                until_ms,
+            } => {
+                let record = self.nodes.entry(*node).or_default();
+                record.member = member.clone();
+                record.capacity = *capacity;
+                record.lease_until_ms = record.lease_until_ms.max(*until_ms);
+                Outcome::Applied
+            }
+            Command::MarkLost {
+                node,
+                at_ms,
+                grace_ms,
+            } => self.mark_lost(*node, *at_ms, *grace_ms),
+            Command::Recovered { node, epoch } => match self.nodes.get_mut(node) {
+                Some(record) if record.lost && record.epoch == *epoch => {
+                    record.lost = false;
+                    // What it held is released already; the lost records go too.
+                    self.placements
+                        .retain(|_, p| !(p.owner == *node && p.state == PlacementState::Lost));
+                    Outcome::Applied
+                }
+                _ => Outcome::Unchanged,
+            },
+            Command::Reserve {
+                id,
+                owner,
+                name,
+                fingerprint,
+                replay_ms,
+                at_ms,
+            } => self.reserve(id, *owner, name, fingerprint.as_deref(), *replay_ms, *at_ms),
+            Command::Commit { id } => match self.placements.get_mut(id) {
+                Some(p) if p.state == PlacementState::Reserved => {
+                    p.state = PlacementState::Placed;
+                    Outcome::Applied
+                }
+                Some(p) if p.state == PlacementState::Placed => Outcome::Unchanged,
+                _ => Outcome::UnknownSandbox,
+            },
+            Command::Release { id } => match self.placements.remove(id) {
+                Some(p) => {
+                    self.let_go(id, &p);
+                    Outcome::Applied
+                }
+                None => Outcome::Unchanged,
+            },
+            Command::BindHostname { hostname, id } => {
+                match self.placements.get(id) {
+                    Some(p) if p.is_live() => {}
+                    _ => return Outcome::UnknownSandbox,
+                }
+                match self.hostnames.get(hostname) {
+                    Some(holder) if holder == id => return Outcome::Unchanged,
+                    Some(holder) => {
+                        return Outcome::HostnameTaken {
+                            holder: holder.clone(),
+                        }
+                    }
+                    None => {}
+                }
+                self.hostnames.insert(hostname.clone(), id.clone());
+                if let Some(p) = self.placements.get_mut(id) {
+                    p.hostnames.push(hostname.clone());
+                }
+                Outcome::Applied
+            }
+            Command::UnbindHostname { hostname, id } => {
+                if self.hostnames.get(hostname) != Some(id) {
+                    return Outcome::Unchanged;
+                }
+                self.hostnames.remove(hostname);
+                if let Some(p) = self.placements.get_mut(id) {
+                    p.hostnames.retain(|h| h != hostname);
+                }
+                Outcome::Applied
+            }
+        }
+    }
+
+    fn reserve(
+        &mut self,
+        id: &str,
+        owner: NodeId,
+        name: &str,
+        fingerprint: Option<&str>,
+        replay_ms: i64,
+        at_ms: i64,
+    ) -> Outcome {
+        if let Some(existing) = self.placements.get(id) {
+            // A retry of this very reservation answers as the first did.
+            return if existing.owner == owner && existing.name == name && existing.is_live() {
+                Outcome::Unchanged
+            } else {
+                Outcome::NameTaken {
+                    holder: id.to_string(),
+                }
+            };
+        }
+        let epoch = match self.nodes.get(&owner) {
+            Some(record) if !record.lost => record.epoch,
+            _ => return Outcome::OwnerUnavailable,
+        };
+        self.fingerprints.retain(|_, hold| hold.until_ms > at_ms);
+        if let Some(hold) = fingerprint.and_then(|f| self.fingerprints.get(f)) {
+            if let Some(p) = self
+                .placements
+                .get(&hold.sandbox_id)
+                .filter(|p| p.is_live())
+            {
+                return Outcome::Duplicate {
+                    sandbox_id: hold.sandbox_id.clone(),
+                    owner: p.owner,
+                };
+            }
+        }
+        if !name.is_empty() {
+            if let Some(holder) = self.names.get(name) {
+                return Outcome::NameTaken {
+                    holder: holder.clone(),
+                };
+            }
+            self.names.insert(name.to_string(), id.to_string());
+        }
+        if let Some(f) = fingerprint {
+            self.fingerprints.insert(
+                f.to_string(),
+                FingerprintHold {
+                    sandbox_id: id.to_string(),
+                    until_ms: at_ms.saturating_add(replay_ms),
+                },
+            );
+        }
+        self.placements.insert(
+            id.to_string(),
+            Placement {
+                owner,
+                name: name.to_string(),
+                fingerprint: fingerprint.map(str::to_string),
+                hostnames: Vec::new(),
+                state: PlacementState::Reserved,
+                reserved_at_ms: at_ms,
+                epoch,
+            },
+        );
+        Outcome::Applied
+    }
+
+    fn mark_lost(&mut self, node: NodeId, at_ms: i64, grace_ms: i64) -> Outcome {
+        let Some(record) = self.nodes.get_mut(&node) else {
+            return Outcome::Unchanged;
+        };
+        if record.lost || record.lease_until_ms.saturating_add(grace_ms) > at_ms {
+            return Outcome::Unchanged;
+        }
+        record.lost = true;
+        record.epoch += 1;
+        let owned: Vec<String> = self
+            .placements
+            .iter()
+            .filter(|(_, p)| p.owner == node && p.is_live())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in owned {
+            let p = self.placements.get(&id).cloned().expect("listed above");
+            self.let_go(&id, &p);
+            if let Some(p) = self.placements.get_mut(&id) {
+                p.state = PlacementState::Lost;
+                p.hostnames.clear();
+            }
+        }
+        Outcome::Applied
+    }
+
+    /// Frees what placement `p` of `id` holds.
+    fn let_go(&mut self, id: &str, p: &Placement) {
+        if self.names.get(&p.name).is_some_and(|holder| holder == id) {
+            self.names.remove(&p.name);
+        }
+        for hostname in &p.hostnames {
+            if self
+                .hostnames
+                .get(hostname)
+                .is_some_and(|holder| holder == id)
+            {
+                self.hostnames.remove(hostname);
+            }
+        }
+        if let Some(f) = &p.fingerprint {
+            if self.fingerprints.get(f).is_some_and(|h| h.sandbox_id == id) {
+                self.fingerprints.remove(f);
+            }
+        }
+    }
+
+    /// The live sandbox holding `name`, if any.
+    pub fn holder_of_name(&self, name: &str) -> Option<&str> {
+        self.names.get(name).map(String::as_str)
+    }
+
+    /// The owner of `id`, while its placement is live.
+    pub fn owner_of(&self, id: &str) -> Option<NodeId> {
+        self.placements
+            .get(id)
+            .filter(|p| p.is_live())
+            .map(|p| p.owner)
+    }
+
+    /// Every index agrees with the placements: each name, hostname and fingerprint points at a live
+    /// placement that records it, and no live placement's name is missing from the index. The unit
+    /// tests run it after every entry.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (name, id) in &self.names {
+            match self.placements.get(id) {
+                Some(p) if p.is_live() && &p.name == name => {}
+                _ => {
+                    return Err(format!(
+                        "name {name:?} points at {id}, which does not hold it"
+                    ))
+                }
+            }
+        }
+        for (hostname, id) in &self.hostnames {
+            match self.placements.get(id) {
+                Some(p) if p.is_live() && p.hostnames.contains(hostname) => {}
+                _ => {
+                    return Err(format!(
+                        "hostname {hostname:?} points at {id}, which does not hold it"
+                    ))
+                }
+            }
+        }
+        for (f, hold) in &self.fingerprints {
+            match self.placements.get(&hold.sandbox_id) {
+                Some(p) if p.is_live() && p.fingerprint.as_deref() == Some(f.as_str()) => {}
+                _ => {
+                    return Err(format!(
+                        "fingerprint {f:?} points at {}, which does not hold it",
+                        hold.sandbox_id
+                    ))
+                }
+            }
+        }
+        for (id, p) in self.placements.iter().filter(|(_, p)| p.is_live()) {
+            if !p.name.is_empty() && self.names.get(&p.name) != Some(id) {
+                return Err(format!(
+                    "{id} is live with name {:?}, which the index does not give it",
+                    p.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(node: NodeId, at_ms: i64) -> Command {
+        Command::Lease {
+            node,
+            member: Member::default(),
+            capacity: Capacity::default(),
+            at_ms,
+            until_ms: at_ms + 3000,
+        }
+    }
+
+    fn reserve(id: &str, owner: NodeId, name: &str, at_ms: i64) -> Command {
+        Command::Reserve {
+            id: id.into(),
+            owner,
+            name: name.into(),
+            fingerprint: None,
+            replay_ms: 0,
+            at_ms,
+        }
+    }
+
+    fn apply_all(state: &mut ClusterState, commands: &[Command]) -> Vec<Outcome> {
+        commands
+            .iter()
+            .map(|c| {
+                let outcome = state.apply(c);
+                state.check_invariants().unwrap();
+                outcome
+            })
+            .collect()
+    }
+
+    #[test]
+    fn first_committed_name_claim_wins_and_the_loser_learns_the_holder() {
+        let mut state = ClusterState::default();
+        let outcomes = apply_all(
+            &mut state,
+            &[
+                lease(1, 0),
+                lease(2, 0),
+                reserve("a", 1, "web", 10),
+                reserve("b", 2, "web", 11),
+                reserve("c", 2, "", 12),
+                reserve("d", 1, "", 13),
+            ],
+        );
+        assert_eq!(outcomes[2], Outcome::Applied);
+        assert_eq!(outcomes[3], Outcome::NameTaken { holder: "a".into() });
+        // Unnamed sandboxes never conflict.
+        assert_eq!(&outcomes[4..], &[Outcome::Applied, Outcome::Applied]);
+        assert_eq!(state.holder_of_name("web"), Some("a"));
+        assert!(!state.placements.contains_key("b"));
+    }
+
+    #[test]
+    fn a_released_name_can_be_claimed_again() {
+        let mut state = ClusterState::default();
+        let outcomes = apply_all(
+            &mut state,
+            &[
+                lease(1, 0),
+                reserve("a", 1, "web", 10),
+                Command::Release { id: "a".into() },
+                reserve("b", 1, "web", 20),
+                Command::Release { id: "a".into() },
+            ],
+        );
+        assert_eq!(outcomes[3], Outcome::Applied);
+        assert_eq!(outcomes[4], Outcome::Unchanged);
+        assert_eq!(state.holder_of_name("web"), Some("b"));
+    }
+
+    #[test]
+    fn duplicate_fingerprint_inside_window_replays_the_first_sandbox() {
+        let mut state = ClusterState::default();
+        let with_fp = |id: &str, at_ms| Command::Reserve {
+            id: id.into(),
+            owner: 1,
+            name: String::new(),
+            fingerprint: Some("fp".into()),
+            replay_ms: 100,
+            at_ms,
+        };
+        let outcomes = apply_all(
+            &mut state,
+            &[
+                lease(1, 0),
+                with_fp("a", 10),
+                with_fp("b", 50),
+                with_fp("c", 200),
+            ],
+        );
+        assert_eq!(outcomes[1], Outcome::Applied);
+        assert_eq!(
+            outcomes[2],
+            Outcome::Duplicate {
+                sandbox_id: "a".into(),
+                owner: 1
+            }
+        );
+        // Past the window the fingerprint is free again.
+        assert_eq!(outcomes[3], Outcome::Applied);
+    }
+
+    #[test]
+    fn hostname_binds_to_one_live_sandbox() {
+        let mut state = ClusterState::default();
+        let bind = |h: &str, id: &str| Command::BindHostname {
+            hostname: h.into(),
+            id: id.into(),
+        };
+        let outcomes = apply_all(
+            &mut state,
+            &[
+                lease(1, 0),
+                reserve("a", 1, "", 1),
+                reserve("b", 1, "", 2),
+                bind("app.example.com", "a"),
+                bind("app.example.com", "b"),
+                bind("app.example.com", "a"),
+                bind("x.example.com", "gone"),
+                Command::Release { id: "a".into() },
+                bind("app.example.com", "b"),
+            ],
+        );
+        assert_eq!(outcomes[3], Outcome::Applied);
+        assert_eq!(outcomes[4], Outcome::HostnameTaken { holder: "a".into() });
+        assert_eq!(outcomes[5], Outcome::Unchanged);
+        assert_eq!(outcomes[6], Outcome::UnknownSandbox);
+        assert_eq!(outcomes[8], Outcome::Applied);
+    }
+
+    #[test]
+    fn a_lost_node_releases_its_names_and_takes_no_placement_until_recovered() {
+        let mut state = ClusterState::default();
+        let lost = |at_ms| Command::MarkLost {
+            node: 2,
+            at_ms,
+            grace_ms: 1000,
+        };
+        let outcomes = apply_all(
+            &mut state,
+            &[
+                lease(1, 0),
+                lease(2, 0),
+                reserve("a", 2, "web", 10),
+                Command::Commit { id: "a".into() },
+                // Lease until 3000, grace 1000: not lost at 3500.
+                lost(3500),
+                lost(4001),
+                reserve("b", 1, "web", 4002),
+                reserve("c", 2, "", 4003),
+                Command::Recovered { node: 2, epoch: 0 },
+                Command::Recovered { node: 2, epoch: 1 },
+                reserve("c", 2, "", 4004),
+            ],
+        );
+        assert_eq!(outcomes[4], Outcome::Unchanged);
+        assert_eq!(outcomes[5], Outcome::Applied);
+        assert_eq!(
+            outcomes[6],
+            Outcome::Applied,
+            "the lost node's name is free"
+        );
+        assert_eq!(outcomes[7], Outcome::OwnerUnavailable);
+        assert_eq!(
+            outcomes[8],
+            Outcome::Unchanged,
+            "a stale epoch clears nothing"
+        );
+        assert_eq!(outcomes[9], Outcome::Applied);
+        assert_eq!(outcomes[10], Outcome::Applied);
+        assert!(!state.placements.contains_key("a"));
+    }
+
+    #[test]
+    fn replicas_applying_one_log_agree() {
+        let log = [
+            lease(1, 0),
+            lease(2, 0),
+            reserve("a", 1, "x", 1),
+            reserve("b", 2, "x", 2),
+            Command::BindHostname {
+                hostname: "h".into(),
+                id: "a".into(),
+            },
+            Command::MarkLost {
+                node: 1,
+                at_ms: 10_000,
+                grace_ms: 1,
+            },
+            reserve("b", 2, "x", 10_001),
+        ];
+        let (mut one, mut two) = (ClusterState::default(), ClusterState::default());
+        apply_all(&mut one, &log);
+        apply_all(&mut two, &log);
+        assert_eq!(one, two);
+        let copy: ClusterState =
+            serde_json::from_str(&serde_json::to_string(&one).unwrap()).unwrap();
+        assert_eq!(copy, one);
+    }
+}
