@@ -700,3 +700,52 @@ pub struct ApiKeyList {
     /// Oldest first.
     pub api_keys: Vec<ApiKey>,
 }
+
+/// `GET /v1/cluster`: the cluster as the answering node sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// The node that answered.
+    pub node_id: String,
+    /// The leader, when one is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_id: Option<String>,
+    /// The Raft term.
+    pub term: u64,
+    /// The last log index this node applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_index: Option<u64>,
+    /// Members in id order.
+    pub members: Vec<ClusterMember>,
+    /// Live sandboxes placed cluster-wide.
+    pub placements: u64,
+}
+
+/// One member of the cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMember {
+    /// Its node id.
+    pub id: String,
+    /// Its cluster RPC address (`--cluster-listen`).
+    pub cluster_addr: String,
+    /// Its API address (`--listen`).
+    pub api_addr: String,
+    /// `voter` or `learner`.
+    pub role: String,
+    /// Whether it leads.
+    pub leader: bool,
+    /// `healthy` (lease held), `stale` (lease lapsed, inside the grace), `unreachable` (past the
+    /// grace, not marked yet), `lost` (marked lost) or `joining` (no lease yet).
+    pub health: String,
+    /// CPU not promised to sandboxes, thousandths.
+    pub cpu_millis_free: u64,
+    /// Memory available, MiB.
+    pub memory_mb_free: u64,
+    /// Disk free under its data dir, MiB.
+    pub disk_mb_free: u64,
+    /// Network slots free.
+    pub slots_free: u64,
+    /// How many times it was marked lost.
+    pub epoch: u64,
+}

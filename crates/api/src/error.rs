@@ -58,6 +58,7 @@ impl From<ServiceError> for Error {
             ServiceError::LimitExceeded { .. } => (S::TOO_MANY_REQUESTS, "limit_exceeded"),
             ServiceError::KeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             ServiceError::Exhausted(_) => (S::SERVICE_UNAVAILABLE, "pool_exhausted"),
+            ServiceError::ClusterUnavailable(_) => (S::SERVICE_UNAVAILABLE, "cluster_unavailable"),
             ServiceError::Agent(_) => (S::BAD_GATEWAY, "agent_error"),
             ServiceError::Interpreter(_) => (S::BAD_GATEWAY, "interpreter_error"),
             ServiceError::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
@@ -75,6 +76,7 @@ impl From<ServiceError> for Error {
             | ServiceError::LimitExceeded {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
+            ServiceError::ClusterUnavailable(_) => Some(1),
             _ => None,
         };
         Self {

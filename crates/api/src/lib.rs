@@ -16,6 +16,7 @@
 
 pub mod auth;
 pub mod callbacks;
+pub mod cluster;
 pub mod console;
 pub mod daytona;
 pub mod domains;
@@ -53,7 +54,7 @@ use utoipa::OpenApi;
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
           callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune,
           templates::create, templates::list, templates::get, templates::delete, templates::logs,
-          templates::snapshot),
+          templates::snapshot, cluster::status),
     components(schemas(sandboxd_api_types::ApiError)),
     modifiers(&BearerAuth, &SharedResponses)
 )]
@@ -91,6 +92,9 @@ pub fn router(
     metrics: metrics::Metrics,
     proxy: Arc<Proxy>,
 ) -> Router {
+    let forwarding = service
+        .cluster()
+        .map(|c| cluster::Forwarding::new(c.clone(), service.clone(), proxy.clone()));
     let e2b = e2b::router(service.clone(), auth.clone());
     let daytona = daytona::router(service.clone(), auth.clone());
     let mcp = Router::new()
@@ -104,6 +108,7 @@ pub fn router(
         .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/admin/reconcile", post(v1::reconcile))
+        .route("/cluster", get(cluster::status))
         .route_layer(middleware::from_fn(auth::admin_only));
     let sandboxes = Router::new()
         .merge(admin)
@@ -200,6 +205,7 @@ pub fn router(
             proxy,
             sandboxd_proxy::middleware,
         ))
+        .layer(middleware::from_fn_with_state(forwarding, cluster::forward))
         .layer(middleware::from_fn(e2b::unroute_control_calls))
 }
 

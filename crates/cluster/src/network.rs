@@ -65,9 +65,11 @@ impl std::fmt::Display for CallError {
 impl std::error::Error for CallError {}
 
 impl PeerClient {
-    /// A client sending `secret`.
-    pub fn new(secret: &str) -> Self {
+    /// A client sending `secret`, its connections leaving from `local` when given (so firewall rules
+    /// between members' addresses hold for them).
+    pub fn new(secret: &str, local: Option<std::net::IpAddr>) -> Self {
         let http = reqwest::Client::builder()
+            .local_address(local)
             .connect_timeout(Duration::from_secs(2))
             .pool_idle_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)

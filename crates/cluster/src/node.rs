@@ -179,7 +179,8 @@ impl Cluster {
         }
         .validate()
         .map_err(|e| ClusterError::Start(e.to_string()))?;
-        let client = PeerClient::new(&config.secret);
+        let local = Some(config.listen.ip()).filter(|ip| !ip.is_unspecified());
+        let client = PeerClient::new(&config.secret, local);
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
@@ -275,16 +276,15 @@ impl Cluster {
             .collect()
     }
 
+    /// Whether this node's log holds any membership (it was initialized, or joined, before).
+    pub async fn is_initialized(&self) -> bool {
+        self.inner.raft.is_initialized().await.unwrap_or(false)
+    }
+
     /// Makes this node a cluster of one (`--cluster-init`). A node that is a member already is left
     /// as it is.
     pub async fn initialize(&self) -> Result<(), ClusterError> {
-        if self
-            .inner
-            .raft
-            .is_initialized()
-            .await
-            .map_err(|e| ClusterError::Init(e.to_string()))?
-        {
+        if self.is_initialized().await {
             return Ok(());
         }
         let members = BTreeMap::from([(self.id(), self.member().clone())]);

@@ -80,8 +80,6 @@ pub struct Placement {
     pub owner: NodeId,
     /// Its name ("" when unnamed).
     pub name: String,
-    /// Its E2B create fingerprint, if its create had one.
-    pub fingerprint: Option<String>,
     /// Custom hostnames bound to it.
     pub hostnames: Vec<String>,
     /// Where it stands.
@@ -99,13 +97,16 @@ impl Placement {
     }
 }
 
-/// An E2B create fingerprint's holder and until when a duplicate replays it.
+/// The node every E2B create with one fingerprint is sent to, until when.
+///
+/// The node's own store dedupes the creates it is sent (its `request_idempotency` claim, as on a
+/// single node); the log only makes every duplicate, whichever node it arrives at, go to that node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FingerprintHold {
-    /// The sandbox the first create made.
-    pub sandbox_id: String,
-    /// Until when a duplicate is answered with it (proposer time, Unix ms).
+    /// The node the first create was routed to.
+    pub owner: NodeId,
+    /// Until when duplicates are routed there (proposer time, Unix ms).
     pub until_ms: i64,
 }
 
@@ -131,13 +132,19 @@ pub enum Command {
     },
     /// `node` destroyed what it ran for placements lost in `epoch`; the mark goes.
     Recovered { node: NodeId, epoch: u64 },
-    /// Reserve sandbox `id` on `owner`, with its name and (E2B) fingerprint.
+    /// Reserve sandbox `id` on `owner`, with its name.
     #[serde(rename_all = "camelCase")]
     Reserve {
         id: String,
         owner: NodeId,
         name: String,
-        fingerprint: Option<String>,
+        at_ms: i64,
+    },
+    /// Route E2B creates with `fingerprint` to `owner` for `replay_ms`, unless a live node holds it.
+    #[serde(rename_all = "camelCase")]
+    RouteFingerprint {
+        fingerprint: String,
+        owner: NodeId,
         replay_ms: i64,
         at_ms: i64,
     },
@@ -163,9 +170,8 @@ pub enum Outcome {
     NameTaken { holder: String },
     /// The hostname is bound to another live sandbox.
     HostnameTaken { holder: String },
-    /// A create with this fingerprint already made `sandbox_id` on `owner`, inside its window.
-    #[serde(rename_all = "camelCase")]
-    Duplicate { sandbox_id: String, owner: NodeId },
+    /// Creates with this fingerprint go to `owner` (the proposed node, or the one that held it).
+    Routed { owner: NodeId },
     /// The sandbox is not placed (or no longer live).
     UnknownSandbox,
     /// The owner is marked lost (or unknown): nothing is placed on it.
@@ -184,7 +190,7 @@ pub struct ClusterState {
     pub names: BTreeMap<String, String>,
     /// Custom hostname → the live sandbox it is bound to.
     pub hostnames: BTreeMap<String, String>,
-    /// E2B create fingerprint → its holder.
+    /// E2B create fingerprint → the node its creates go to.
     pub fingerprints: BTreeMap<String, FingerprintHold>,
 }
 
@@ -224,10 +230,14 @@ impl ClusterState {
                 id,
                 owner,
                 name,
+                at_ms,
+            } => self.reserve(id, *owner, name, *at_ms),
+            Command::RouteFingerprint {
                 fingerprint,
+                owner,
                 replay_ms,
                 at_ms,
-            } => self.reserve(id, *owner, name, fingerprint.as_deref(), *replay_ms, *at_ms),
+            } => self.route_fingerprint(fingerprint, *owner, *replay_ms, *at_ms),
             Command::Commit { id } => match self.placements.get_mut(id) {
                 Some(p) if p.state == PlacementState::Reserved => {
                     p.state = PlacementState::Placed;
@@ -276,15 +286,32 @@ impl ClusterState {
         }
     }
 
-    fn reserve(
+    fn route_fingerprint(
         &mut self,
-        id: &str,
+        fingerprint: &str,
         owner: NodeId,
-        name: &str,
-        fingerprint: Option<&str>,
         replay_ms: i64,
         at_ms: i64,
     ) -> Outcome {
+        self.fingerprints.retain(|_, hold| hold.until_ms > at_ms);
+        if let Some(hold) = self.fingerprints.get(fingerprint) {
+            return Outcome::Routed { owner: hold.owner };
+        }
+        match self.nodes.get(&owner) {
+            Some(record) if !record.lost => {}
+            _ => return Outcome::OwnerUnavailable,
+        }
+        self.fingerprints.insert(
+            fingerprint.to_string(),
+            FingerprintHold {
+                owner,
+                until_ms: at_ms.saturating_add(replay_ms),
+            },
+        );
+        Outcome::Routed { owner }
+    }
+
+    fn reserve(&mut self, id: &str, owner: NodeId, name: &str, at_ms: i64) -> Outcome {
         if let Some(existing) = self.placements.get(id) {
             // A retry of this very reservation answers as the first did.
             return if existing.owner == owner && existing.name == name && existing.is_live() {
@@ -299,19 +326,6 @@ impl ClusterState {
             Some(record) if !record.lost => record.epoch,
             _ => return Outcome::OwnerUnavailable,
         };
-        self.fingerprints.retain(|_, hold| hold.until_ms > at_ms);
-        if let Some(hold) = fingerprint.and_then(|f| self.fingerprints.get(f)) {
-            if let Some(p) = self
-                .placements
-                .get(&hold.sandbox_id)
-                .filter(|p| p.is_live())
-            {
-                return Outcome::Duplicate {
-                    sandbox_id: hold.sandbox_id.clone(),
-                    owner: p.owner,
-                };
-            }
-        }
         if !name.is_empty() {
             if let Some(holder) = self.names.get(name) {
                 return Outcome::NameTaken {
@@ -320,21 +334,11 @@ impl ClusterState {
             }
             self.names.insert(name.to_string(), id.to_string());
         }
-        if let Some(f) = fingerprint {
-            self.fingerprints.insert(
-                f.to_string(),
-                FingerprintHold {
-                    sandbox_id: id.to_string(),
-                    until_ms: at_ms.saturating_add(replay_ms),
-                },
-            );
-        }
         self.placements.insert(
             id.to_string(),
             Placement {
                 owner,
                 name: name.to_string(),
-                fingerprint: fingerprint.map(str::to_string),
                 hostnames: Vec::new(),
                 state: PlacementState::Reserved,
                 reserved_at_ms: at_ms,
@@ -353,6 +357,8 @@ impl ClusterState {
         }
         record.lost = true;
         record.epoch += 1;
+        // Duplicates of its creates go wherever the next one is placed.
+        self.fingerprints.retain(|_, hold| hold.owner != node);
         let owned: Vec<String> = self
             .placements
             .iter()
@@ -384,11 +390,6 @@ impl ClusterState {
                 self.hostnames.remove(hostname);
             }
         }
-        if let Some(f) = &p.fingerprint {
-            if self.fingerprints.get(f).is_some_and(|h| h.sandbox_id == id) {
-                self.fingerprints.remove(f);
-            }
-        }
     }
 
     /// The live sandbox holding `name`, if any.
@@ -404,9 +405,9 @@ impl ClusterState {
             .map(|p| p.owner)
     }
 
-    /// Every index agrees with the placements: each name, hostname and fingerprint points at a live
-    /// placement that records it, and no live placement's name is missing from the index. The unit
-    /// tests run it after every entry.
+    /// Every index agrees with the placements: each name and hostname points at a live placement that
+    /// records it, no live placement's name is missing from the index, and every fingerprint routes to
+    /// a node that is not lost. The unit tests run it after every entry.
     pub fn check_invariants(&self) -> Result<(), String> {
         for (name, id) in &self.names {
             match self.placements.get(id) {
@@ -429,14 +430,11 @@ impl ClusterState {
             }
         }
         for (f, hold) in &self.fingerprints {
-            match self.placements.get(&hold.sandbox_id) {
-                Some(p) if p.is_live() && p.fingerprint.as_deref() == Some(f.as_str()) => {}
-                _ => {
-                    return Err(format!(
-                        "fingerprint {f:?} points at {}, which does not hold it",
-                        hold.sandbox_id
-                    ))
-                }
+            if self.nodes.get(&hold.owner).is_none_or(|r| r.lost) {
+                return Err(format!(
+                    "fingerprint {f:?} routes to node {}, which is lost or unknown",
+                    hold.owner
+                ));
             }
         }
         for (id, p) in self.placements.iter().filter(|(_, p)| p.is_live()) {
@@ -470,8 +468,6 @@ mod tests {
             id: id.into(),
             owner,
             name: name.into(),
-            fingerprint: None,
-            replay_ms: 0,
             at_ms,
         }
     }
@@ -528,13 +524,11 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_fingerprint_inside_window_replays_the_first_sandbox() {
+    fn duplicate_fingerprints_inside_the_window_go_to_the_first_node() {
         let mut state = ClusterState::default();
-        let with_fp = |id: &str, at_ms| Command::Reserve {
-            id: id.into(),
-            owner: 1,
-            name: String::new(),
-            fingerprint: Some("fp".into()),
+        let route = |owner, at_ms| Command::RouteFingerprint {
+            fingerprint: "fp".into(),
+            owner,
             replay_ms: 100,
             at_ms,
         };
@@ -542,21 +536,29 @@ mod tests {
             &mut state,
             &[
                 lease(1, 0),
-                with_fp("a", 10),
-                with_fp("b", 50),
-                with_fp("c", 200),
+                lease(2, 0),
+                route(1, 10),
+                route(2, 50),
+                route(2, 200),
+                Command::MarkLost {
+                    node: 2,
+                    at_ms: 10_000,
+                    grace_ms: 0,
+                },
+                route(1, 10_001),
+                route(2, 10_002),
             ],
         );
-        assert_eq!(outcomes[1], Outcome::Applied);
+        assert_eq!(outcomes[2], Outcome::Routed { owner: 1 });
         assert_eq!(
-            outcomes[2],
-            Outcome::Duplicate {
-                sandbox_id: "a".into(),
-                owner: 1
-            }
+            outcomes[3],
+            Outcome::Routed { owner: 1 },
+            "inside the window"
         );
-        // Past the window the fingerprint is free again.
-        assert_eq!(outcomes[3], Outcome::Applied);
+        assert_eq!(outcomes[4], Outcome::Routed { owner: 2 }, "past the window");
+        // A lost node's holds go with it.
+        assert_eq!(outcomes[6], Outcome::Routed { owner: 1 });
+        assert_eq!(outcomes[7], Outcome::Routed { owner: 1 });
     }
 
     #[test]

@@ -66,8 +66,6 @@ async fn racing_name_claims_from_every_node_have_one_winner() {
                 id: format!("sb{i}"),
                 owner: n.id(),
                 name: "shared".into(),
-                fingerprint: None,
-                replay_ms: 0,
                 at_ms: i as i64,
             })
             .await

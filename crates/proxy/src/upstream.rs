@@ -20,6 +20,9 @@ use tokio::net::{TcpStream, UnixStream};
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Upstream {
     Tcp(SocketAddr),
+    /// A TCP address dialed from a given local address (cluster members' forwarding, so that firewall
+    /// rules between hosts' addresses hold for it).
+    TcpFrom(SocketAddr, std::net::IpAddr),
     Unix(PathBuf),
 }
 
@@ -27,6 +30,7 @@ impl fmt::Display for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Upstream::Tcp(addr) => write!(f, "tcp:{addr}"),
+            Upstream::TcpFrom(addr, local) => write!(f, "tcp:{addr} from {local}"),
             Upstream::Unix(path) => write!(f, "unix:{}", path.display()),
         }
     }
@@ -38,6 +42,16 @@ impl Upstream {
         match self {
             Upstream::Tcp(addr) => {
                 let stream = TcpStream::connect(addr).await?;
+                stream.set_nodelay(true)?;
+                Ok(UpstreamStream::Tcp(stream))
+            }
+            Upstream::TcpFrom(addr, local) => {
+                let socket = match addr {
+                    SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                    SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+                };
+                socket.bind(SocketAddr::new(*local, 0))?;
+                let stream = socket.connect(*addr).await?;
                 stream.set_nodelay(true)?;
                 Ok(UpstreamStream::Tcp(stream))
             }

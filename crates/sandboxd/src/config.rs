@@ -165,6 +165,41 @@ pub struct ServeConfig {
     /// seconds.
     #[arg(long, env = "SB_WEBHOOK_MAX_TOTAL_SECS", default_value_t = 3600)]
     pub webhook_max_total_secs: u64,
+    /// Cluster mode: the address this node's cluster RPC listens on (peers' Raft traffic, joins).
+    /// Without it the daemon is a single node and every other cluster flag is refused.
+    #[arg(long, env = "SB_CLUSTER_LISTEN")]
+    pub cluster_listen: Option<SocketAddr>,
+    /// Cluster mode: a file holding the secret every member shares (at least 16 characters); every
+    /// RPC carries it and a call without it is refused and logged.
+    #[arg(long, env = "SB_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Cluster mode: make this node a new cluster of one (the first node, once). A node that is a
+    /// member already ignores it.
+    #[arg(long, env = "SB_CLUSTER_INIT", conflicts_with = "join")]
+    pub cluster_init: bool,
+    /// Cluster mode: join the cluster through the member whose cluster listener is at this address
+    /// (added as a learner, then as a voter). A node that is a member already ignores it.
+    #[arg(long, env = "SB_JOIN")]
+    pub join: Option<String>,
+    /// Cluster mode: the `host:port` peers reach this node's cluster listener at (default: the
+    /// address of --cluster-listen).
+    #[arg(long, env = "SB_CLUSTER_ADVERTISE")]
+    pub cluster_advertise: Option<String>,
+    /// Cluster mode: the `host:port` other members forward API calls to (default: the address of
+    /// --listen).
+    #[arg(long, env = "SB_API_ADVERTISE")]
+    pub api_advertise: Option<String>,
+    /// Cluster mode: how long a node's lease holds, milliseconds (renewed every third of it).
+    #[arg(long, env = "SB_CLUSTER_LEASE_MS", default_value_t = 3000)]
+    pub cluster_lease_ms: u64,
+    /// Cluster mode: how long past its lease a node is marked lost (its sandboxes `lost`, their names
+    /// released), milliseconds.
+    #[arg(long, env = "SB_CLUSTER_GRACE_MS", default_value_t = 5000)]
+    pub cluster_grace_ms: u64,
+    /// Cluster mode: how long a write waits for the log to commit before answering 503
+    /// `cluster_unavailable`, milliseconds.
+    #[arg(long, env = "SB_CLUSTER_WRITE_TIMEOUT_MS", default_value_t = 5000)]
+    pub cluster_write_timeout_ms: u64,
 }
 
 /// `ADDR[:PORT]` of a resolver: an IPv4 or IPv6 address (`[v6]:PORT` with a port), port 53 unless

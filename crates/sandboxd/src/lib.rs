@@ -9,6 +9,7 @@
 //! next start.
 
 pub mod callback;
+pub mod cluster;
 pub mod config;
 pub mod identity;
 pub mod mcp;
@@ -35,7 +36,7 @@ pub fn run(cli: Cli) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SB_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,netlink_packet_route=error")
+                tracing_subscriber::EnvFilter::new("info,netlink_packet_route=error,openraft=error")
             }),
         )
         .with_writer(std::io::stderr)
@@ -191,6 +192,19 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     // After adoption: a `starting` sandbox a previous daemon left has no create waiting for it and was
     // failed above; its agent's retry, if any, is refused.
     let callbacks = callback::serve(&callback_dir, service.clone())?;
+    // Cluster mode: the node joins before the API serves, so the router forwards from the first
+    // request on.
+    let capacity = match cluster::start(&config, &data_dir).await? {
+        Some(node) => {
+            service.attach_cluster(node.clone());
+            Some(tokio::spawn(cluster::report_capacity(
+                node,
+                service.clone(),
+                data_dir.clone(),
+            )))
+        }
+        None => None,
+    };
     let proxy = Arc::new(sandboxd_proxy::Proxy::new(
         config.domain.clone(),
         Arc::new(sandboxd_service::domains::DomainResolver(service.clone())),
@@ -249,6 +263,12 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     callbacks.abort();
     if let Some(reconciler) = reconciler {
         reconciler.abort();
+    }
+    if let Some(capacity) = capacity {
+        capacity.abort();
+    }
+    if let Some(node) = service.cluster() {
+        node.shutdown().await;
     }
     if let Some(tls) = tls {
         tls.abort();

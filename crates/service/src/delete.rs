@@ -59,6 +59,8 @@ impl Service {
                 "sandbox {id} not found (it is being deleted)"
             )));
         }
+        // Cluster mode: the name goes cluster-wide too, before the answer (`crate::cluster`).
+        self.release_placement(&id).await;
         crate::failpoints::hold("delete.after-mark").await;
         self.forget_endpoint(&id);
         self.runtime().halt(&id).await?;

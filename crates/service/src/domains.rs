@@ -126,10 +126,20 @@ impl Service {
         let hostname = self.validate_hostname(&req.hostname)?;
         let sandbox = self.get(key).await?;
         let id = sandbox.id.clone();
-        let outcome = self
+        // Cluster mode: the log decides first (`crate::cluster`); a local refusal gives it back.
+        self.bind_hostname_in_log(&hostname, &id).await?;
+        let (host, rid) = (hostname.clone(), id.clone());
+        let outcome = match self
             .writer()
-            .write(move |tx| tx.bind_domain(&hostname, &id, req.port, unix_millis_now()))
-            .await?;
+            .write(move |tx| tx.bind_domain(&host, &rid, req.port, unix_millis_now()))
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                self.unbind_hostname_in_log(&hostname, &id).await;
+                return Err(e.into());
+            }
+        };
         if let BindOutcome::Rebound { previous_port, .. } = &outcome {
             tracing::info!(sandbox_id = %sandbox.id, hostname = %outcome.binding().hostname, previous_port, port = req.port, "domain moved to another port");
         }
@@ -157,6 +167,7 @@ impl Service {
             .write(move |tx| tx.unbind_domain(&host, &id))
             .await?;
         if removed {
+            self.unbind_hostname_in_log(hostname, &sandbox.id).await;
             Ok(())
         } else {
             Err(ServiceError::NotFound(format!(

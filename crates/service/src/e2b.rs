@@ -62,6 +62,10 @@ pub const CREATE_KEY_SCOPE: &str = "e2b.create.key";
 pub const PENDING_TTL: Duration = Duration::from_secs(120);
 /// How long a completed create is replayed to duplicates.
 pub const REPLAY_WINDOW: Duration = Duration::from_secs(10);
+/// Cluster mode: how long E2B creates with one fingerprint all go to the node the first went to — as
+/// long as that node's own claim may be pending and then replayed ([`crate::cluster`]).
+pub const ROUTE_WINDOW: Duration =
+    Duration::from_secs(PENDING_TTL.as_secs() + REPLAY_WINDOW.as_secs());
 /// How often a duplicate polls an in-flight create.
 pub const POLL_EVERY: Duration = Duration::from_millis(50);
 /// Length of the ids of sandboxes the E2B create makes.

@@ -42,6 +42,10 @@ pub enum ServiceError {
     /// The Idempotency-Key was used before for a different request.
     #[error("this Idempotency-Key was used for a different request")]
     KeyReused,
+    /// Cluster mode: the replicated log could not decide (no quorum, no leader, or this node holds
+    /// no lease); nothing was created. Worth retrying.
+    #[error("the cluster cannot take writes now: {0}")]
+    ClusterUnavailable(String),
     /// A pool (network slots, host ports) is exhausted.
     #[error("{0}")]
     Exhausted(String),

@@ -14,6 +14,7 @@
 pub mod api_keys;
 pub mod builds;
 pub mod builtin;
+pub mod cluster;
 pub mod code;
 mod delete;
 pub mod domains;
@@ -158,6 +159,7 @@ struct Inner {
     readiness: readiness::Waiters,
     agent_events: readiness::Tally,
     e2b_failures: e2b::FailedAttempts,
+    cluster: std::sync::OnceLock<sandboxd_cluster::Cluster>,
 }
 
 impl Service {
@@ -184,6 +186,7 @@ impl Service {
                 readiness: Default::default(),
                 agent_events: Default::default(),
                 e2b_failures: Default::default(),
+                cluster: Default::default(),
             }),
         }
     }

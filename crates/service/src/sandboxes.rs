@@ -240,6 +240,8 @@ impl Service {
             disk_mb: plan.disk_mb as u32,
             owner: plan.owner.clone(),
         };
+        // Cluster mode: the name is the log's to give first (`crate::cluster`).
+        self.reserve_placement(&id, &plan.name).await?;
         let slots = self.config().net_slots;
         let admitted = self
             .writer()
@@ -259,8 +261,16 @@ impl Service {
                 let created = emit(tx, SANDBOX_CREATED, Some(&id), data.unwrap_or_default())?;
                 Ok(Ok((slot, created)))
             })
-            .await?;
-        let (slot, created) = admitted?;
+            .await
+            .map_err(ServiceError::from)
+            .and_then(|admitted| admitted);
+        let (slot, created) = match admitted {
+            Ok(admitted) => admitted,
+            Err(e) => {
+                self.release_placement(&id).await;
+                return Err(e);
+            }
+        };
         self.publish([created]);
         crate::failpoints::hold("create.after-insert").await;
         let slot = match self.free_slot(&id, slot).await {
@@ -326,6 +336,7 @@ impl Service {
         if let Err(e) = started {
             return Err(self.undo_create(&id, e).await);
         }
+        self.commit_placement(&id).await;
         crate::failpoints::hold("create.after-runtime").await;
         // Its own task: the deadline holds even if this caller goes away.
         let svc = self.clone();
@@ -431,6 +442,7 @@ impl Service {
         if let Ok(failed) = failed {
             self.publish(failed);
         }
+        self.release_placement(id).await;
         e
     }
 

@@ -56,6 +56,16 @@ fn detail(service: &Service, sandbox: &Sandbox) -> SandboxBody {
     SandboxBody::detail(sandbox, service.config())
 }
 
+/// The dedupe fingerprint of an E2B create body ([`sandboxd_service::e2b::E2bCreate::fingerprint`]),
+/// or `None` for a body the create would refuse.
+pub(crate) fn create_fingerprint(
+    body: &[u8],
+    default_timeout: std::time::Duration,
+) -> Option<String> {
+    let req = parse::<NewSandbox>(body).ok()?.into_create().ok()?;
+    Some(req.normalized(default_timeout).fingerprint())
+}
+
 /// `POST /sandboxes`, `POST /v2/sandboxes`: create, deduplicated by body (see
 /// [`sandboxd_service::e2b`]) and, when the request carries one, by `Idempotency-Key`.
 pub async fn create(

@@ -112,6 +112,8 @@ pub struct Setup {
     /// `--net-slot-base` and `--net-slots` instead of the block the daemon holds (to make daemons
     /// meet on purpose).
     pub slots: Option<(u32, u32)>,
+    /// The address of `--listen` (with a free port); a cluster test gives each node its own.
+    pub listen_ip: std::net::Ipv4Addr,
 }
 
 impl Default for Setup {
@@ -125,6 +127,7 @@ impl Default for Setup {
             args: Vec::new(),
             env: Vec::new(),
             slots: None,
+            listen_ip: std::net::Ipv4Addr::LOCALHOST,
         }
     }
 }
@@ -286,7 +289,7 @@ impl Daemon {
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
+            .arg(format!("{}:{}", self.setup.listen_ip, self.port))
             .arg("--cgroup-parent")
             .arg(self.setup.cgroup_parent)
             .arg("--net-slot-base")
@@ -356,9 +359,9 @@ impl Daemon {
         }
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://ADDR:PORT` of `--listen`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.addr())
     }
 
     /// The URL of `path` (which starts with `/`).
@@ -373,7 +376,7 @@ impl Daemon {
 
     /// The listen address.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::from((self.setup.listen_ip, self.port))
     }
 
     /// The admin token.

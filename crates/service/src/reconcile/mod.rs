@@ -36,12 +36,14 @@
 //! | network slot leased to a `failed`/`lost` sandbox | [`slots`] | released once the runtime has no trace of it |
 //! | image `pulling`, stuck and not pulled by this process | [`images`] | row and claim deleted (the next need pulls again) |
 //! | template `building`, stuck and not built by this process | [`templates`] | `failed` (the name may be built again) |
+//! | cluster: placement of this node without a live row, or a row whose placement was lost | [`placements`] | placement released; sandbox deleted; lost mark cleared |
 //!
 //! Where they run: at start-up ([`Service::adopt`] is one pass), on the daemon's timer, and on demand
 //! (`POST /v1/admin/reconcile`).
 
 pub mod claims;
 pub mod images;
+pub mod placements;
 pub mod ports;
 pub mod sandboxes;
 pub mod slots;
@@ -125,13 +127,14 @@ pub trait Reconciler: Send + Sync {
 /// Every reconciler, in the order [`Service::reconcile_all`] runs them: abandoned claims first (they
 /// delete whole sandboxes), then sandboxes (which settle rows to `failed`/`lost`), then what hangs off
 /// sandboxes (ports, then the slots of settled rows).
-pub const RECONCILERS: [&'static dyn Reconciler; 6] = [
+pub const RECONCILERS: [&'static dyn Reconciler; 7] = [
     &claims::ClaimReconciler,
     &images::ImageReconciler,
     &templates::TemplateReconciler,
     &sandboxes::SandboxReconciler,
     &ports::PortReconciler,
     &slots::SlotReconciler,
+    &placements::PlacementReconciler,
 ];
 
 /// A transitional state the schema allows: a record in it is between two stable states and waits on

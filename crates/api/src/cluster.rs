@@ -1,0 +1,448 @@
+//! Cluster mode at the HTTP edge: every call served on the node that owns its sandbox, forwarded once.
+//!
+//! Contract ([`forward`], a middleware outside the sandbox proxy, on every surface):
+//! - A request carrying [`FORWARDED_HEADER`] is served here, whatever it names: a request is
+//!   forwarded at most once and never in a loop.
+//! - A per-sandbox call — `/v1/sandboxes/{key}/…`, E2B `/sandboxes/{id}/…` and `/v2/sandboxes/{id}/…`,
+//!   Daytona `/api/sandbox/{key}/…` and `/api/toolbox/{id}/…`, and proxy requests (`{port}-{id}.{domain}`
+//!   hosts, `E2b-Sandbox-Id` headers) — whose sandbox the log places on another node (by id, or by a
+//!   name the log gives to one) is forwarded to that node's API and answered from there, bodies and
+//!   upgrades streamed. Unknown keys are served here (and answer 404 here).
+//! - A create (`POST /v1/sandboxes`, E2B `POST /sandboxes`, Daytona `POST /api/sandbox`) is placed
+//!   ([`sandboxd_cluster::placement`]) and forwarded to the chosen node, which reserves and creates.
+//! - A list (`GET` of those roots) without a cursor is asked of every member and merged; a member that
+//!   does not answer is left out (and logged). A list with a cursor pages this node only.
+//! - The owner authenticates every forwarded call itself: forwarding grants nothing.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, Method, StatusCode};
+use sandboxd_api_types as api;
+use sandboxd_cluster::placement::{self, Need};
+use sandboxd_cluster::{Cluster, NodeId};
+use sandboxd_proxy::{Proxy, Resolver, RouteError, Target, Upstream};
+use sandboxd_service::Service;
+use std::sync::Arc;
+
+/// Marks a request another node forwarded (its value: that node's id).
+pub const FORWARDED_HEADER: &str = "x-sandboxd-forwarded";
+/// Largest list answer a member may send for a merge.
+const LIST_LIMIT: usize = 64 << 20;
+
+/// What the forwarding layer needs.
+#[derive(Clone)]
+pub struct Forwarding {
+    cluster: Cluster,
+    service: Service,
+    /// Finds the sandbox a proxy request is for.
+    sandboxes: Arc<Proxy>,
+    /// Sends requests to members' APIs.
+    nodes: Arc<Proxy>,
+}
+
+impl Forwarding {
+    /// Forwarding for `cluster`; `sandboxes` is the daemon's sandbox proxy.
+    pub fn new(cluster: Cluster, service: Service, sandboxes: Arc<Proxy>) -> Self {
+        let nodes = Arc::new(Proxy::new(
+            sandboxes.domain().to_string(),
+            Arc::new(Members(cluster.clone())),
+        ));
+        Self {
+            cluster,
+            service,
+            sandboxes,
+            nodes,
+        }
+    }
+}
+
+/// Names a member's API listener: the target's `sandbox_id` carries the node id.
+struct Members(Cluster);
+
+#[async_trait::async_trait]
+impl Resolver for Members {
+    async fn upstream(&self, target: &Target) -> Result<Upstream, RouteError> {
+        let member = target
+            .sandbox_id
+            .parse::<NodeId>()
+            .ok()
+            .and_then(|id| self.0.members().get(&id).cloned())
+            .ok_or_else(|| {
+                RouteError::Unavailable(format!("node {} is not a member", target.sandbox_id))
+            })?;
+        let addr = tokio::net::lookup_host(&member.api_addr)
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                RouteError::Unavailable(format!(
+                    "node address {} does not resolve",
+                    member.api_addr
+                ))
+            })?;
+        // Dialed from this node's own API address, as a request between hosts would be.
+        let local = tokio::net::lookup_host(&self.0.member().api_addr)
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip())
+            .filter(|ip| !ip.is_unspecified());
+        Ok(match local {
+            Some(local) => Upstream::TcpFrom(addr, local),
+            None => Upstream::Tcp(addr),
+        })
+    }
+}
+
+/// Where a request is served.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Here,
+    Owner(String),
+    Place,
+    Merge,
+}
+
+const SANDBOX_ROOTS: [&str; 5] = [
+    "/v1/sandboxes",
+    "/sandboxes",
+    "/v2/sandboxes",
+    "/api/sandbox",
+    "/api/toolbox",
+];
+const CREATE_ROOTS: [&str; 4] = [
+    "/v1/sandboxes",
+    "/sandboxes",
+    "/v2/sandboxes",
+    "/api/sandbox",
+];
+const LIST_ROOTS: [&str; 4] = [
+    "/v1/sandboxes",
+    "/sandboxes",
+    "/v2/sandboxes",
+    "/api/sandbox",
+];
+
+/// The route of a request by its method and path alone (proxy requests are found before).
+fn route_of(method: &Method, path: &str) -> Route {
+    let path = path.trim_end_matches('/');
+    if *method == Method::POST && CREATE_ROOTS.contains(&path) {
+        return Route::Place;
+    }
+    if *method == Method::GET && LIST_ROOTS.contains(&path) {
+        return Route::Merge;
+    }
+    for root in SANDBOX_ROOTS {
+        if let Some(rest) = path.strip_prefix(root).and_then(|r| r.strip_prefix('/')) {
+            let key = rest.split('/').next().unwrap_or_default();
+            // Daytona's `/api/sandbox/paginated` and the like are lists, not sandboxes.
+            if !key.is_empty() && key != "paginated" {
+                return Route::Owner(key.to_string());
+            }
+        }
+    }
+    Route::Here
+}
+
+/// The middleware: see the module doc.
+pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Next) -> Response {
+    let Some(f) = f else {
+        return next.run(req).await;
+    };
+    if req.headers().contains_key(FORWARDED_HEADER) {
+        return next.run(req).await;
+    }
+    let bound = host_of(&req).and_then(|host| f.cluster.read(|s| s.hostnames.get(&host).cloned()));
+    let route = match (f.sandboxes.target_of_request(&req), bound) {
+        (Some(target), _) => Route::Owner(target.sandbox_id),
+        (None, Some(id)) => Route::Owner(id),
+        (None, None) => route_of(req.method(), req.uri().path()),
+    };
+    let me = f.cluster.id();
+    match route {
+        Route::Here => next.run(req).await,
+        Route::Owner(key) => {
+            let owner = f.cluster.read(|s| {
+                s.owner_of(&key)
+                    .or_else(|| s.holder_of_name(&key).and_then(|id| s.owner_of(id)))
+            });
+            match owner {
+                Some(owner) if owner != me => to_node(&f, owner, req).await,
+                _ => next.run(req).await,
+            }
+        }
+        Route::Place => {
+            let chosen = f
+                .cluster
+                .read(|s| placement::choose(s, &Need::default(), sandboxd_cluster::node::now_ms()));
+            let (req, chosen) = match E2B_CREATES.contains(&req.uri().path().trim_end_matches('/'))
+            {
+                true => match route_e2b_create(&f, req, chosen.unwrap_or(me)).await {
+                    Ok((req, owner)) => (req, Some(owner)),
+                    Err(refused) => return refused,
+                },
+                false => (req, chosen),
+            };
+            match chosen {
+                Some(node) if node != me => to_node(&f, node, req).await,
+                _ => next.run(req).await,
+            }
+        }
+        Route::Merge if has_cursor(req.uri()) => next.run(req).await,
+        Route::Merge => merge(&f, req, next).await,
+    }
+}
+
+/// E2B's create paths: their creates are routed by fingerprint.
+const E2B_CREATES: [&str; 2] = ["/sandboxes", "/v2/sandboxes"];
+
+/// Where an E2B create goes: the node every create with its fingerprint goes to
+/// ([`Service::route_fingerprint`]), `chosen` for the first. A body that does not parse goes to
+/// `chosen`, whose handler refuses it.
+async fn route_e2b_create(
+    f: &Forwarding,
+    req: Request,
+    chosen: NodeId,
+) -> Result<(Request, NodeId), Response> {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, crate::JSON_LIMIT)
+        .await
+        .map_err(|_| {
+            crate::error::Error::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("a create body is at most {} bytes", crate::JSON_LIMIT),
+            )
+            .into_response()
+        })?;
+    let default_timeout = f.service.config().default_timeout;
+    let owner = match crate::e2b::handlers::create_fingerprint(&bytes, default_timeout) {
+        Some(fingerprint) => f
+            .service
+            .route_fingerprint(&fingerprint, chosen)
+            .await
+            .map_err(|e| crate::e2b::error::E2bError::from(e).into_response())?,
+        None => chosen,
+    };
+    Ok((Request::from_parts(parts, Body::from(bytes)), owner))
+}
+
+/// The request's host, lowercase, without the port and a trailing dot.
+fn host_of(req: &Request) -> Option<String> {
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().host())?;
+    let host = host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    Some(host.trim_end_matches('.').to_ascii_lowercase())
+}
+
+fn has_cursor(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| matches!(kv.split('=').next(), Some("cursor" | "nextToken" | "page")))
+    })
+}
+
+/// The cluster as this node sees it (404 on a single node).
+#[utoipa::path(get, path = "/v1/cluster",
+    responses((status = 200, body = api::ClusterStatus),
+              (status = 403, body = api::ApiError, description = "a user key"),
+              (status = 404, body = api::ApiError, description = "the daemon runs as a single node")))]
+pub async fn status(
+    State(service): State<Service>,
+) -> Result<axum::Json<api::ClusterStatus>, crate::error::Error> {
+    let cluster = service.cluster().ok_or_else(|| {
+        crate::error::Error::new(
+            StatusCode::NOT_FOUND,
+            "not_clustered",
+            "this daemon runs as a single node (start it with --cluster-listen to form a cluster)",
+        )
+    })?;
+    let s = cluster.status();
+    Ok(axum::Json(api::ClusterStatus {
+        node_id: s.node_id,
+        leader_id: s.leader_id,
+        term: s.term,
+        applied_index: s.applied_index,
+        placements: s.placements as u64,
+        members: s
+            .members
+            .into_iter()
+            .map(|m| api::ClusterMember {
+                id: m.id,
+                cluster_addr: m.cluster_addr,
+                api_addr: m.api_addr,
+                role: m.role,
+                leader: m.leader,
+                health: m.health,
+                cpu_millis_free: m.capacity.cpu_millis,
+                memory_mb_free: m.capacity.memory_mb,
+                disk_mb_free: m.capacity.disk_mb,
+                slots_free: m.capacity.slots,
+                epoch: m.epoch,
+            })
+            .collect(),
+    }))
+}
+
+/// Sends `req` to `node` and streams its answer back.
+async fn to_node(f: &Forwarding, node: NodeId, mut req: Request) -> Response {
+    let me = HeaderValue::from_str(&f.cluster.id().to_string()).expect("digits are a header value");
+    req.headers_mut().insert(FORWARDED_HEADER, me);
+    let target = Target {
+        sandbox_id: node.to_string(),
+        port: 0,
+    };
+    match f.nodes.try_forward(&target, req).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::warn!(node_id = node, error = %e, "forwarding to the owner failed");
+            crate::error::Error::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cluster_unavailable",
+                format!("the node that owns this sandbox cannot be reached: {e}"),
+            )
+            .into_response()
+        }
+    }
+}
+
+/// Asks every member for the list and merges the answers.
+async fn merge(f: &Forwarding, req: Request, next: Next) -> Response {
+    let (parts, _) = req.into_parts();
+    let me = f.cluster.id();
+    let others: Vec<NodeId> = f
+        .cluster
+        .members()
+        .into_keys()
+        .filter(|n| *n != me)
+        .collect();
+    let remote = futures::future::join_all(others.iter().map(|node| {
+        let mut copy = Request::builder()
+            .method(parts.method.clone())
+            .uri(parts.uri.clone())
+            .body(Body::empty())
+            .expect("a copy of a valid request is valid");
+        *copy.headers_mut() = parts.headers.clone();
+        to_node(f, *node, copy)
+    }));
+    let local = next.run(Request::from_parts(parts.clone(), Body::empty()));
+    let (local, remote) = futures::join!(local, remote);
+    if !local.status().is_success() {
+        return local;
+    }
+    let (local_parts, body) = local.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, LIST_LIMIT).await else {
+        return crate::error::Error::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the local list did not read",
+        )
+        .into_response();
+    };
+    let Ok(mut merged) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Response::from_parts(local_parts, Body::from(bytes));
+    };
+    for (node, resp) in others.iter().zip(remote) {
+        if !resp.status().is_success() {
+            tracing::warn!(node_id = node, status = %resp.status(), "a member's list is left out");
+            continue;
+        }
+        let part = match axum::body::to_bytes(resp.into_body(), LIST_LIMIT).await {
+            Ok(b) => serde_json::from_slice::<serde_json::Value>(&b).ok(),
+            Err(_) => None,
+        };
+        match part {
+            Some(part) => append(&mut merged, part),
+            None => tracing::warn!(node_id = node, "a member's list did not parse; left out"),
+        }
+    }
+    let mut resp = axum::Json(merged).into_response();
+    *resp.status_mut() = local_parts.status;
+    resp
+}
+
+/// Appends the sandboxes of `part` to `into`: both arrays, or both objects with one array field
+/// (`sandboxes`, `items`).
+fn append(into: &mut serde_json::Value, part: serde_json::Value) {
+    use serde_json::Value;
+    match (into, part) {
+        (Value::Array(a), Value::Array(b)) => a.extend(b),
+        (Value::Object(a), Value::Object(mut b)) => {
+            for field in ["sandboxes", "items"] {
+                if let (Some(Value::Array(x)), Some(Value::Array(y))) =
+                    (a.get_mut(field), b.remove(field))
+                {
+                    x.extend(y);
+                }
+            }
+            if let (Some(Value::Number(x)), Some(Value::Number(y))) =
+                (a.get("total"), b.get("total"))
+            {
+                if let (Some(x), Some(y)) = (x.as_u64(), y.as_u64()) {
+                    a.insert("total".into(), Value::from(x + y));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_follow_the_surfaces_paths() {
+        let get = Method::GET;
+        let post = Method::POST;
+        assert_eq!(route_of(&post, "/v1/sandboxes"), Route::Place);
+        assert_eq!(route_of(&post, "/sandboxes"), Route::Place);
+        assert_eq!(route_of(&post, "/api/sandbox"), Route::Place);
+        assert_eq!(route_of(&get, "/v1/sandboxes"), Route::Merge);
+        assert_eq!(route_of(&get, "/v2/sandboxes"), Route::Merge);
+        assert_eq!(route_of(&get, "/api/sandbox"), Route::Merge);
+        assert_eq!(
+            route_of(&get, "/v1/sandboxes/sb1/files"),
+            Route::Owner("sb1".into())
+        );
+        assert_eq!(
+            route_of(&post, "/sandboxes/sb2/timeout"),
+            Route::Owner("sb2".into())
+        );
+        assert_eq!(
+            route_of(&get, "/api/toolbox/sb3/toolbox/files"),
+            Route::Owner("sb3".into())
+        );
+        assert_eq!(route_of(&get, "/api/sandbox/paginated"), Route::Here);
+        assert_eq!(route_of(&get, "/v1/images"), Route::Here);
+        assert_eq!(route_of(&get, "/v1/sandboxesx"), Route::Here);
+        assert_eq!(route_of(&get, "/health"), Route::Here);
+    }
+
+    #[test]
+    fn merged_lists_keep_every_members_sandboxes() {
+        let mut a = serde_json::json!({"sandboxes": [{"id": "a"}]});
+        append(
+            &mut a,
+            serde_json::json!({"sandboxes": [{"id": "b"}], "nextCursor": "x"}),
+        );
+        assert_eq!(
+            a,
+            serde_json::json!({"sandboxes": [{"id": "a"}, {"id": "b"}]})
+        );
+        let mut e = serde_json::json!([{"sandboxID": "a"}]);
+        append(&mut e, serde_json::json!([{"sandboxID": "b"}]));
+        assert_eq!(e.as_array().unwrap().len(), 2);
+    }
+}

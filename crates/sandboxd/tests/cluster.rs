@@ -1,0 +1,236 @@
+//! Cluster mode with real `sandboxd` processes: three members on 127.0.0.1–.3 in a network namespace
+//! of the test's own (`cluster_support`).
+
+mod cluster_support;
+mod common;
+
+use cluster_support::{History, TestCluster};
+use common::run_serially;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Longest one of these tests may run.
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn cluster_test<F, Fut>(test: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    run_serially(
+        &mut tokio::runtime::Builder::new_current_thread(),
+        Some(LIMIT),
+        test,
+    );
+}
+
+/// POSTs `body` to `path` on node `i`; answers the status and the JSON body.
+async fn post(c: &TestCluster, i: usize, path: &str, body: &Value) -> (u16, Value) {
+    let d = c.node(i);
+    let resp = d
+        .http()
+        .post(d.endpoint(path))
+        .json(body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {path} on node {i}: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Invariant (cluster-wide names, the seed's "Hazard 2"): of 100 creates of one name spread over
+/// three nodes, exactly one succeeds and 99 answer 409, and the name then maps to one sandbox on one
+/// node. Decided in `sandboxd_cluster::state::ClusterState::apply`, first committed entry wins.
+#[test]
+fn hundred_same_name_creates_over_three_nodes_make_one_sandbox() {
+    cluster_test(|| async {
+        let c = TestCluster::start(3, &[]).await;
+        let body = json!({"name": "only-one", "timeoutSec": 600});
+        let answers =
+            futures::future::join_all((0..100).map(|i| post(&c, i % 3, "/v1/sandboxes", &body)))
+                .await;
+        let mut history = History::default();
+        let mut conflicts = 0;
+        for (status, answer) in &answers {
+            match status {
+                201 => history.created(answer["id"].as_str().unwrap(), "only-one"),
+                409 => {
+                    assert_eq!(answer["code"], "name_conflict", "{answer}");
+                    conflicts += 1;
+                }
+                other => panic!("a create answered {other}: {answer}"),
+            }
+        }
+        assert_eq!(history.created.len(), 1, "exactly one create wins");
+        assert_eq!(conflicts, 99);
+        history.check(&c, &[0, 1, 2]).await;
+        // The name is found through every node.
+        let id = history.created.keys().next().unwrap().clone();
+        for i in 0..3 {
+            let got = c.node(i).get_json("/v1/sandboxes/only-one").await;
+            assert_eq!(got["id"], id.as_str(), "node {i}");
+        }
+        // Deleted through another node, the name is free cluster-wide at once.
+        let del = c
+            .node(2)
+            .http()
+            .delete(c.node(2).endpoint("/v1/sandboxes/only-one"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(del.status(), 204);
+        history.deleted(&id);
+        let (status, again) = post(&c, 1, "/v1/sandboxes", &body).await;
+        assert_eq!(status, 201, "{again}");
+        history.created(again["id"].as_str().unwrap(), "only-one");
+        history.check(&c, &[0, 1, 2]).await;
+    });
+}
+
+/// Invariant (cluster-wide E2B dedupe, past the seed's per-process one): 200 identical E2B creates
+/// spread over three nodes all answer one sandbox id. The log routes every create of one fingerprint
+/// to one node (`sandboxd_cluster::state::ClusterState::apply`, `RouteFingerprint`), whose own claim
+/// dedupes them (`sandboxd_service::e2b`).
+#[test]
+fn two_hundred_identical_e2b_creates_over_three_nodes_answer_one_sandbox() {
+    cluster_test(|| async {
+        let c = TestCluster::start(3, &[]).await;
+        let body = json!({"templateID": "base", "timeout": 300, "metadata": {"run": "dedupe"}});
+        let answers =
+            futures::future::join_all((0..200).map(|i| post(&c, i % 3, "/sandboxes", &body))).await;
+        let mut ids = std::collections::BTreeSet::new();
+        for (status, answer) in &answers {
+            assert_eq!(*status, 201, "{answer}");
+            ids.insert(answer["sandboxID"].as_str().unwrap().to_string());
+        }
+        assert_eq!(ids.len(), 1, "one sandbox for every caller: {ids:?}");
+        let mut history = History::default();
+        history.created(ids.iter().next().unwrap(), "");
+        history.check(&c, &[0, 1, 2]).await;
+    });
+}
+
+/// Invariant (cluster-wide hostnames, the seed's "Hazard 2"): one hostname bound to two sandboxes
+/// from two nodes at once: one 201, one 409; the winner's port then answers that host on every node.
+#[test]
+fn a_hostname_bound_from_two_nodes_at_once_goes_to_one_sandbox() {
+    cluster_test(|| async {
+        let c = TestCluster::start(3, &[]).await;
+        let a = c.node(0).create(json!({})).await["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let b = c.node(1).create(json!({})).await["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for id in [&a, &b] {
+            common::serve_port(c.node(2), id, 8000).await;
+        }
+        let body = json!({"hostname": "app.cluster.test", "port": 8000});
+        let (path_a, path_b) = (
+            format!("/v1/sandboxes/{a}/domains"),
+            format!("/v1/sandboxes/{b}/domains"),
+        );
+        let (one, two) = futures::join!(post(&c, 0, &path_a, &body), post(&c, 1, &path_b, &body));
+        let mut statuses = [one.0, two.0];
+        statuses.sort();
+        assert_eq!(statuses, [201, 409], "{one:?} {two:?}");
+        for i in 0..3 {
+            let d = c.node(i);
+            let resp = d
+                .http_plain()
+                .get(d.endpoint("/"))
+                .header("Host", "app.cluster.test")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200, "node {i} routes the bound hostname");
+        }
+    });
+}
+
+/// A create on node A that the placement puts on node B is served through A: exec, files, a
+/// sandbox port through the proxy, and the E2B envd calls by `E2b-Sandbox-Id`.
+#[test]
+fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
+    cluster_test(|| async {
+        let c = TestCluster::start(3, &[]).await;
+        // Creates through node 0 until one lands elsewhere (two of three nodes are not node 0).
+        let mut placed = None;
+        for _ in 0..30 {
+            let (status, created) =
+                post(&c, 0, "/sandboxes", &json!({"templateID": "base", "secure": true, "metadata": {"n": placed.is_none().to_string() + &rand_tag()}})).await;
+            assert_eq!(status, 201, "{created}");
+            let id = created["sandboxID"].as_str().unwrap().to_string();
+            let on_zero = c.local_sandboxes(0).await.unwrap().contains_key(&id);
+            if !on_zero {
+                placed = Some(created);
+                break;
+            }
+        }
+        let created = placed.expect("a create placed on another node");
+        let id = created["sandboxID"].as_str().unwrap().to_string();
+        let entry = c.node(0);
+        // Exec and files, through node 0.
+        let out = entry
+            .exec(&id, &["sh", "-c", "echo forwarded > /tmp/f && cat /tmp/f"])
+            .await;
+        assert_eq!(out.stdout, "forwarded\n");
+        let put = entry
+            .http()
+            .put(entry.endpoint(&format!("/v1/sandboxes/{id}/files?path=/tmp/up.txt")))
+            .body("uploaded through node 0")
+            .send()
+            .await
+            .unwrap();
+        assert!(put.status().is_success(), "upload: {}", put.status());
+        let got = entry
+            .http()
+            .get(entry.endpoint(&format!("/v1/sandboxes/{id}/files?path=/tmp/up.txt")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.text().await.unwrap(), "uploaded through node 0");
+        // A sandbox port by `{port}-{id}.{domain}`, through node 0's proxy.
+        common::serve_port(entry, &id, 8000).await;
+        let proxied = entry
+            .http_plain()
+            .get(entry.endpoint("/"))
+            .header("Host", format!("8000-{id}.localhost:{}", entry.port()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(proxied.status(), 200, "the sandbox's port through node 0");
+        // envd by `E2b-Sandbox-Id`, as the E2B SDK calls it, through node 0.
+        let envd = entry
+            .http_plain()
+            .get(entry.endpoint("/files?path=/tmp/f"))
+            .header("E2b-Sandbox-Id", &id)
+            .header("E2b-Sandbox-Port", "49983")
+            .header(
+                "X-Access-Token",
+                created["envdAccessToken"].as_str().unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(envd.status(), 200);
+        assert_eq!(envd.text().await.unwrap(), "forwarded\n");
+        // The merged list through node 0 has it once.
+        let listed = entry.get_json("/v1/sandboxes").await;
+        let count = listed["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["id"] == id.as_str())
+            .count();
+        assert_eq!(count, 1);
+    });
+}
+
+fn rand_tag() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed).to_string()
+}

@@ -1,0 +1,171 @@
+//! Cluster mode in the flows: what a create, a delete and the reconcilers tell the replicated log.
+//!
+//! Contract (the seed's "Hazard 2", held across nodes):
+//! - **Reserve before the row.** A create on this node first reserves its id, owner (this node) and
+//!   name in the log ([`sandboxd_cluster::Command::Reserve`]); the first committed reservation of a name
+//!   wins cluster-wide and every other create of it answers [`ServiceError::NameConflict`] before it
+//!   wrote anything. Then the local row is written (its own partial unique index still applies); a
+//!   create that fails after the reservation releases it ([`Service::release_placement`]), and one that
+//!   booted commits it.
+//! - **Release after the claim.** A delete releases the placement once its claim moved the row to
+//!   `deleting`, so the name is free cluster-wide as it is locally.
+//! - **Without a quorum, no write.** A reservation that cannot commit answers
+//!   [`ServiceError::ClusterUnavailable`] (503, `Retry-After`) and creates nothing; reads of local
+//!   sandboxes do not touch the log.
+//! - **Duplicates meet on one node.** Every E2B create with one fingerprint
+//!   ([`crate::e2b::E2bCreate::fingerprint`]), whichever node it arrives at, is routed to the node the
+//!   first was routed to, for [`crate::e2b::ROUTE_WINDOW`] ([`Service::route_fingerprint`]); that
+//!   node's own claim then dedupes them exactly as on a single node, so 200 identical creates over
+//!   every node get one sandbox.
+//! - **Hostnames are the log's too.** A custom hostname is bound in the log before the local row
+//!   ([`Service::bind_hostname_in_log`]): the first committed binding wins cluster-wide.
+//! - Whatever a crash or a lost answer leaves half done is found by the placements reconciler
+//!   ([`crate::reconcile::placements`]).
+//!
+//! Without a cluster attached ([`Service::attach_cluster`]) every function here does nothing: the
+//! daemon is a single node.
+
+use crate::{Service, ServiceError};
+use sandboxd_cluster::{Cluster, ClusterError, Command, Outcome};
+
+impl From<ClusterError> for ServiceError {
+    fn from(e: ClusterError) -> Self {
+        ServiceError::ClusterUnavailable(crate::error::chain(&e))
+    }
+}
+
+impl Service {
+    /// Runs this daemon as a member of `cluster` from now on. Once: a second call is ignored.
+    pub fn attach_cluster(&self, cluster: Cluster) {
+        let _ = self.inner.cluster.set(cluster);
+    }
+
+    /// The cluster this daemon is a member of, if any.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.inner.cluster.get()
+    }
+
+    /// Reserves `id` with `name` on this node in the log (see the module doc).
+    pub(crate) async fn reserve_placement(&self, id: &str, name: &str) -> Result<(), ServiceError> {
+        let Some(cluster) = self.cluster() else {
+            return Ok(());
+        };
+        let outcome = cluster
+            .propose(Command::Reserve {
+                id: id.to_string(),
+                owner: cluster.id(),
+                name: name.to_string(),
+                at_ms: sandboxd_cluster::node::now_ms(),
+            })
+            .await?;
+        match outcome {
+            // `Unchanged`: a retry of this very reservation committed before.
+            Outcome::Applied | Outcome::Unchanged => Ok(()),
+            Outcome::NameTaken { .. } => Err(ServiceError::NameConflict(name.to_string())),
+            Outcome::OwnerUnavailable => Err(ServiceError::ClusterUnavailable(
+                "this node holds no lease in the cluster yet, or is marked lost: it takes no sandbox until it has one".into(),
+            )),
+            other => Err(ServiceError::ClusterUnavailable(format!(
+                "the cluster answered a reservation with {other:?}"
+            ))),
+        }
+    }
+
+    /// The node an E2B create with `fingerprint` is served on: the one its first duplicate was routed
+    /// to inside the window, else `chosen` (the placement's pick).
+    pub async fn route_fingerprint(
+        &self,
+        fingerprint: &str,
+        chosen: sandboxd_cluster::NodeId,
+    ) -> Result<sandboxd_cluster::NodeId, ServiceError> {
+        let Some(cluster) = self.cluster() else {
+            return Ok(chosen);
+        };
+        let outcome = cluster
+            .propose(Command::RouteFingerprint {
+                fingerprint: fingerprint.to_string(),
+                owner: chosen,
+                replay_ms: crate::e2b::ROUTE_WINDOW.as_millis() as i64,
+                at_ms: sandboxd_cluster::node::now_ms(),
+            })
+            .await?;
+        match outcome {
+            Outcome::Routed { owner } => Ok(owner),
+            other => Err(ServiceError::ClusterUnavailable(format!(
+                "the cluster answered a create's routing with {other:?}"
+            ))),
+        }
+    }
+
+    /// Binds `hostname` to `id` in the log; [`ServiceError::HostnameConflict`] when another live
+    /// sandbox holds it.
+    pub(crate) async fn bind_hostname_in_log(
+        &self,
+        hostname: &str,
+        id: &str,
+    ) -> Result<(), ServiceError> {
+        let Some(cluster) = self.cluster() else {
+            return Ok(());
+        };
+        let outcome = cluster
+            .propose(Command::BindHostname {
+                hostname: hostname.to_string(),
+                id: id.to_string(),
+            })
+            .await?;
+        match outcome {
+            Outcome::Applied | Outcome::Unchanged => Ok(()),
+            Outcome::HostnameTaken { .. } => {
+                Err(ServiceError::HostnameConflict(hostname.to_string()))
+            }
+            Outcome::UnknownSandbox => Err(ServiceError::NotFound(format!(
+                "sandbox {id} is not placed in the cluster"
+            ))),
+            other => Err(ServiceError::ClusterUnavailable(format!(
+                "the cluster answered a hostname binding with {other:?}"
+            ))),
+        }
+    }
+
+    /// Unbinds `hostname` from `id` in the log. Best effort: a release of the sandbox frees it too.
+    pub(crate) async fn unbind_hostname_in_log(&self, hostname: &str, id: &str) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let command = Command::UnbindHostname {
+            hostname: hostname.to_string(),
+            id: id.to_string(),
+        };
+        if let Err(e) = cluster.propose(command).await {
+            tracing::warn!(sandbox_id = %id, %hostname, error = %crate::error::chain(&e), "hostname not unbound in the cluster");
+        }
+    }
+
+    /// Marks `id` created in the log. Best effort: a placement left `reserved` still routes and holds
+    /// its name.
+    pub(crate) async fn commit_placement(&self, id: &str) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        if let Err(e) = cluster
+            .propose(Command::Commit { id: id.to_string() })
+            .await
+        {
+            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "placement not committed; it stays reserved");
+        }
+    }
+
+    /// Frees `id`'s name and placement in the log. Best effort: what is not released here the
+    /// placements reconciler releases.
+    pub(crate) async fn release_placement(&self, id: &str) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        if let Err(e) = cluster
+            .propose(Command::Release { id: id.to_string() })
+            .await
+        {
+            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "placement not released; the reconciler will");
+        }
+    }
+}
