@@ -22,8 +22,9 @@ use http::{HeaderValue, Method, StatusCode};
 use sandboxd_api_types as api;
 use sandboxd_cluster::placement::{self, Need};
 use sandboxd_cluster::{Cluster, NodeId};
-use sandboxd_proxy::{Proxy, Resolver, RouteError, Target, Upstream};
+use sandboxd_proxy::{Proxy, ProxyError, Resolver, RouteError, Target, Upstream};
 use sandboxd_service::Service;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Marks a request another node forwarded (its value: that node's id).
@@ -173,23 +174,7 @@ pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Ne
                 _ => next.run(req).await,
             }
         }
-        Route::Place => {
-            let chosen = f
-                .cluster
-                .read(|s| placement::choose(s, &Need::default(), sandboxd_cluster::node::now_ms()));
-            let (req, chosen) = match E2B_CREATES.contains(&req.uri().path().trim_end_matches('/'))
-            {
-                true => match route_e2b_create(&f, req, chosen.unwrap_or(me)).await {
-                    Ok((req, owner)) => (req, Some(owner)),
-                    Err(refused) => return refused,
-                },
-                false => (req, chosen),
-            };
-            match chosen {
-                Some(node) if node != me => to_node(&f, node, req).await,
-                _ => next.run(req).await,
-            }
-        }
+        Route::Place => place(&f, req, next).await,
         Route::Merge if has_cursor(req.uri()) => next.run(req).await,
         Route::Merge => merge(&f, req, next).await,
     }
@@ -198,35 +183,88 @@ pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Ne
 /// E2B's create paths: their creates are routed by fingerprint.
 const E2B_CREATES: [&str; 2] = ["/sandboxes", "/v2/sandboxes"];
 
-/// Where an E2B create goes: the node every create with its fingerprint goes to
-/// ([`Service::route_fingerprint`]), `chosen` for the first. A body that does not parse goes to
-/// `chosen`, whose handler refuses it.
-async fn route_e2b_create(
-    f: &Forwarding,
-    req: Request,
-    chosen: NodeId,
-) -> Result<(Request, NodeId), Response> {
+/// How many nodes a create is offered to before it answers 503.
+const PLACE_ATTEMPTS: usize = 3;
+
+/// Places a create and serves it there. The body is read first (a create is small JSON), so a node
+/// found unreachable before anything was sent is left out and the next choice tried. An E2B create
+/// goes where the log routes its fingerprint ([`Service::route_fingerprint`]): every duplicate must
+/// meet the first there, so it is not retried elsewhere.
+async fn place(f: &Forwarding, req: Request, next: Next) -> Response {
+    let me = f.cluster.id();
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, crate::JSON_LIMIT)
-        .await
-        .map_err(|_| {
-            crate::error::Error::new(
+    let bytes = match axum::body::to_bytes(body, crate::JSON_LIMIT).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return crate::error::Error::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
                 format!("a create body is at most {} bytes", crate::JSON_LIMIT),
             )
             .into_response()
-        })?;
-    let default_timeout = f.service.config().default_timeout;
-    let owner = match crate::e2b::handlers::create_fingerprint(&bytes, default_timeout) {
-        Some(fingerprint) => f
-            .service
-            .route_fingerprint(&fingerprint, chosen)
-            .await
-            .map_err(|e| crate::e2b::error::E2bError::from(e).into_response())?,
-        None => chosen,
+        }
     };
-    Ok((Request::from_parts(parts, Body::from(bytes)), owner))
+    let fingerprint = E2B_CREATES
+        .contains(&parts.uri.path().trim_end_matches('/'))
+        .then(|| {
+            crate::e2b::handlers::create_fingerprint(&bytes, f.service.config().default_timeout)
+        })
+        .flatten();
+    let mut tried = BTreeSet::new();
+    let mut last_error = None;
+    for _ in 0..PLACE_ATTEMPTS {
+        let now = sandboxd_cluster::node::now_ms();
+        let chosen = f
+            .cluster
+            .read(|s| placement::choose(s, &Need::default(), now, &tried))
+            .unwrap_or(me);
+        let owner = match &fingerprint {
+            Some(fp) => match f.service.route_fingerprint(fp, chosen).await {
+                Ok(owner) => owner,
+                Err(e) => return crate::e2b::error::E2bError::from(e).into_response(),
+            },
+            None => chosen,
+        };
+        let copy = Request::from_parts(parts.clone(), Body::from(bytes.clone()));
+        if owner == me {
+            return next.run(copy).await;
+        }
+        match try_node(f, owner, copy).await {
+            Ok(resp) => return resp,
+            Err(e) if fingerprint.is_none() && nothing_sent(&e) => {
+                tracing::info!(node_id = owner, error = %e, "placement chose an unreachable node; choosing again");
+                tried.insert(owner);
+                last_error = Some(e);
+            }
+            Err(e) => return unreachable_owner(owner, e),
+        }
+    }
+    match last_error {
+        Some(e) => unreachable_owner(me, e),
+        None => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+    }
+}
+
+/// What went wrong talking to a member, in its own words (the proxy's message speaks of sandbox ports).
+fn failure(e: &ProxyError) -> String {
+    match e {
+        ProxyError::Connect { source, .. } => source.to_string(),
+        ProxyError::ConnectTimeout { timeout, .. } => format!("no connection within {timeout:?}"),
+        ProxyError::Upstream { source, .. } => source.to_string(),
+        ProxyError::Route(route) => route.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether forwarding failed before the request left (so another node may take it).
+fn nothing_sent(e: &ProxyError) -> bool {
+    matches!(
+        e,
+        ProxyError::Connect { .. } | ProxyError::ConnectTimeout { .. } | ProxyError::Route(_)
+    )
 }
 
 /// The request's host, lowercase, without the port and a trailing dot.
@@ -296,25 +334,39 @@ pub async fn status(
 }
 
 /// Sends `req` to `node` and streams its answer back.
-async fn to_node(f: &Forwarding, node: NodeId, mut req: Request) -> Response {
+async fn to_node(f: &Forwarding, node: NodeId, req: Request) -> Response {
+    match try_node(f, node, req).await {
+        Ok(resp) => resp,
+        Err(e) => unreachable_owner(node, e),
+    }
+}
+
+/// [`to_node`] without the error mapping.
+async fn try_node(f: &Forwarding, node: NodeId, mut req: Request) -> Result<Response, ProxyError> {
     let me = HeaderValue::from_str(&f.cluster.id().to_string()).expect("digits are a header value");
     req.headers_mut().insert(FORWARDED_HEADER, me);
     let target = Target {
         sandbox_id: node.to_string(),
         port: 0,
     };
-    match f.nodes.try_forward(&target, req).await {
-        Ok(resp) => resp,
-        Err(e) => {
-            tracing::warn!(node_id = node, error = %e, "forwarding to the owner failed");
-            crate::error::Error::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "cluster_unavailable",
-                format!("the node that owns this sandbox cannot be reached: {e}"),
-            )
-            .into_response()
-        }
-    }
+    f.nodes.try_forward(&target, req).await
+}
+
+/// The 503 of a node that could not be reached.
+fn unreachable_owner(node: NodeId, e: ProxyError) -> Response {
+    tracing::warn!(node_id = node, error = %e, "forwarding to a member failed");
+    let mut resp = crate::error::Error::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "cluster_unavailable",
+        format!(
+            "cluster member {node}, which serves this, did not answer: {}",
+            failure(&e)
+        ),
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
 }
 
 /// Asks every member for the list and merges the answers.

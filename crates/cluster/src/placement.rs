@@ -8,6 +8,7 @@
 
 use crate::state::{Capacity, ClusterState, NodeId};
 use rand::seq::IndexedRandom;
+use std::collections::BTreeSet;
 
 /// What a create needs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,11 +28,18 @@ fn fits(capacity: &Capacity, need: &Need) -> bool {
         && capacity.disk_mb >= need.disk_mb
 }
 
-/// The node to place a sandbox needing `need` on. See the module doc.
-pub fn choose(state: &ClusterState, need: &Need, now_ms: i64) -> Option<NodeId> {
+/// The node to place a sandbox needing `need` on, leaving out `exclude` (nodes a caller found
+/// unreachable). See the module doc.
+pub fn choose(
+    state: &ClusterState,
+    need: &Need,
+    now_ms: i64,
+    exclude: &BTreeSet<NodeId>,
+) -> Option<NodeId> {
     let candidates: Vec<(NodeId, Capacity)> = state
         .nodes
         .iter()
+        .filter(|(id, _)| !exclude.contains(id))
         .filter(|(_, r)| !r.lost && r.lease_until_ms >= now_ms && fits(&r.capacity, need))
         .map(|(id, r)| (*id, r.capacity))
         .collect();
@@ -70,13 +78,20 @@ mod tests {
         state.nodes.insert(3, node(10, 100, true)); // lost
         state.nodes.insert(4, node(0, 100, false)); // full
         for _ in 0..50 {
-            assert_eq!(choose(&state, &Need::default(), 50), Some(1));
+            assert_eq!(
+                choose(&state, &Need::default(), 50, &BTreeSet::new()),
+                Some(1)
+            );
         }
         let big = Need {
             memory_mb: 1 << 20,
             ..Default::default()
         };
-        assert_eq!(choose(&state, &big, 50), None);
+        assert_eq!(choose(&state, &big, 50, &BTreeSet::new()), None);
+        assert_eq!(
+            choose(&state, &Need::default(), 50, &BTreeSet::from([1])),
+            None
+        );
     }
 
     #[test]
@@ -86,7 +101,10 @@ mod tests {
         state.nodes.insert(2, node(50, 100, false));
         // With two candidates both are always drawn.
         for _ in 0..50 {
-            assert_eq!(choose(&state, &Need::default(), 50), Some(2));
+            assert_eq!(
+                choose(&state, &Need::default(), 50, &BTreeSet::new()),
+                Some(2)
+            );
         }
     }
 }

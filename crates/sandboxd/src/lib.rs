@@ -36,7 +36,9 @@ pub fn run(cli: Cli) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SB_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,netlink_packet_route=error,openraft=error")
+                tracing_subscriber::EnvFilter::new(
+                    "info,netlink_packet_route=error,openraft=error,openraft::replication=off",
+                )
             }),
         )
         .with_writer(std::io::stderr)

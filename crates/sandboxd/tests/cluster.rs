@@ -1,4 +1,4 @@
-//! Cluster mode with real `sandboxd` processes: three members on 127.0.0.1–.3 in a network namespace
+//! Cluster mode with real `sandboxd` processes: three members on 127.0.0.2–.4 in a network namespace
 //! of the test's own (`cluster_support`).
 
 mod cluster_support;

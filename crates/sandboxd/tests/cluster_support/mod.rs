@@ -2,7 +2,8 @@
 //! 127.0.0.1–.N, real `sandboxd` processes as members, partitions with nftables between those
 //! addresses, and a checker over the history of acknowledged creates.
 //!
-//! The namespace. [`TestNet::enter`] moves the calling thread (the test's, which runs its current-thread
+//! The namespace. Nodes listen on 127.0.0.2 onwards ([`ip_of`]); the test talks to them from
+//! 127.0.0.1. [`TestNet::enter`] moves the calling thread (the test's, which runs its current-thread
 //! runtime) into a fresh network namespace and brings `lo` up; every daemon it spawns inherits it, so
 //! nodes, their sandboxes' interfaces and the partition rules all live there and vanish with it.
 //! Members dial each other from their own address (the daemon binds its peer and forwarding
@@ -83,9 +84,10 @@ fn nft(what: &str, rules: &str) {
     run(what, Command::new("nft").arg("-f").arg(file.path()));
 }
 
-/// The address of node `i` (0-based): 127.0.0.(i+1).
+/// The address of node `i` (0-based): 127.0.0.(i+2). 127.0.0.1 is the test's own: its requests leave
+/// from there, so no partition between nodes cuts the test off from either side.
 pub fn ip_of(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, i as u8 + 1)
+    Ipv4Addr::new(127, 0, 0, i as u8 + 2)
 }
 
 /// A cluster of real daemons in a [`TestNet`].
@@ -128,6 +130,10 @@ impl TestCluster {
                 ready_timeout: READY,
                 listen_ip: ip_of(i),
                 args: node_args,
+                env: vec![(
+                    "SB_LOG".into(),
+                    "info,openraft=error,openraft::replication=off".into(),
+                )],
                 ..Setup::default()
             };
             nodes.push(Daemon::start_setup(setup).await);
@@ -200,6 +206,17 @@ impl TestCluster {
 
     /// The sandboxes node `i` holds in its own store (`id → name`), if it answers.
     pub async fn local_sandboxes(&self, i: usize) -> Option<BTreeMap<String, String>> {
+        Some(
+            self.local_rows(i)
+                .await?
+                .into_iter()
+                .map(|(id, (name, _))| (id, name))
+                .collect(),
+        )
+    }
+
+    /// The rows of node `i`'s own store (`id → (name, state)`), if it answers.
+    pub async fn local_rows(&self, i: usize) -> Option<BTreeMap<String, (String, String)>> {
         let resp = self.nodes[i]
             .http()
             .get(self.nodes[i].endpoint("/v1/sandboxes?limit=1000"))
@@ -215,10 +232,8 @@ impl TestCluster {
                 .as_array()?
                 .iter()
                 .map(|s| {
-                    (
-                        s["id"].as_str().unwrap_or_default().to_string(),
-                        s["name"].as_str().unwrap_or_default().to_string(),
-                    )
+                    let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+                    (text("id"), (text("name"), text("state")))
                 })
                 .collect(),
         )
