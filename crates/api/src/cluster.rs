@@ -419,9 +419,11 @@ async fn merge(f: &Forwarding, req: Request, next: Next) -> Response {
             None => tracing::warn!(node_id = node, "a member's list did not parse; left out"),
         }
     }
-    let mut resp = axum::Json(merged).into_response();
-    *resp.status_mut() = local_parts.status;
-    resp
+    // The local answer's head (status, paging headers), the merged body.
+    let mut parts = local_parts;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    let body = serde_json::to_vec(&merged).unwrap_or_default();
+    Response::from_parts(parts, Body::from(body))
 }
 
 /// Appends the sandboxes of `part` to `into`: both arrays, or both objects with one array field

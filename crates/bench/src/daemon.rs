@@ -35,11 +35,28 @@ pub struct Daemon {
     child: tokio::process::Child,
     netns: File,
     workdir: PathBuf,
+    cgroup_parent: String,
     agent: PathBuf,
     /// Its URL (inside its network namespace).
     pub api: String,
     /// Its admin token.
     pub token: String,
+}
+
+/// How [`Daemon::start_node`] starts a daemon.
+pub struct Node {
+    /// The network namespace it runs in.
+    pub netns: File,
+    /// Its `--listen` address.
+    pub listen: String,
+    /// Its admin token.
+    pub token: String,
+    /// Where its data and log go.
+    pub workdir: PathBuf,
+    /// Its `--cgroup-parent`.
+    pub cgroup_parent: String,
+    /// Flags added to `serve`.
+    pub args: Vec<String>,
 }
 
 /// The daemon binary: the flag, `sandboxd` beside this executable, else `target/release/sandboxd`.
@@ -70,18 +87,39 @@ impl Daemon {
         let (netns, port) = private_netns().context("creating a network namespace")?;
         let workdir =
             std::env::temp_dir().join(format!("sandboxd-bench-all-{}", std::process::id()));
+        let node = Node {
+            netns,
+            listen: format!("127.0.0.1:{port}"),
+            token: random_token()?,
+            workdir,
+            cgroup_parent: CGROUP_PARENT.into(),
+            args: Vec::new(),
+        };
+        Self::start_node(binary, agent, node).await
+    }
+
+    /// Starts `binary serve` as `node` says (its namespace, address, token, data and extra flags);
+    /// returns once it listens.
+    pub async fn start_node(binary: &Path, agent: &Path, node: Node) -> anyhow::Result<Daemon> {
+        let Node {
+            netns,
+            listen,
+            token,
+            workdir,
+            cgroup_parent,
+            args,
+        } = node;
         std::fs::create_dir_all(&workdir)
             .with_context(|| format!("creating {}", workdir.display()))?;
         let log = File::create(workdir.join("daemon.log")).context("daemon log")?;
-        let token = random_token()?;
-        let listen = format!("127.0.0.1:{port}");
         let mut cmd = tokio::process::Command::new(binary);
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(workdir.join("data"))
-            .args(["--listen", &listen, "--cgroup-parent", CGROUP_PARENT])
+            .args(["--listen", &listen, "--cgroup-parent", &cgroup_parent])
             .arg("--agent-bin")
             .arg(agent)
+            .args(&args)
             .env("SB_PAT_TOKEN", &token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -107,6 +145,7 @@ impl Daemon {
             child,
             netns,
             workdir,
+            cgroup_parent,
             agent: agent.to_path_buf(),
             api: format!("http://{listen}"),
             token,
@@ -166,7 +205,8 @@ impl Daemon {
         let netns = self.netns.try_clone()?;
         let runtime_dir = self.workdir.join("data/runtime");
         let agent = self.agent.clone();
-        let swept = tokio::task::spawn_blocking(move || sweep(netns, runtime_dir, agent))
+        let parent = self.cgroup_parent.clone();
+        let swept = tokio::task::spawn_blocking(move || sweep(netns, runtime_dir, agent, parent))
             .await
             .context("the sweep thread failed")??;
         // The daemon's runtime may have loop-mounted its btrfs pool; it never detaches it itself.
@@ -187,10 +227,15 @@ impl Daemon {
 }
 
 /// Destroys every sandbox under `runtime_dir` with a runtime whose netlink socket lives in `netns`.
-fn sweep(netns: File, runtime_dir: PathBuf, agent: PathBuf) -> anyhow::Result<usize> {
+fn sweep(
+    netns: File,
+    runtime_dir: PathBuf,
+    agent: PathBuf,
+    cgroup_parent: String,
+) -> anyhow::Result<usize> {
     in_netns(netns, || async move {
         let mut config = NamespaceConfig::new(runtime_dir, agent);
-        config.cgroup_parent = CGROUP_PARENT.into();
+        config.cgroup_parent = cgroup_parent;
         let runtime = NamespaceRuntime::new(config).await?;
         let left = runtime.list().await?;
         let mut failed = Vec::new();
@@ -288,7 +333,7 @@ fn loopback_up() -> anyhow::Result<()> {
 }
 
 /// 32 hex characters from the kernel's random source.
-fn random_token() -> anyhow::Result<String> {
+pub fn random_token() -> anyhow::Result<String> {
     let mut bytes = [0u8; 16];
     File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

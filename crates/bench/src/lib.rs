@@ -12,12 +12,15 @@
 //!   build, so `bench all` leaves it out).
 //! - `bench daytona` ([`daytona`]): Daytona create→first exec and toolbox exec, beside `/v1`'s,
 //!   against a running daemon.
+//! - `bench cluster` ([`cluster`]): a name claim through the replicated log, create→first exec
+//!   local vs forwarded, and creates per second, on a three-node loopback cluster of its own.
 //! - `bench all`: `runtime`, `http` and `images`, with one daemon of its own ([`daemon`]) for `http` and `images`.
 //!
 //! Figures go to stdout, as lines for people or, with `--json`, as one JSON document; progress and
 //! warnings go to stderr. Every bench cleans up what it created on success, error and Ctrl-C (a second
 //! Ctrl-C, a second or more later, exits at once and may leave sandboxes behind). Targets are printed with a verdict; an unmet target does not fail the run.
 
+pub mod cluster;
 pub mod conn;
 pub mod daemon;
 pub mod daytona;
@@ -61,6 +64,9 @@ pub enum Command {
     Daytona(daytona::DaytonaArgs),
     /// The code interpreter: first run_code after create and its round trip, against a running daemon.
     Interpreter(interpreter::InterpreterArgs),
+    /// Cluster mode on three loopback nodes of its own: name claims through the log, create→first
+    /// exec local vs forwarded, creates per second.
+    Cluster(cluster::ClusterArgs),
     /// `runtime`, then `http` and `images` against a daemon this command starts and stops.
     All(AllArgs),
 }
@@ -124,6 +130,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Interpreter(args) => {
             let report = interpreter::run(args, interrupt).await?;
+            emit(cli.json, &report, || report.print())
+        }
+        Command::Cluster(args) => {
+            let report = cluster::run(args, interrupt).await?;
             emit(cli.json, &report, || report.print())
         }
         Command::All(args) => all(args, cli.json, interrupt).await,

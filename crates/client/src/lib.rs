@@ -15,6 +15,7 @@
 //! [`api_keys`].
 
 pub mod api_keys;
+pub mod cluster;
 pub mod code;
 mod error;
 pub mod exec;

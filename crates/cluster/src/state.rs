@@ -5,12 +5,13 @@
 //! - **Deterministic.** `apply` reads nothing but the state and the command: every time in a command
 //!   was stamped by its proposer (`at_ms`), never read from the local clock, and every map is ordered.
 //!   Every node applying the same log reaches the same state, so a snapshot is just this value.
-//! - **First committed entry wins.** A name, a custom hostname and an E2B create fingerprint map to at
-//!   most one live sandbox. Which of two racing claims gets it is decided here, by log order; the loser
-//!   learns it from the outcome of its own entry and rolls back its local row (the seed's "Hazard 2").
+//! - **First committed entry wins.** A name and a custom hostname map to at most one live sandbox, and
+//!   an E2B create fingerprint to one node for its window. Which of two racing claims gets it is
+//!   decided here, by log order; the loser learns it from the outcome of its own entry and writes no
+//!   local row, or rolls back the one it wrote (the seed's "Hazard 2").
 //! - **Lost nodes let go.** A node whose lease lapsed past the grace is marked lost with a new epoch
-//!   ([`Command::MarkLost`]): its placements become [`PlacementState::Lost`] and their names, hostnames
-//!   and fingerprints are released at once, in the same entry. The node learns it from the log when it
+//!   ([`Command::MarkLost`]): its placements become [`PlacementState::Lost`] and their names and
+//!   hostnames are released at once, in the same entry, as are the fingerprints routed to it. The node learns it from the log when it
 //!   returns, destroys what it ran for them, and clears the mark for that epoch ([`Command::Recovered`]).
 //!
 //! The invariants are checked by `check_invariants`, which the unit tests below run after every entry.

@@ -84,6 +84,46 @@ fn hundred_same_name_creates_over_three_nodes_make_one_sandbox() {
         assert_eq!(status, 201, "{again}");
         history.created(again["id"].as_str().unwrap(), "only-one");
         history.check(&c, &[0, 1, 2]).await;
+        // `sbx cluster status` through any node shows the three members and one leader.
+        let out = c.node(1).sbx(&["--json", "cluster", "status"]);
+        common::assert_success("sbx cluster status", &out);
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let members = status["members"].as_array().unwrap();
+        assert_eq!(members.len(), 3, "{status}");
+        assert_eq!(members.iter().filter(|m| m["leader"] == true).count(), 1);
+        assert!(members
+            .iter()
+            .all(|m| m["role"] == "voter" && m["health"] == "healthy"));
+        let table = common::stdout(&c.node(2).sbx(&["cluster", "status"]));
+        assert!(table.starts_with("leader "), "{table}");
+        assert_eq!(
+            table.lines().count(),
+            5,
+            "leader line, header, three members: {table}"
+        );
+    });
+}
+
+/// Without cluster flags the daemon is a single node: `GET /v1/cluster` answers 404 `not_clustered`
+/// and `sbx cluster status` exits 1 saying so.
+#[test]
+fn a_single_node_says_it_is_not_clustered() {
+    common::e2e(|| async {
+        let d = common::Daemon::start().await;
+        let resp = d
+            .http()
+            .get(d.endpoint("/v1/cluster"))
+            .send()
+            .await
+            .unwrap();
+        common::expect_error("GET /v1/cluster", resp, 404, Some("not_clustered")).await;
+        let out = d.sbx(&["cluster", "status"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            common::stderr(&out).contains("single node"),
+            "{}",
+            common::stderr(&out)
+        );
     });
 }
 

@@ -223,7 +223,8 @@ fn admin_reconcile_is_authenticated_and_a_no_op_when_all_agree() {
                 "templates",
                 "sandboxes",
                 "ports",
-                "slots"
+                "slots",
+                "placements"
             ]
         );
         assert_agree(&d, &[&id]).await;

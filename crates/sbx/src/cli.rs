@@ -118,6 +118,9 @@ pub enum Command {
     /// API keys (admin keys only): create, list, delete.
     #[command(subcommand, name = "api-keys")]
     ApiKeys(ApiKeysCommand),
+    /// Cluster mode (admin keys only): the members, the leader, their health and capacity.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Turn a sandbox's filesystem into a template; prints its name.
     Snapshot {
         /// Sandbox id or name.
@@ -125,6 +128,14 @@ pub enum Command {
         /// The template's name.
         name: String,
     },
+}
+
+/// `sbx cluster …`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Show the members as the daemon sees them (`*`: the one answering), the leader, each one's
+    /// health (`healthy`, `stale`, `unreachable`, `lost`, `joining`) and free capacity.
+    Status,
 }
 
 /// `sbx api-keys …`.

@@ -11,6 +11,7 @@
 
 pub mod api_keys;
 pub mod cli;
+pub mod cluster;
 pub mod code;
 pub mod cp;
 mod error;
@@ -70,6 +71,7 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         }
         Command::Logout => login::logout(out, config.as_deref()),
         Command::ApiKeys(cmd) => api_keys::run(&client()?, out, cmd).await,
+        Command::Cluster(cmd) => cluster::run(&client()?, out, cmd).await,
         Command::Create(args) => sandboxes::create(&client()?, out, args).await,
         Command::Ls(args) => sandboxes::ls(&client()?, out, args).await,
         Command::Get { id } => sandboxes::get(&client()?, out, &id).await,
