@@ -187,6 +187,10 @@ fn a_hostname_bound_from_two_nodes_at_once_goes_to_one_sandbox() {
                 .unwrap();
             assert_eq!(resp.status(), 200, "node {i} routes the bound hostname");
         }
+        let mut history = History::default();
+        history.created(&a, "");
+        history.created(&b, "");
+        history.check(&c, &[0, 1, 2]).await;
     });
 }
 
@@ -197,12 +201,14 @@ fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
     cluster_test(|| async {
         let c = TestCluster::start(3, &[]).await;
         // Creates through node 0 until one lands elsewhere (two of three nodes are not node 0).
+        let mut history = History::default();
         let mut placed = None;
         for _ in 0..30 {
             let (status, created) =
                 post(&c, 0, "/sandboxes", &json!({"templateID": "base", "secure": true, "metadata": {"n": placed.is_none().to_string() + &rand_tag()}})).await;
             assert_eq!(status, 201, "{created}");
             let id = created["sandboxID"].as_str().unwrap().to_string();
+            history.created(&id, "");
             let on_zero = c.local_sandboxes(0).await.unwrap().contains_key(&id);
             if !on_zero {
                 placed = Some(created);
@@ -266,6 +272,7 @@ fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
             .filter(|s| s["id"] == id.as_str())
             .count();
         assert_eq!(count, 1);
+        history.check(&c, &[0, 1, 2]).await;
     });
 }
 

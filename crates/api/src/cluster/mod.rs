@@ -10,9 +10,12 @@
 //!   upgrades streamed. Unknown keys are served here (and answer 404 here).
 //! - A create (`POST /v1/sandboxes`, E2B `POST /sandboxes`, Daytona `POST /api/sandbox`) is placed
 //!   ([`sandboxd_cluster::placement`]) and forwarded to the chosen node, which reserves and creates.
-//! - A list (`GET` of those roots) without a cursor is asked of every member and merged; a member that
-//!   does not answer is left out (and logged). A list with a cursor pages this node only.
+//! - A list (`GET` of those roots) is asked of every member and merged ([`lists`]): pages of `/v1` and
+//!   E2B's `/v2` lists are cut from the merged order with a cursor every node understands; a member
+//!   that does not answer is left out (and logged).
 //! - The owner authenticates every forwarded call itself: forwarding grants nothing.
+
+mod lists;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -29,8 +32,6 @@ use std::sync::Arc;
 
 /// Marks a request another node forwarded (its value: that node's id).
 pub const FORWARDED_HEADER: &str = "x-sandboxd-forwarded";
-/// Largest list answer a member may send for a merge.
-const LIST_LIMIT: usize = 64 << 20;
 
 /// What the forwarding layer needs.
 #[derive(Clone)]
@@ -175,8 +176,7 @@ pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Ne
             }
         }
         Route::Place => place(&f, req, next).await,
-        Route::Merge if has_cursor(req.uri()) => next.run(req).await,
-        Route::Merge => merge(&f, req, next).await,
+        Route::Merge => lists::merge(&f, req, next).await,
     }
 }
 
@@ -284,13 +284,6 @@ fn host_of(req: &Request) -> Option<String> {
     Some(host.trim_end_matches('.').to_ascii_lowercase())
 }
 
-fn has_cursor(uri: &http::Uri) -> bool {
-    uri.query().is_some_and(|q| {
-        q.split('&')
-            .any(|kv| matches!(kv.split('=').next(), Some("cursor" | "nextToken" | "page")))
-    })
-}
-
 /// The cluster as this node sees it (404 on a single node).
 #[utoipa::path(get, path = "/v1/cluster",
     responses((status = 200, body = api::ClusterStatus),
@@ -334,7 +327,7 @@ pub async fn status(
 }
 
 /// Sends `req` to `node` and streams its answer back.
-async fn to_node(f: &Forwarding, node: NodeId, req: Request) -> Response {
+pub(crate) async fn to_node(f: &Forwarding, node: NodeId, req: Request) -> Response {
     match try_node(f, node, req).await {
         Ok(resp) => resp,
         Err(e) => unreachable_owner(node, e),
@@ -369,89 +362,6 @@ fn unreachable_owner(node: NodeId, e: ProxyError) -> Response {
     resp
 }
 
-/// Asks every member for the list and merges the answers.
-async fn merge(f: &Forwarding, req: Request, next: Next) -> Response {
-    let (parts, _) = req.into_parts();
-    let me = f.cluster.id();
-    let others: Vec<NodeId> = f
-        .cluster
-        .members()
-        .into_keys()
-        .filter(|n| *n != me)
-        .collect();
-    let remote = futures::future::join_all(others.iter().map(|node| {
-        let mut copy = Request::builder()
-            .method(parts.method.clone())
-            .uri(parts.uri.clone())
-            .body(Body::empty())
-            .expect("a copy of a valid request is valid");
-        *copy.headers_mut() = parts.headers.clone();
-        to_node(f, *node, copy)
-    }));
-    let local = next.run(Request::from_parts(parts.clone(), Body::empty()));
-    let (local, remote) = futures::join!(local, remote);
-    if !local.status().is_success() {
-        return local;
-    }
-    let (local_parts, body) = local.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, LIST_LIMIT).await else {
-        return crate::error::Error::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the local list did not read",
-        )
-        .into_response();
-    };
-    let Ok(mut merged) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-        return Response::from_parts(local_parts, Body::from(bytes));
-    };
-    for (node, resp) in others.iter().zip(remote) {
-        if !resp.status().is_success() {
-            tracing::warn!(node_id = node, status = %resp.status(), "a member's list is left out");
-            continue;
-        }
-        let part = match axum::body::to_bytes(resp.into_body(), LIST_LIMIT).await {
-            Ok(b) => serde_json::from_slice::<serde_json::Value>(&b).ok(),
-            Err(_) => None,
-        };
-        match part {
-            Some(part) => append(&mut merged, part),
-            None => tracing::warn!(node_id = node, "a member's list did not parse; left out"),
-        }
-    }
-    // The local answer's head (status, paging headers), the merged body.
-    let mut parts = local_parts;
-    parts.headers.remove(http::header::CONTENT_LENGTH);
-    let body = serde_json::to_vec(&merged).unwrap_or_default();
-    Response::from_parts(parts, Body::from(body))
-}
-
-/// Appends the sandboxes of `part` to `into`: both arrays, or both objects with one array field
-/// (`sandboxes`, `items`).
-fn append(into: &mut serde_json::Value, part: serde_json::Value) {
-    use serde_json::Value;
-    match (into, part) {
-        (Value::Array(a), Value::Array(b)) => a.extend(b),
-        (Value::Object(a), Value::Object(mut b)) => {
-            for field in ["sandboxes", "items"] {
-                if let (Some(Value::Array(x)), Some(Value::Array(y))) =
-                    (a.get_mut(field), b.remove(field))
-                {
-                    x.extend(y);
-                }
-            }
-            if let (Some(Value::Number(x)), Some(Value::Number(y))) =
-                (a.get("total"), b.get("total"))
-            {
-                if let (Some(x), Some(y)) = (x.as_u64(), y.as_u64()) {
-                    a.insert("total".into(), Value::from(x + y));
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -482,21 +392,5 @@ mod tests {
         assert_eq!(route_of(&get, "/v1/images"), Route::Here);
         assert_eq!(route_of(&get, "/v1/sandboxesx"), Route::Here);
         assert_eq!(route_of(&get, "/health"), Route::Here);
-    }
-
-    #[test]
-    fn merged_lists_keep_every_members_sandboxes() {
-        let mut a = serde_json::json!({"sandboxes": [{"id": "a"}]});
-        append(
-            &mut a,
-            serde_json::json!({"sandboxes": [{"id": "b"}], "nextCursor": "x"}),
-        );
-        assert_eq!(
-            a,
-            serde_json::json!({"sandboxes": [{"id": "a"}, {"id": "b"}]})
-        );
-        let mut e = serde_json::json!([{"sandboxID": "a"}]);
-        append(&mut e, serde_json::json!([{"sandboxID": "b"}]));
-        assert_eq!(e.as_array().unwrap().len(), 2);
     }
 }

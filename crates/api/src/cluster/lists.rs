@@ -1,0 +1,317 @@
+//! Lists in cluster mode: every member's answer, merged into one.
+//!
+//! Contract:
+//! - The request is sent, as it came, to every member (this node through the router, the others
+//!   forwarded); a member that does not answer, or answers an error, is left out and logged. An error
+//!   of this node's own is the answer (a bad query is refused the same everywhere).
+//! - **Pages.** Every node lists in the order of `(creation time, id)` and its cursor is that pair
+//!   (`sandboxd_store`'s keyset cursor), which any node understands. For `/v1/sandboxes`, E2B's
+//!   `/v2/sandboxes` and Daytona's `/api/sandbox` the merged page is cut so that it is exactly the cluster's next page: a node that
+//!   has more stops being complete at its own next cursor, so the page keeps only what lies at or
+//!   before the smallest such cursor, sorted, at most `limit` of it; the next cursor is the last kept
+//!   item's (or that smallest cursor, when `limit` did not cut). No sandbox is skipped or repeated
+//!   across pages.
+//! - E2B's `/sandboxes` is a whole list: its items are concatenated.
+
+use super::{to_node, Forwarding};
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use sandboxd_cluster::NodeId;
+use serde_json::Value;
+
+/// Largest list answer a member may send for a merge.
+const LIST_LIMIT: usize = 64 << 20;
+/// The page size when a query names none (the store's default).
+const DEFAULT_LIMIT: usize = 100;
+/// E2B's header for the next page's token.
+const NEXT_TOKEN: &str = "x-next-token";
+
+/// How a list's pages look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `/v1/sandboxes`: `{sandboxes: [...], nextCursor}`, items keyed by `createdAt` and `id`.
+    V1,
+    /// Daytona's `/api/sandbox`: `{items: [...], nextCursor}`, items keyed by `createdAt` and `id`.
+    Daytona,
+    /// E2B `/v2/sandboxes`: an array, `x-next-token`, items keyed by `startedAt` and `sandboxID`.
+    E2bV2,
+    /// A whole list (E2B's `/sandboxes`): an array.
+    Whole,
+}
+
+impl Shape {
+    /// The field of the envelope that holds the items (`None`: the body is the array).
+    fn envelope(self) -> Option<&'static str> {
+        match self {
+            Shape::V1 => Some("sandboxes"),
+            Shape::Daytona => Some("items"),
+            Shape::E2bV2 | Shape::Whole => None,
+        }
+    }
+
+    /// The fields of an item holding its creation time and its id.
+    fn key_fields(self) -> (&'static str, &'static str) {
+        match self {
+            Shape::V1 | Shape::Daytona => ("createdAt", "id"),
+            Shape::E2bV2 | Shape::Whole => ("startedAt", "sandboxID"),
+        }
+    }
+}
+
+fn shape_of(path: &str) -> Shape {
+    match path.trim_end_matches('/') {
+        "/v1/sandboxes" => Shape::V1,
+        "/api/sandbox" => Shape::Daytona,
+        "/v2/sandboxes" => Shape::E2bV2,
+        _ => Shape::Whole,
+    }
+}
+
+/// One member's page: its items and its next cursor.
+struct Page {
+    items: Vec<Value>,
+    next: Option<String>,
+}
+
+/// The middleware's list branch: see the module doc.
+pub(super) async fn merge(f: &Forwarding, req: Request, next: Next) -> Response {
+    let (parts, _) = req.into_parts();
+    let shape = shape_of(parts.uri.path());
+    let me = f.cluster.id();
+    let others: Vec<NodeId> = f
+        .cluster
+        .members()
+        .into_keys()
+        .filter(|n| *n != me)
+        .collect();
+    let remote = futures::future::join_all(others.iter().map(|node| {
+        let mut copy = Request::builder()
+            .method(parts.method.clone())
+            .uri(parts.uri.clone())
+            .body(Body::empty())
+            .expect("a copy of a valid request is valid");
+        *copy.headers_mut() = parts.headers.clone();
+        to_node(f, *node, copy)
+    }));
+    let local = next.run(Request::from_parts(parts.clone(), Body::empty()));
+    let (local, remote) = futures::join!(local, remote);
+    if !local.status().is_success() {
+        return local;
+    }
+    let (mut head, body) = local.into_parts();
+    let Some(local_page) = read_page(shape, &head.headers, body).await else {
+        return crate::error::Error::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "this node's own list did not read",
+        )
+        .into_response();
+    };
+    let mut pages = vec![local_page];
+    for (node, resp) in others.iter().zip(remote) {
+        if !resp.status().is_success() {
+            tracing::warn!(node_id = node, status = %resp.status(), "a member's list is left out");
+            continue;
+        }
+        let (member_head, body) = resp.into_parts();
+        match read_page(shape, &member_head.headers, body).await {
+            Some(page) => pages.push(page),
+            None => tracing::warn!(node_id = node, "a member's list did not parse; left out"),
+        }
+    }
+    let limit = query_limit(parts.uri.query()).unwrap_or(DEFAULT_LIMIT);
+    let merged = match shape {
+        Shape::Whole => Page {
+            items: pages.into_iter().flat_map(|p| p.items).collect(),
+            next: None,
+        },
+        keyed => cut(keyed, pages, limit),
+    };
+    head.headers.remove(http::header::CONTENT_LENGTH);
+    head.headers.remove(NEXT_TOKEN);
+    let body = match shape.envelope() {
+        Some(field) => {
+            let mut body = serde_json::json!({ field: merged.items });
+            if let Some(next) = &merged.next {
+                body["nextCursor"] = Value::from(next.clone());
+            }
+            body
+        }
+        None => {
+            if let Some(token) = merged
+                .next
+                .as_deref()
+                .and_then(|t| HeaderValue::from_str(t).ok())
+            {
+                head.headers.insert(NEXT_TOKEN, token);
+            }
+            Value::Array(merged.items)
+        }
+    };
+    Response::from_parts(
+        head,
+        Body::from(serde_json::to_vec(&body).unwrap_or_default()),
+    )
+}
+
+/// A member's answer as a page.
+async fn read_page(shape: Shape, headers: &http::HeaderMap, body: Body) -> Option<Page> {
+    let bytes = axum::body::to_bytes(body, LIST_LIMIT).await.ok()?;
+    let value: Value = serde_json::from_slice(&bytes).ok()?;
+    match (shape.envelope(), value) {
+        (Some(field), Value::Object(mut body)) => Some(Page {
+            items: match body.remove(field) {
+                Some(Value::Array(items)) => items,
+                _ => return None,
+            },
+            next: body
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }),
+        (None, Value::Array(items)) => Some(Page {
+            items,
+            next: headers
+                .get(NEXT_TOKEN)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        }),
+        _ => None,
+    }
+}
+
+/// The `limit` of a query, if it names one.
+fn query_limit(query: Option<&str>) -> Option<usize> {
+    query?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == "limit").then(|| v.parse().ok()).flatten()
+    })
+}
+
+/// The keyset position `(creation ms, id)` of an item, or of a cursor.
+type Key = (i64, String);
+
+fn key_of(shape: Shape, item: &Value) -> Key {
+    let (at, id) = shape.key_fields();
+    let ms = item[at]
+        .as_str()
+        .and_then(sandboxd_service::e2b::parse_timestamp)
+        .unwrap_or(i64::MAX);
+    (ms, item[id].as_str().unwrap_or_default().to_string())
+}
+
+fn cursor_key(cursor: &str) -> Option<Key> {
+    let (at, id) = cursor.split_once(':')?;
+    Some((at.parse().ok()?, id.to_string()))
+}
+
+/// The cluster's page out of every member's: see the module doc.
+fn cut(shape: Shape, pages: Vec<Page>, limit: usize) -> Page {
+    let bound = pages
+        .iter()
+        .filter_map(|p| p.next.as_deref().and_then(cursor_key))
+        .min();
+    let mut items: Vec<(Key, Value)> = pages
+        .into_iter()
+        .flat_map(|p| p.items)
+        .map(|item| (key_of(shape, &item), item))
+        .filter(|(key, _)| bound.as_ref().is_none_or(|b| key <= b))
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    let next = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|((at, id), _)| format!("{at}:{id}"))
+    } else {
+        bound.map(|(at, id)| format!("{at}:{id}"))
+    };
+    Page {
+        items: items.into_iter().map(|(_, item)| item).collect(),
+        next,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn item(at_ms: i64, id: &str) -> Value {
+        json!({"createdAt": sandboxd_service::sandboxes::rfc3339(at_ms), "id": id})
+    }
+
+    fn ids(page: &Page) -> Vec<&str> {
+        page.items
+            .iter()
+            .map(|i| i["id"].as_str().unwrap())
+            .collect()
+    }
+
+    /// Paging through every member's pages with the merged cursor visits each sandbox once, in order.
+    #[test]
+    fn merged_pages_skip_and_repeat_nothing() {
+        // Node A holds 1, 4, 5, 6; node B holds 2, 3, 7 (creation ms = the number).
+        let a: Vec<Value> = [1, 4, 5, 6]
+            .iter()
+            .map(|n| item(*n, &format!("a{n}")))
+            .collect();
+        let b: Vec<Value> = [2, 3, 7]
+            .iter()
+            .map(|n| item(*n, &format!("b{n}")))
+            .collect();
+        let page_of = |all: &[Value], after: Option<&Key>, limit: usize| {
+            let rest: Vec<Value> = all
+                .iter()
+                .filter(|i| after.is_none_or(|k| key_of(Shape::V1, i) > *k))
+                .cloned()
+                .collect();
+            let next = (rest.len() > limit).then(|| {
+                let (at, id) = key_of(Shape::V1, &rest[limit - 1]);
+                format!("{at}:{id}")
+            });
+            Page {
+                items: rest.into_iter().take(limit).collect(),
+                next,
+            }
+        };
+        let mut seen = Vec::new();
+        let mut cursor: Option<Key> = None;
+        for _ in 0..10 {
+            let pages = vec![
+                page_of(&a, cursor.as_ref(), 2),
+                page_of(&b, cursor.as_ref(), 2),
+            ];
+            let page = cut(Shape::V1, pages, 2);
+            assert!(page.items.len() <= 2);
+            seen.extend(ids(&page).into_iter().map(str::to_string));
+            match page.next.as_deref().and_then(cursor_key) {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen, ["a1", "b2", "b3", "a4", "a5", "a6", "b7"]);
+    }
+
+    #[test]
+    fn a_list_without_more_pages_answers_no_cursor() {
+        let pages = vec![
+            Page {
+                items: vec![item(2, "b")],
+                next: None,
+            },
+            Page {
+                items: vec![item(1, "a")],
+                next: None,
+            },
+        ];
+        let page = cut(Shape::V1, pages, 100);
+        assert_eq!(ids(&page), ["a", "b"]);
+        assert_eq!(page.next, None);
+        assert_eq!(query_limit(Some("state=running&limit=7")), Some(7));
+        assert_eq!(shape_of("/v2/sandboxes"), Shape::E2bV2);
+        assert_eq!(shape_of("/api/sandbox"), Shape::Daytona);
+        assert_eq!(shape_of("/sandboxes"), Shape::Whole);
+    }
+}
