@@ -11,7 +11,7 @@
 //! - [`state_machine`]: openraft's state machine and snapshots over the state;
 //! - [`network`]: the client side of node-to-node RPC; [`rpc`] its server, both authenticated with the
 //!   cluster secret;
-//! - [`node`]: one running member ([`Cluster`]): start, init, join, proposals, status;
+//! - [`node`]: one running member ([`Cluster`]): start, init, join, proposals; [`status`] its view;
 //! - [`placement`]: which node takes a new sandbox (power of two choices over capacity leases);
 //! - [`watchdog`]: the leader marks nodes whose lease lapsed as lost.
 //!
@@ -30,10 +30,11 @@ pub mod placement;
 pub mod rpc;
 pub mod state;
 pub mod state_machine;
+pub mod status;
 pub mod watchdog;
 
 pub use error::ClusterError;
-pub use node::{Cluster, ClusterConfig, ClusterStatus, MemberStatus};
+pub use node::{Cluster, ClusterConfig};
 pub use state::{Capacity, ClusterState, Command, Member, NodeId, Outcome};
 
 openraft::declare_raft_types!(

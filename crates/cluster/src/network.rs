@@ -33,8 +33,6 @@ pub mod paths {
     pub const PROPOSE: &str = "/cluster/propose";
     /// A node asking to join.
     pub const JOIN: &str = "/cluster/join";
-    /// A member's own view (for `GET /v1/cluster`).
-    pub const STATUS: &str = "/cluster/status";
 }
 
 /// An authenticated HTTP client for cluster peers.
@@ -108,30 +106,6 @@ impl PeerClient {
         if !status.is_success() {
             let text = resp.text().await.unwrap_or_default();
             return Err(CallError::Network(format!("answered {status}: {text}")));
-        }
-        resp.json()
-            .await
-            .map_err(|e| CallError::Network(format!("an answer that does not parse: {e}")))
-    }
-
-    /// `GET http://{addr}{path}`, bounded by `timeout`.
-    pub async fn get<Resp: DeserializeOwned>(
-        &self,
-        addr: &str,
-        path: &str,
-        timeout: Duration,
-    ) -> Result<Resp, CallError> {
-        let resp = self
-            .http
-            .get(format!("http://{addr}{path}"))
-            .bearer_auth(&*self.secret)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(CallError::Unreachable)?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(CallError::Network(format!("answered {status}")));
         }
         resp.json()
             .await

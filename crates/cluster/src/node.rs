@@ -104,47 +104,6 @@ pub struct JoinRequest {
     pub member: Member,
 }
 
-/// One member as `GET /v1/cluster` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct MemberStatus {
-    /// Its id.
-    pub id: String,
-    /// Its cluster RPC address.
-    pub cluster_addr: String,
-    /// Its API address.
-    pub api_addr: String,
-    /// `voter` or `learner`.
-    pub role: String,
-    /// Whether it leads.
-    pub leader: bool,
-    /// `healthy` (lease held), `stale` (lease lapsed, inside the grace), `lost` (marked lost) or
-    /// `joining` (no lease yet).
-    pub health: String,
-    /// What it can take, as last reported.
-    pub capacity: Capacity,
-    /// How many times it was marked lost.
-    pub epoch: u64,
-}
-
-/// The cluster as one node sees it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterStatus {
-    /// The node answering.
-    pub node_id: String,
-    /// The leader, if one is known.
-    pub leader_id: Option<String>,
-    /// The current term.
-    pub term: u64,
-    /// The last applied log index.
-    pub applied_index: Option<u64>,
-    /// Members, in id order.
-    pub members: Vec<MemberStatus>,
-    /// Sandboxes placed (live).
-    pub placements: usize,
-}
-
 /// Unix ms by the local clock (this node proposing: the one place time enters an entry).
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -446,57 +405,6 @@ impl Cluster {
             if let Err(e) = self.propose(command).await {
                 tracing::debug!(error = %e, "lease not renewed");
             }
-        }
-    }
-
-    /// The cluster as this node sees it.
-    pub fn status(&self) -> ClusterStatus {
-        let metrics = self.inner.raft.metrics().borrow().clone();
-        let membership = metrics.membership_config.membership().clone();
-        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-        let now = now_ms();
-        let grace = self.inner.config.grace.as_millis() as i64;
-        let (records, placements) = self.read(|s| {
-            (
-                s.nodes.clone(),
-                s.placements.values().filter(|p| p.is_live()).count(),
-            )
-        });
-        let members = membership
-            .nodes()
-            .map(|(id, member)| {
-                let record = records.get(id);
-                let health = match record {
-                    None => "joining",
-                    Some(r) if r.lost => "lost",
-                    Some(r) if r.lease_until_ms >= now => "healthy",
-                    Some(r) if r.lease_until_ms + grace >= now => "stale",
-                    Some(_) => "unreachable",
-                };
-                MemberStatus {
-                    id: id.to_string(),
-                    cluster_addr: member.cluster_addr.clone(),
-                    api_addr: member.api_addr.clone(),
-                    role: if voters.contains(id) {
-                        "voter"
-                    } else {
-                        "learner"
-                    }
-                    .into(),
-                    leader: metrics.current_leader == Some(*id),
-                    health: health.into(),
-                    capacity: record.map(|r| r.capacity).unwrap_or_default(),
-                    epoch: record.map_or(0, |r| r.epoch),
-                }
-            })
-            .collect();
-        ClusterStatus {
-            node_id: self.id().to_string(),
-            leader_id: metrics.current_leader.map(|l| l.to_string()),
-            term: metrics.current_term,
-            applied_index: metrics.last_applied.map(|l| l.index),
-            members,
-            placements,
         }
     }
 

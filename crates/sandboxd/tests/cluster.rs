@@ -4,25 +4,12 @@
 mod cluster_support;
 mod common;
 
-use cluster_support::{History, TestCluster};
-use common::run_serially;
+use cluster_support::{cluster_test, History, TestCluster};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 /// Longest one of these tests may run.
 const LIMIT: Duration = Duration::from_secs(300);
-
-fn cluster_test<F, Fut>(test: F)
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    run_serially(
-        &mut tokio::runtime::Builder::new_current_thread(),
-        Some(LIMIT),
-        test,
-    );
-}
 
 /// POSTs `body` to `path` on node `i`; answers the status and the JSON body.
 async fn post(c: &TestCluster, i: usize, path: &str, body: &Value) -> (u16, Value) {
@@ -43,7 +30,7 @@ async fn post(c: &TestCluster, i: usize, path: &str, body: &Value) -> (u16, Valu
 /// node. Decided in `sandboxd_cluster::state::ClusterState::apply`, first committed entry wins.
 #[test]
 fn hundred_same_name_creates_over_three_nodes_make_one_sandbox() {
-    cluster_test(|| async {
+    cluster_test(LIMIT, || async {
         let c = TestCluster::start(3, &[]).await;
         let body = json!({"name": "only-one", "timeoutSec": 600});
         let answers =
@@ -133,7 +120,7 @@ fn a_single_node_says_it_is_not_clustered() {
 /// dedupes them (`sandboxd_service::e2b`).
 #[test]
 fn two_hundred_identical_e2b_creates_over_three_nodes_answer_one_sandbox() {
-    cluster_test(|| async {
+    cluster_test(LIMIT, || async {
         let c = TestCluster::start(3, &[]).await;
         let body = json!({"templateID": "base", "timeout": 300, "metadata": {"run": "dedupe"}});
         let answers =
@@ -154,7 +141,7 @@ fn two_hundred_identical_e2b_creates_over_three_nodes_answer_one_sandbox() {
 /// from two nodes at once: one 201, one 409; the winner's port then answers that host on every node.
 #[test]
 fn a_hostname_bound_from_two_nodes_at_once_goes_to_one_sandbox() {
-    cluster_test(|| async {
+    cluster_test(LIMIT, || async {
         let c = TestCluster::start(3, &[]).await;
         let a = c.node(0).create(json!({})).await["id"]
             .as_str()
@@ -198,7 +185,7 @@ fn a_hostname_bound_from_two_nodes_at_once_goes_to_one_sandbox() {
 /// sandbox port through the proxy, and the E2B envd calls by `E2b-Sandbox-Id`.
 #[test]
 fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
-    cluster_test(|| async {
+    cluster_test(LIMIT, || async {
         let c = TestCluster::start(3, &[]).await;
         // Creates through node 0 until one lands elsewhere (two of three nodes are not node 0).
         let mut history = History::default();

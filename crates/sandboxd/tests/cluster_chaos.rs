@@ -5,24 +5,11 @@
 mod cluster_support;
 mod common;
 
-use cluster_support::{ip_of, History, TestCluster};
-use common::run_serially;
+use cluster_support::{cluster_test, ip_of, History, TestCluster};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(420);
-
-fn cluster_test<F, Fut>(test: F)
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    run_serially(
-        &mut tokio::runtime::Builder::new_current_thread(),
-        Some(LIMIT),
-        test,
-    );
-}
 
 /// One create `{name}` at `url` (a node's `/v1/sandboxes`): the status, and the id when 201.
 async fn create(http: reqwest::Client, url: String, name: String) -> (u16, Option<String>, String) {
@@ -101,7 +88,7 @@ async fn await_log_matches_stores(c: &TestCluster, nodes: &[usize]) {
 /// reconcilers ran, and the old leader rejoins and converges.
 #[test]
 fn killing_the_leader_in_a_create_storm_loses_no_acknowledged_create() {
-    cluster_test(|| async {
+    cluster_test(LIMIT, || async {
         // A grace far past the restart: the old leader comes back before anyone marks it lost.
         let mut c = TestCluster::start(
             3,
@@ -184,7 +171,7 @@ fn killing_the_leader_in_a_create_storm_loses_no_acknowledged_create() {
 /// healing every node has one history.
 #[test]
 fn a_partitioned_minority_creates_nothing_and_the_majority_goes_on() {
-    cluster_test(|| async {
+    cluster_test(LIMIT, || async {
         let c = TestCluster::start(
             5,
             &[

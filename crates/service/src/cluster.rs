@@ -129,43 +129,38 @@ impl Service {
 
     /// Unbinds `hostname` from `id` in the log. Best effort: a release of the sandbox frees it too.
     pub(crate) async fn unbind_hostname_in_log(&self, hostname: &str, id: &str) {
-        let Some(cluster) = self.cluster() else {
-            return;
-        };
         let command = Command::UnbindHostname {
             hostname: hostname.to_string(),
             id: id.to_string(),
         };
-        if let Err(e) = cluster.propose(command).await {
-            tracing::warn!(sandbox_id = %id, %hostname, error = %crate::error::chain(&e), "hostname not unbound in the cluster");
-        }
+        self.propose_best_effort(id, command, "hostname not unbound in the cluster")
+            .await;
     }
 
     /// Marks `id` created in the log. Best effort: a placement left `reserved` still routes and holds
     /// its name.
     pub(crate) async fn commit_placement(&self, id: &str) {
-        let Some(cluster) = self.cluster() else {
-            return;
-        };
-        if let Err(e) = cluster
-            .propose(Command::Commit { id: id.to_string() })
-            .await
-        {
-            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "placement not committed; it stays reserved");
-        }
+        let command = Command::Commit { id: id.to_string() };
+        self.propose_best_effort(id, command, "placement not committed; it stays reserved")
+            .await;
     }
 
     /// Frees `id`'s name and placement in the log. Best effort: what is not released here the
     /// placements reconciler releases.
     pub(crate) async fn release_placement(&self, id: &str) {
+        let command = Command::Release { id: id.to_string() };
+        self.propose_best_effort(id, command, "placement not released; the reconciler will")
+            .await;
+    }
+
+    /// Proposes `command` for sandbox `id` when clustered; a failure is logged with `failed`, not
+    /// answered.
+    async fn propose_best_effort(&self, id: &str, command: Command, failed: &'static str) {
         let Some(cluster) = self.cluster() else {
             return;
         };
-        if let Err(e) = cluster
-            .propose(Command::Release { id: id.to_string() })
-            .await
-        {
-            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "placement not released; the reconciler will");
+        if let Err(e) = cluster.propose(command).await {
+            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "{failed}");
         }
     }
 }

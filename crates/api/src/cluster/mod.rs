@@ -299,31 +299,7 @@ pub async fn status(
             "this daemon runs as a single node (start it with --cluster-listen to form a cluster)",
         )
     })?;
-    let s = cluster.status();
-    Ok(axum::Json(api::ClusterStatus {
-        node_id: s.node_id,
-        leader_id: s.leader_id,
-        term: s.term,
-        applied_index: s.applied_index,
-        placements: s.placements as u64,
-        members: s
-            .members
-            .into_iter()
-            .map(|m| api::ClusterMember {
-                id: m.id,
-                cluster_addr: m.cluster_addr,
-                api_addr: m.api_addr,
-                role: m.role,
-                leader: m.leader,
-                health: m.health,
-                cpu_millis_free: m.capacity.cpu_millis,
-                memory_mb_free: m.capacity.memory_mb,
-                disk_mb_free: m.capacity.disk_mb,
-                slots_free: m.capacity.slots,
-                epoch: m.epoch,
-            })
-            .collect(),
-    }))
+    Ok(axum::Json(cluster.status()))
 }
 
 /// Sends `req` to `node` and streams its answer back.

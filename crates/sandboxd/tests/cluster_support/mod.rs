@@ -12,7 +12,7 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
-use crate::common::{Daemon, Setup};
+use crate::common::{run_serially, Daemon, Setup};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -28,6 +28,20 @@ pub const CLUSTER_PORT: u16 = 7100;
 pub const FORWARDED: &str = "x-sandboxd-forwarded";
 const SECRET: &str = "cluster-test-secret-6a1f0e9d";
 const NFT_TABLE: &str = "sandboxd_partition";
+
+/// Runs one cluster test serially with the others of its binary, on a current-thread runtime (the
+/// thread [`TestNet::enter`] moves into the test's namespace), failed (and cleaned up) after `limit`.
+pub fn cluster_test<F, Fut>(limit: Duration, test: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    run_serially(
+        &mut tokio::runtime::Builder::new_current_thread(),
+        Some(limit),
+        test,
+    );
+}
 
 /// The test's own network namespace.
 pub struct TestNet;
