@@ -149,16 +149,17 @@ fn killing_the_leader_in_a_create_storm_loses_no_acknowledged_create() {
                 history.created(&id, &name);
             }
         }
+        // How many of the storm's creates got through depends on when the kill fell; what matters is
+        // that none acknowledged is lost (the checker below).
         eprintln!("storm outcomes: {outcomes:?}");
-        assert!(
-            history.created.len() >= 10,
-            "the survivors kept creating: {outcomes:?}"
-        );
-        // The survivors go on.
-        let (http, url) = targets[survivors[0]].clone();
-        let (status, id, name) = create(http, url, "after-the-kill".into()).await;
-        assert_eq!(status, 201);
-        history.created(&id.unwrap(), &name);
+        // The survivors go on: every create through them succeeds (a placement on the dead node is
+        // offered to the next choice).
+        for k in 0..10 {
+            let (http, url) = targets[survivors[k % 2]].clone();
+            let (status, id, name) = create(http, url, format!("after-the-kill-{k}")).await;
+            assert_eq!(status, 201, "create {k} through a survivor after the kill");
+            history.created(&id.unwrap(), &name);
+        }
         // The old leader rejoins and converges.
         c.nodes[leader].restart().await;
         c.wait_healthy(&[0, 1, 2], 3).await;
