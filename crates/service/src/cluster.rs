@@ -98,14 +98,16 @@ impl Service {
     }
 
     /// Binds `hostname` to `id` in the log; [`ServiceError::HostnameConflict`] when another live
-    /// sandbox holds it.
+    /// sandbox holds it. Answers whether this call made the binding (`false`: it was `id`'s already,
+    /// or there is no cluster), so a caller undoing a failure undoes only what it made — the seed's
+    /// "reused" flag, here for the log.
     pub(crate) async fn bind_hostname_in_log(
         &self,
         hostname: &str,
         id: &str,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<bool, ServiceError> {
         let Some(cluster) = self.cluster() else {
-            return Ok(());
+            return Ok(false);
         };
         let outcome = cluster
             .propose(Command::BindHostname {
@@ -114,7 +116,8 @@ impl Service {
             })
             .await?;
         match outcome {
-            Outcome::Applied | Outcome::Unchanged => Ok(()),
+            Outcome::Applied => Ok(true),
+            Outcome::Unchanged => Ok(false),
             Outcome::HostnameTaken { .. } => {
                 Err(ServiceError::HostnameConflict(hostname.to_string()))
             }

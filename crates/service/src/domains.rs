@@ -127,7 +127,7 @@ impl Service {
         let sandbox = self.get(key).await?;
         let id = sandbox.id.clone();
         // Cluster mode: the log decides first (`crate::cluster`); a local refusal gives it back.
-        self.bind_hostname_in_log(&hostname, &id).await?;
+        let made_in_log = self.bind_hostname_in_log(&hostname, &id).await?;
         let (host, rid) = (hostname.clone(), id.clone());
         let outcome = match self
             .writer()
@@ -136,7 +136,10 @@ impl Service {
         {
             Ok(outcome) => outcome,
             Err(e) => {
-                self.unbind_hostname_in_log(&hostname, &id).await;
+                // Only a binding this call made: one that was already there is not ours to undo.
+                if made_in_log {
+                    self.unbind_hostname_in_log(&hostname, &id).await;
+                }
                 return Err(e.into());
             }
         };
