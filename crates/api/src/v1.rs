@@ -204,7 +204,15 @@ pub async fn get(
     State(service): State<Service>,
     Path(id): Path<String>,
 ) -> Result<Json<api::Sandbox>, Error> {
-    Ok(Json(to_api(&service.get(&id).await?)))
+    match service.get(&id).await {
+        Ok(sandbox) => Ok(Json(to_api(&sandbox))),
+        // Cluster mode: one lost with its node is shown as `lost` through every other node.
+        Err(ServiceError::NotFound(message)) => match service.lost_sandbox(&id) {
+            Some(lost) => Ok(Json(lost)),
+            None => Err(ServiceError::NotFound(message).into()),
+        },
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Pause a running sandbox in place: its processes and memory are kept, nothing runs until a resume.

@@ -181,6 +181,8 @@ async fn claims(n: usize) -> anyhow::Result<(Latency, Latency)> {
                 id: format!("bench-{side}-{k}"),
                 owner: members[from].id(),
                 name: format!("bench-{side}-{k}"),
+                token_digest: String::new(),
+                summary: Default::default(),
                 at_ms: k as i64,
             };
             let started = Instant::now();

@@ -35,7 +35,7 @@ pub mod watchdog;
 
 pub use error::ClusterError;
 pub use node::{Cluster, ClusterConfig};
-pub use state::{Capacity, ClusterState, Command, Member, NodeId, Outcome};
+pub use state::{Capacity, ClusterState, Command, Member, NodeId, Outcome, SandboxSummary};
 
 openraft::declare_raft_types!(
     /// The Raft types of the cluster's log.

@@ -33,6 +33,8 @@ pub mod paths {
     pub const PROPOSE: &str = "/cluster/propose";
     /// A node asking to join.
     pub const JOIN: &str = "/cluster/join";
+    /// A follower asking the leader for its read index ([`crate::Cluster::catch_up`]).
+    pub const READ_INDEX: &str = "/cluster/read-index";
 }
 
 /// An authenticated HTTP client for cluster peers.

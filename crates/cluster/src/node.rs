@@ -14,7 +14,9 @@
 //!   reconciler releases reservations that never became sandboxes.
 //! - Reads ([`Cluster::read`]) see this node's applied state, which may lag the leader's: good for
 //!   routing (a stale answer is corrected by the owner), never for deciding uniqueness — only `apply`
-//!   decides that.
+//!   decides that. [`Cluster::catch_up`] first applies everything the leader had committed when
+//!   asked (openraft's read index: the leader confirms with a quorum that it still leads), so a read
+//!   after it sees every write acknowledged before it, whichever node took the write.
 //! - Every [`ClusterConfig::lease`]/3 the node renews its lease with its capacity; the leader's
 //!   [`crate::watchdog`] marks a node lost once its lease lapsed by more than the grace.
 
@@ -24,7 +26,7 @@ use crate::network::{paths, Network, PeerClient};
 use crate::state::{Capacity, ClusterState, Command, Member, NodeId, Outcome};
 use crate::state_machine::{SharedState, StateMachineStore};
 use crate::Raft;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{ChangeMembers, ServerState};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -367,6 +369,64 @@ impl Cluster {
             .await
             .map_err(|e| e.to_string())?;
         answer
+    }
+
+    /// Waits until this node has applied every entry the leader had committed when asked: a read
+    /// after it sees every write acknowledged before the call began, on any node (read-your-writes
+    /// across nodes). Past `within` (no quorum, no leader) it answers [`ClusterError::Unavailable`].
+    pub async fn catch_up(&self, within: Duration) -> Result<(), ClusterError> {
+        let unavailable = || ClusterError::Unavailable { waited: within };
+        let deadline = Instant::now() + within;
+        let index = tokio::time::timeout(within, self.read_index())
+            .await
+            .map_err(|_| unavailable())?
+            .map_err(|reason| {
+                tracing::debug!(%reason, "no read index from the leader");
+                unavailable()
+            })?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        self.inner
+            .raft
+            .wait(Some(remaining))
+            .applied_index_at_least(index, "catching up with the leader")
+            .await
+            .map(|_| ())
+            .map_err(|_| unavailable())
+    }
+
+    /// The leader's read index: asked here if this node leads, else of the leader it names.
+    async fn read_index(&self) -> Result<Option<u64>, String> {
+        let forward = match self.inner.raft.get_read_log_id().await {
+            Ok((read, _)) => return Ok(read.map(|id| id.index)),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => forward,
+            Err(e) => return Err(e.to_string()),
+        };
+        let leader = forward
+            .leader_node
+            .ok_or_else(|| "no leader is known yet".to_string())?;
+        let answer: Result<Option<u64>, String> = self
+            .inner
+            .client
+            .call(
+                &leader.cluster_addr,
+                paths::READ_INDEX,
+                &(),
+                self.inner.config.propose_timeout,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        answer
+    }
+
+    /// The read index on this node only (the leader's side of [`paths::READ_INDEX`]): never asked of
+    /// another node, so the question travels at most one hop.
+    pub(crate) async fn read_index_here(&self) -> Result<Option<u64>, String> {
+        self.inner
+            .raft
+            .get_read_log_id()
+            .await
+            .map(|(read, _)| read.map(|id| id.index))
+            .map_err(|e| e.to_string())
     }
 
     /// A client write on this node only (the leader's side of [`paths::PROPOSE`]): never forwarded

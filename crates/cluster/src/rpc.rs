@@ -28,6 +28,7 @@ pub fn router(cluster: Cluster) -> Router {
         .route(paths::SNAPSHOT, post(snapshot))
         .route(paths::PROPOSE, post(propose))
         .route(paths::JOIN, post(join))
+        .route(paths::READ_INDEX, post(read_index))
         .layer(middleware::from_fn_with_state(
             cluster.clone(),
             authenticate,
@@ -93,6 +94,10 @@ async fn propose(
     Json(command): Json<Command>,
 ) -> impl IntoResponse {
     Json(cluster.write_here(command).await)
+}
+
+async fn read_index(State(cluster): State<Cluster>) -> impl IntoResponse {
+    Json(cluster.read_index_here().await)
 }
 
 async fn join(State(cluster): State<Cluster>, Json(req): Json<JoinRequest>) -> impl IntoResponse {

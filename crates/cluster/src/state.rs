@@ -17,6 +17,7 @@
 //! The invariants are checked by `check_invariants`, which the unit tests below run after every entry.
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// A node's id in the cluster (derived from its daemon id).
@@ -89,6 +90,38 @@ pub struct Placement {
     pub reserved_at_ms: i64,
     /// The owner's epoch when it was reserved.
     pub epoch: u64,
+    /// The [`token_digest`] of its envd access token ("" when not given).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token_digest: String,
+    /// What it was created as.
+    #[serde(default)]
+    pub summary: SandboxSummary,
+}
+
+/// What the log keeps of a sandbox beyond its placement: what it was created as, so any node can
+/// show it as `lost` once its owner is gone (the owner's store, which knows the rest, is gone too).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxSummary {
+    /// Its template (for an image, the image's reference).
+    pub template: String,
+    /// The manifest digest of its image, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// CPU in thousandths.
+    pub cpu_millis: u32,
+    /// Memory limit in MiB.
+    pub memory_mb: u32,
+    /// Disk limit in MiB.
+    pub disk_mb: u32,
+    /// Its labels.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// What the log keeps of an envd access token: its SHA-256, hex. The token itself never enters the log.
+pub fn token_digest(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
 }
 
 impl Placement {
@@ -133,12 +166,17 @@ pub enum Command {
     },
     /// `node` destroyed what it ran for placements lost in `epoch`; the mark goes.
     Recovered { node: NodeId, epoch: u64 },
-    /// Reserve sandbox `id` on `owner`, with its name.
+    /// Reserve sandbox `id` on `owner`, with its name and the [`token_digest`] of its envd access
+    /// token (how an envd call that names nothing but its token is routed).
     #[serde(rename_all = "camelCase")]
     Reserve {
         id: String,
         owner: NodeId,
         name: String,
+        #[serde(default)]
+        token_digest: String,
+        #[serde(default)]
+        summary: SandboxSummary,
         at_ms: i64,
     },
     /// Route E2B creates with `fingerprint` to `owner` for `replay_ms`, unless a live node holds it.
@@ -231,8 +269,10 @@ impl ClusterState {
                 id,
                 owner,
                 name,
+                token_digest,
+                summary,
                 at_ms,
-            } => self.reserve(id, *owner, name, *at_ms),
+            } => self.reserve(id, *owner, name, token_digest, summary, *at_ms),
             Command::RouteFingerprint {
                 fingerprint,
                 owner,
@@ -312,7 +352,15 @@ impl ClusterState {
         Outcome::Routed { owner }
     }
 
-    fn reserve(&mut self, id: &str, owner: NodeId, name: &str, at_ms: i64) -> Outcome {
+    fn reserve(
+        &mut self,
+        id: &str,
+        owner: NodeId,
+        name: &str,
+        token_digest: &str,
+        summary: &SandboxSummary,
+        at_ms: i64,
+    ) -> Outcome {
         if let Some(existing) = self.placements.get(id) {
             // A retry of this very reservation answers as the first did.
             return if existing.owner == owner && existing.name == name && existing.is_live() {
@@ -344,6 +392,8 @@ impl ClusterState {
                 state: PlacementState::Reserved,
                 reserved_at_ms: at_ms,
                 epoch,
+                token_digest: token_digest.to_string(),
+                summary: summary.clone(),
             },
         );
         Outcome::Applied
@@ -396,6 +446,31 @@ impl ClusterState {
     /// The live sandbox holding `name`, if any.
     pub fn holder_of_name(&self, name: &str) -> Option<&str> {
         self.names.get(name).map(String::as_str)
+    }
+
+    /// The live sandbox whose envd access token has `digest` ([`token_digest`]), if any.
+    pub fn holder_of_token(&self, digest: &str) -> Option<&str> {
+        if digest.is_empty() {
+            return None;
+        }
+        self.placements
+            .iter()
+            .find(|(_, p)| p.is_live() && p.token_digest == digest)
+            .map(|(id, _)| id.as_str())
+    }
+
+    /// The sandbox `key` names among those lost with their node: by id, else the newest that had
+    /// `key` as its name (a lost sandbox's name is free again, so several may have had it).
+    pub fn lost_sandbox(&self, key: &str) -> Option<(&str, &Placement)> {
+        let lost = |p: &Placement| p.state == PlacementState::Lost;
+        if let Some((id, p)) = self.placements.get_key_value(key) {
+            return lost(p).then_some((id.as_str(), p));
+        }
+        self.placements
+            .iter()
+            .filter(|(_, p)| lost(p) && !p.name.is_empty() && p.name == key)
+            .max_by_key(|(_, p)| p.reserved_at_ms)
+            .map(|(id, p)| (id.as_str(), p))
     }
 
     /// The owner of `id`, while its placement is live.
@@ -469,6 +544,8 @@ mod tests {
             id: id.into(),
             owner,
             name: name.into(),
+            token_digest: token_digest(&format!("token of {id}")),
+            summary: SandboxSummary::default(),
             at_ms,
         }
     }
@@ -522,6 +599,50 @@ mod tests {
         assert_eq!(outcomes[3], Outcome::Applied);
         assert_eq!(outcomes[4], Outcome::Unchanged);
         assert_eq!(state.holder_of_name("web"), Some("b"));
+    }
+
+    #[test]
+    fn an_access_token_routes_to_its_live_sandbox_only() {
+        let mut state = ClusterState::default();
+        apply_all(
+            &mut state,
+            &[
+                lease(1, 0),
+                reserve("a", 1, "", 10),
+                reserve("b", 1, "", 11),
+            ],
+        );
+        let of = |id: &str| token_digest(&format!("token of {id}"));
+        assert_eq!(state.holder_of_token(&of("a")), Some("a"));
+        assert_eq!(state.holder_of_token(&of("b")), Some("b"));
+        assert_eq!(state.holder_of_token(&of("c")), None);
+        // A placement reserved without a token is never found by the empty digest.
+        apply_all(
+            &mut state,
+            &[Command::Reserve {
+                id: "d".into(),
+                owner: 1,
+                name: String::new(),
+                token_digest: String::new(),
+                summary: SandboxSummary::default(),
+                at_ms: 12,
+            }],
+        );
+        assert_eq!(state.holder_of_token(""), None);
+        apply_all(&mut state, &[Command::Release { id: "a".into() }]);
+        assert_eq!(state.holder_of_token(&of("a")), None, "released");
+        apply_all(
+            &mut state,
+            &[Command::MarkLost {
+                node: 1,
+                at_ms: 10_000,
+                grace_ms: 0,
+            }],
+        );
+        assert_eq!(state.holder_of_token(&of("b")), None, "lost");
+        // The token itself is never in the state.
+        let json = serde_json::to_string(&state).unwrap();
+        assert!(!json.contains("token of"), "{json}");
     }
 
     #[test]
@@ -631,6 +752,35 @@ mod tests {
         assert_eq!(outcomes[9], Outcome::Applied);
         assert_eq!(outcomes[10], Outcome::Applied);
         assert!(!state.placements.contains_key("a"));
+    }
+
+    #[test]
+    fn a_lost_sandbox_is_found_by_id_and_by_its_last_name_until_recovered() {
+        let mut state = ClusterState::default();
+        let lost = Command::MarkLost {
+            node: 2,
+            at_ms: 10_000,
+            grace_ms: 0,
+        };
+        apply_all(
+            &mut state,
+            &[
+                lease(1, 0),
+                lease(2, 0),
+                reserve("a", 2, "web", 10),
+                reserve("z", 1, "", 11),
+            ],
+        );
+        assert!(state.lost_sandbox("a").is_none(), "live");
+        assert!(state.lost_sandbox("web").is_none(), "live");
+        apply_all(&mut state, &[lost, reserve("b", 1, "web", 10_001)]);
+        assert_eq!(state.lost_sandbox("a").map(|(id, _)| id), Some("a"));
+        assert_eq!(state.lost_sandbox("web").map(|(id, _)| id), Some("a"));
+        assert_eq!(state.holder_of_name("web"), Some("b"), "the name is free");
+        assert!(state.lost_sandbox("z").is_none(), "on a live node");
+        assert!(state.lost_sandbox("nothing").is_none());
+        apply_all(&mut state, &[Command::Recovered { node: 2, epoch: 1 }]);
+        assert!(state.lost_sandbox("a").is_none(), "recovered: destroyed");
     }
 
     #[test]

@@ -66,6 +66,8 @@ async fn racing_name_claims_from_every_node_have_one_winner() {
                 id: format!("sb{i}"),
                 owner: n.id(),
                 name: "shared".into(),
+                token_digest: String::new(),
+                summary: Default::default(),
                 at_ms: i as i64,
             })
             .await

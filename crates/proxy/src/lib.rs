@@ -42,7 +42,7 @@ use axum::response::Response;
 use http::HeaderValue;
 
 pub use error::{ProxyError, RouteError, PORT_NOT_OPEN_MESSAGE};
-pub use route::{Target, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
+pub use route::{envd_access_token, host_of, Target, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
 pub use tcp::TcpForwarder;
 pub use upstream::{port_is_listening, Upstream, UpstreamStream};
 

@@ -41,7 +41,7 @@ pub(crate) fn is_envd_call(uri: &Uri) -> bool {
 }
 
 /// The access token of an envd call that carries one (non-empty, visible ASCII); `None` otherwise.
-pub(crate) fn envd_access_token<'a>(headers: &'a HeaderMap, uri: &Uri) -> Option<&'a str> {
+pub fn envd_access_token<'a>(headers: &'a HeaderMap, uri: &Uri) -> Option<&'a str> {
     if !is_envd_call(uri) {
         return None;
     }
@@ -61,7 +61,7 @@ pub(crate) fn target_of(domain: &str, headers: &HeaderMap, uri: &Uri) -> Option<
 
 /// The host of a request (the `Host` header, else the URI authority), lowercase, without `:port` and
 /// trailing dot; `None` when there is none or it is a bracketed IPv6 literal.
-pub(crate) fn host_of(headers: &HeaderMap, uri: &Uri) -> Option<String> {
+pub fn host_of(headers: &HeaderMap, uri: &Uri) -> Option<String> {
     let host = headers
         .get(HOST)
         .and_then(|h| h.to_str().ok())

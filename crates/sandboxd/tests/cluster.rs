@@ -182,7 +182,7 @@ fn a_hostname_bound_from_two_nodes_at_once_goes_to_one_sandbox() {
 }
 
 /// A create on node A that the placement puts on node B is served through A: exec, files, a
-/// sandbox port through the proxy, and the E2B envd calls by `E2b-Sandbox-Id`.
+/// sandbox port through the proxy, and the E2B envd calls by `E2b-Sandbox-Id` or by access token.
 #[test]
 fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
     cluster_test(LIMIT, || async {
@@ -250,6 +250,36 @@ fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
             .unwrap();
         assert_eq!(envd.status(), 200);
         assert_eq!(envd.text().await.unwrap(), "forwarded\n");
+        // envd by its access token alone, as older SDKs call it after `connect`: node 0 finds the
+        // sandbox by the token's digest in the log.
+        let by_token = entry
+            .http_plain()
+            .get(entry.endpoint("/files?path=/tmp/up.txt"))
+            .header(
+                "X-Access-Token",
+                created["envdAccessToken"].as_str().unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            by_token.status(),
+            200,
+            "envd by access token through node 0"
+        );
+        assert_eq!(by_token.text().await.unwrap(), "uploaded through node 0");
+        let wrong = entry
+            .http_plain()
+            .get(entry.endpoint("/files?path=/tmp/up.txt"))
+            .header("X-Access-Token", "not-a-token-of-any-sandbox")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            wrong.status().is_client_error(),
+            "an unknown token reaches nothing: {}",
+            wrong.status()
+        );
         // The merged list through node 0 has it once.
         let listed = entry.get_json("/v1/sandboxes").await;
         let count = listed["sandboxes"]

@@ -1,5 +1,6 @@
 //! Cluster mode under failure, with real `sandboxd` processes in a network namespace of the test's own
-//! (`cluster_support`): kill -9 of the leader during a create storm, and a partition of five nodes.
+//! (`cluster_support`): kill -9 of the leader during a create storm, a node lost and returning, and a
+//! partition of five nodes.
 //! After each, the history checker runs over every acknowledged create.
 
 mod cluster_support;
@@ -164,6 +165,124 @@ fn killing_the_leader_in_a_create_storm_loses_no_acknowledged_create() {
         c.nodes[leader].restart().await;
         c.wait_healthy(&[0, 1, 2], 3).await;
         await_log_matches_stores(&c, &[0, 1, 2]).await;
+        history.check(&c, &[0, 1, 2]).await;
+    });
+}
+
+/// A node whose lease lapses past the grace is marked lost: through every other node its sandbox
+/// shows as `lost` (and the E2B surface answers not found), its name and hostname are free at once;
+/// when it returns it learns that from the log and destroys the sandbox, and the log lets it go.
+#[test]
+fn a_lost_nodes_sandboxes_show_as_lost_free_their_names_and_are_destroyed_when_it_returns() {
+    cluster_test(LIMIT, || async {
+        let mut c = TestCluster::start(
+            3,
+            &[
+                "--cluster-lease-ms",
+                "1500",
+                "--cluster-grace-ms",
+                "2000",
+                "--reconcile-deadline-secs",
+                "3",
+            ],
+        )
+        .await;
+        let leader = c.leader(0).await.expect("a leader");
+        let victim = (0..3).find(|i| *i != leader).unwrap();
+        let survivor = (0..3).find(|i| *i != victim).unwrap();
+        let mut history = History::default();
+        // Creates through the victim until one is placed on it.
+        let mut doomed = None;
+        for k in 0..30 {
+            let name = format!("doomed-{k}");
+            let s = c.node(victim).create(json!({"name": name})).await;
+            let id = s["id"].as_str().unwrap().to_string();
+            if c.local_sandboxes(victim).await.unwrap().contains_key(&id) {
+                doomed = Some((id, name));
+                break;
+            }
+            history.created(&id, &name);
+        }
+        let (id, name) = doomed.expect("a create placed on the victim");
+        let hostname = "doomed.cluster.test";
+        common::serve_port(c.node(survivor), &id, 8000).await;
+        let bound = c
+            .node(survivor)
+            .post_json(
+                &format!("/v1/sandboxes/{id}/domains"),
+                &json!({"hostname": hostname, "port": 8000}),
+            )
+            .await;
+        assert_eq!(bound.status(), 201, "{}", bound.text().await.unwrap());
+        c.nodes[victim].kill9();
+        // Through the survivor, it becomes `lost`, by id and by name.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let seen = loop {
+            let got = c
+                .node(survivor)
+                .get_json(&format!("/v1/sandboxes/{id}"))
+                .await;
+            if got["state"] == "lost" {
+                break got;
+            }
+            assert!(Instant::now() < deadline, "never shown lost: {got}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(seen["name"], name.as_str());
+        assert!(
+            seen["failureReason"]
+                .as_str()
+                .unwrap()
+                .contains("marked lost"),
+            "{seen}"
+        );
+        let by_name = c
+            .node(survivor)
+            .get_json(&format!("/v1/sandboxes/{name}"))
+            .await;
+        assert_eq!(by_name["id"], id.as_str(), "{by_name}");
+        assert_eq!(by_name["state"], "lost");
+        let e2b = c
+            .node(survivor)
+            .http()
+            .get(c.node(survivor).endpoint(&format!("/sandboxes/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(e2b.status(), 404, "E2B has no lost state: not found");
+        let text = e2b.text().await.unwrap();
+        assert!(text.contains("lost"), "the message says why: {text}");
+        // Its name and hostname are free at once.
+        let heir = c.node(survivor).create(json!({"name": name})).await;
+        let heir_id = heir["id"].as_str().unwrap().to_string();
+        history.created(&heir_id, &name);
+        common::serve_port(c.node(survivor), &heir_id, 8000).await;
+        let rebound = c
+            .node(survivor)
+            .post_json(
+                &format!("/v1/sandboxes/{heir_id}/domains"),
+                &json!({"hostname": hostname, "port": 8000}),
+            )
+            .await;
+        assert_eq!(rebound.status(), 201, "{}", rebound.text().await.unwrap());
+        // The node returns, learns it was lost, destroys the sandbox; the log lets it go.
+        c.nodes[victim].restart().await;
+        c.wait_healthy(&[0, 1, 2], 3).await;
+        await_log_matches_stores(&c, &[0, 1, 2]).await;
+        let gone = c
+            .node(survivor)
+            .http()
+            .get(c.node(survivor).endpoint(&format!("/v1/sandboxes/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(gone.status(), 404, "destroyed once its node returned");
+        let by_name = c
+            .node(victim)
+            .get_json(&format!("/v1/sandboxes/{name}"))
+            .await;
+        assert_eq!(by_name["id"], heir_id.as_str(), "the name stays the heir's");
+        history.lost(&id);
         history.check(&c, &[0, 1, 2]).await;
     });
 }

@@ -25,8 +25,43 @@
 //! Without a cluster attached ([`Service::attach_cluster`]) every function here does nothing: the
 //! daemon is a single node.
 
+use crate::sandboxes::rfc3339;
 use crate::{Service, ServiceError};
-use sandboxd_cluster::{Cluster, ClusterError, Command, Outcome};
+use sandboxd_api_types as api;
+use sandboxd_cluster::state::Placement;
+use sandboxd_cluster::{Cluster, ClusterError, Command, Outcome, SandboxSummary};
+use sandboxd_store::NewSandbox;
+
+/// The `/v1` view of lost placement `p` of `id`.
+fn lost_view(id: &str, p: &Placement) -> api::Sandbox {
+    let SandboxSummary {
+        template,
+        image,
+        cpu_millis,
+        memory_mb,
+        disk_mb,
+        metadata,
+    } = p.summary.clone();
+    api::Sandbox {
+        id: id.to_string(),
+        name: p.name.clone(),
+        state: "lost".into(),
+        template,
+        image,
+        cpu: f64::from(cpu_millis) / 1000.0,
+        memory_mb: u64::from(memory_mb),
+        disk_mb: u64::from(disk_mb),
+        created_at: rfc3339(p.reserved_at_ms),
+        expires_at: None,
+        metadata,
+        failure_reason: Some(format!(
+            "node {} that ran it stopped renewing its cluster lease and was marked lost; its name is free, and the sandbox is destroyed when that node returns",
+            p.owner
+        )),
+        network: Default::default(),
+        lifecycle: Default::default(),
+    }
+}
 
 impl From<ClusterError> for ServiceError {
     fn from(e: ClusterError) -> Self {
@@ -45,16 +80,27 @@ impl Service {
         self.inner.cluster.get()
     }
 
-    /// Reserves `id` with `name` on this node in the log (see the module doc).
-    pub(crate) async fn reserve_placement(&self, id: &str, name: &str) -> Result<(), ServiceError> {
+    /// Reserves sandbox `new` on this node in the log, with its name, its envd access token's digest
+    /// and what it is created as (see the module doc).
+    pub(crate) async fn reserve_placement(&self, new: &NewSandbox) -> Result<(), ServiceError> {
         let Some(cluster) = self.cluster() else {
             return Ok(());
         };
+        let name = &new.name;
         let outcome = cluster
             .propose(Command::Reserve {
-                id: id.to_string(),
+                id: new.id.clone(),
                 owner: cluster.id(),
-                name: name.to_string(),
+                name: name.clone(),
+                token_digest: sandboxd_cluster::state::token_digest(&new.agent_token),
+                summary: SandboxSummary {
+                    template: new.template.clone(),
+                    image: new.image.clone(),
+                    cpu_millis: new.cpu_millis,
+                    memory_mb: new.memory_mb,
+                    disk_mb: new.disk_mb,
+                    metadata: new.metadata.clone(),
+                },
                 at_ms: sandboxd_cluster::node::now_ms(),
             })
             .await?;
@@ -68,6 +114,27 @@ impl Service {
             other => Err(ServiceError::ClusterUnavailable(format!(
                 "the cluster answered a reservation with {other:?}"
             ))),
+        }
+    }
+
+    /// Sandbox `key` (id or name) as the log shows it when it was lost with its node: state `lost`,
+    /// with what it was created as. `None` when it is not lost (or there is no cluster).
+    pub fn lost_sandbox(&self, key: &str) -> Option<api::Sandbox> {
+        let cluster = self.cluster()?;
+        cluster.read(|s| {
+            let (id, p) = s.lost_sandbox(key)?;
+            Some(lost_view(id, p))
+        })
+    }
+
+    /// What a lookup of `key` that found no sandbox here says: that it is lost, when the log says so.
+    pub(crate) fn not_found(&self, key: &str) -> String {
+        match self.lost_sandbox(key) {
+            Some(lost) => format!(
+                "sandbox {key} is lost: {}",
+                lost.failure_reason.unwrap_or_default()
+            ),
+            None => format!("sandbox {key} not found"),
         }
     }
 

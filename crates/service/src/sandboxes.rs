@@ -241,7 +241,7 @@ impl Service {
             owner: plan.owner.clone(),
         };
         // Cluster mode: the name is the log's to give first (`crate::cluster`).
-        self.reserve_placement(&id, &plan.name).await?;
+        self.reserve_placement(&new).await?;
         let slots = self.config().net_slots;
         let admitted = self
             .writer()
@@ -469,7 +469,7 @@ impl Service {
             .read(move |tx| tx.get_sandbox(&k))
             .await?
             .filter(|s| s.state != SandboxState::Deleting)
-            .ok_or_else(|| ServiceError::NotFound(format!("sandbox {key} not found")))
+            .ok_or_else(|| ServiceError::NotFound(self.not_found(key)))
     }
 
     /// Replaces sandbox `key`'s metadata (checked as a create's is); the sandbox as it is then.

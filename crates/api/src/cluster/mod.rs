@@ -5,9 +5,12 @@
 //!   forwarded at most once and never in a loop.
 //! - A per-sandbox call — `/v1/sandboxes/{key}/…`, E2B `/sandboxes/{id}/…` and `/v2/sandboxes/{id}/…`,
 //!   Daytona `/api/sandbox/{key}/…` and `/api/toolbox/{id}/…`, and proxy requests (`{port}-{id}.{domain}`
-//!   hosts, `E2b-Sandbox-Id` headers) — whose sandbox the log places on another node (by id, or by a
-//!   name the log gives to one) is forwarded to that node's API and answered from there, bodies and
-//!   upgrades streamed. Unknown keys are served here (and answer 404 here).
+//!   hosts, `E2b-Sandbox-Id` headers, custom hostnames, and envd calls that carry only their
+//!   `X-Access-Token`, found by its digest in the log) — whose sandbox the log places on another node
+//!   (by id, or by a name the log gives to one) is forwarded to that node's API and answered from there, bodies and
+//!   upgrades streamed. A key this node does not know is looked up again once it has caught up with
+//!   the leader ([`Cluster::catch_up`]), so a sandbox or name acknowledged through one node is found
+//!   through every other at once; a key still unknown is served here (and answers 404 here).
 //! - A create (`POST /v1/sandboxes`, E2B `POST /sandboxes`, Daytona `POST /api/sandbox`) is placed
 //!   ([`sandboxd_cluster::placement`]) and forwarded to the chosen node, which reserves and creates.
 //! - A list (`GET` of those roots) is asked of every member and merged ([`lists`]): pages of `/v1` and
@@ -156,20 +159,29 @@ pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Ne
     if req.headers().contains_key(FORWARDED_HEADER) {
         return next.run(req).await;
     }
-    let bound = host_of(&req).and_then(|host| f.cluster.read(|s| s.hostnames.get(&host).cloned()));
-    let route = match (f.sandboxes.target_of_request(&req), bound) {
-        (Some(target), _) => Route::Owner(target.sandbox_id),
-        (None, Some(id)) => Route::Owner(id),
-        (None, None) => route_of(req.method(), req.uri().path()),
+    let route = match f.sandboxes.target_of_request(&req) {
+        Some(target) => Route::Owner(target.sandbox_id),
+        None => bound_sandbox(&f.cluster, &req)
+            .map(Route::Owner)
+            .unwrap_or_else(|| route_of(req.method(), req.uri().path())),
     };
     let me = f.cluster.id();
     match route {
         Route::Here => next.run(req).await,
         Route::Owner(key) => {
-            let owner = f.cluster.read(|s| {
-                s.owner_of(&key)
-                    .or_else(|| s.holder_of_name(&key).and_then(|id| s.owner_of(id)))
-            });
+            let owner = match owner_of(&f.cluster, &key) {
+                Some(owner) => Some(owner),
+                // Unknown here: perhaps only not applied here yet. Caught up with the leader, this
+                // node knows every sandbox and name acknowledged before the call (read-your-writes
+                // through any node); without a quorum the call is served on what this node knows.
+                None => match f.cluster.catch_up(CATCH_UP_WITHIN).await {
+                    Ok(()) => owner_of(&f.cluster, &key),
+                    Err(e) => {
+                        tracing::debug!(%key, error = %e, "serving an unknown key without catching up");
+                        None
+                    }
+                },
+            };
             match owner {
                 Some(owner) if owner != me => to_node(&f, owner, req).await,
                 _ => next.run(req).await,
@@ -178,6 +190,30 @@ pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Ne
         Route::Place => place(&f, req, next).await,
         Route::Merge => lists::merge(&f, req, next).await,
     }
+}
+
+/// The sandbox a request names by other means than its path: a custom hostname bound in the log, or
+/// (an envd call carrying nothing else) the digest of its access token.
+fn bound_sandbox(cluster: &Cluster, req: &Request) -> Option<String> {
+    let host = sandboxd_proxy::host_of(req.headers(), req.uri());
+    let token = sandboxd_proxy::envd_access_token(req.headers(), req.uri())
+        .map(sandboxd_cluster::state::token_digest);
+    cluster.read(|s| {
+        host.and_then(|host| s.hostnames.get(&host).cloned())
+            .or_else(|| token.and_then(|t| s.holder_of_token(&t).map(str::to_string)))
+    })
+}
+
+/// How long a call naming an unknown key waits to catch up with the leader.
+const CATCH_UP_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The node the log places `key` (a sandbox id, or a name the log gives to one) on, as this node has
+/// applied it.
+fn owner_of(cluster: &Cluster, key: &str) -> Option<NodeId> {
+    cluster.read(|s| {
+        s.owner_of(key)
+            .or_else(|| s.holder_of_name(key).and_then(|id| s.owner_of(id)))
+    })
 }
 
 /// E2B's create paths: their creates are routed by fingerprint.
@@ -265,23 +301,6 @@ fn nothing_sent(e: &ProxyError) -> bool {
         e,
         ProxyError::Connect { .. } | ProxyError::ConnectTimeout { .. } | ProxyError::Route(_)
     )
-}
-
-/// The request's host, lowercase, without the port and a trailing dot.
-fn host_of(req: &Request) -> Option<String> {
-    let host = req
-        .headers()
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().host())?;
-    let host = host.rsplit_once(':').map_or(host, |(h, port)| {
-        if port.bytes().all(|b| b.is_ascii_digit()) {
-            h
-        } else {
-            host
-        }
-    });
-    Some(host.trim_end_matches('.').to_ascii_lowercase())
 }
 
 /// The cluster as this node sees it (404 on a single node).

@@ -266,6 +266,8 @@ pub struct History {
     pub created: BTreeMap<String, String>,
     /// Acknowledged deletes.
     pub deleted: BTreeSet<String>,
+    /// Sandboxes lost with their node: destroyed when it returned.
+    pub lost: BTreeSet<String>,
 }
 
 impl History {
@@ -279,8 +281,14 @@ impl History {
         self.deleted.insert(id.to_string());
     }
 
+    /// Records a sandbox lost with its node.
+    pub fn lost(&mut self, id: &str) {
+        self.lost.insert(id.to_string());
+    }
+
     /// The checker: across the stores of `nodes` (each must answer), every acknowledged create that
-    /// was not deleted exists on exactly one node, and no non-empty name is held by two sandboxes.
+    /// was not deleted or lost exists on exactly one node, a lost one on none (its node destroyed it
+    /// when it returned), and no non-empty name is held by two sandboxes.
     pub async fn check(&self, cluster: &TestCluster, nodes: &[usize]) {
         let mut holders: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -296,8 +304,15 @@ impl History {
                 }
             }
         }
+        for id in &self.lost {
+            assert!(
+                !holders.contains_key(id),
+                "lost sandbox {id} is still on nodes {:?}",
+                holders[id]
+            );
+        }
         for (id, name) in &self.created {
-            if self.deleted.contains(id) {
+            if self.deleted.contains(id) || self.lost.contains(id) {
                 continue;
             }
             let on = holders.get(id).cloned().unwrap_or_default();
