@@ -181,8 +181,85 @@ fn a_hostname_bound_from_two_nodes_at_once_goes_to_one_sandbox() {
     });
 }
 
+/// The node whose store holds sandbox `id`.
+async fn owner_node(c: &TestCluster, id: &str) -> usize {
+    for i in 0..3 {
+        if c.local_sandboxes(i).await.unwrap().contains_key(id) {
+            return i;
+        }
+    }
+    panic!("{id} is on no node");
+}
+
+/// Binds `hostname` to port 8000 of sandbox `id`, through node 1.
+async fn bind(c: &TestCluster, id: &str, hostname: &str) -> (u16, Value) {
+    let body = json!({"hostname": hostname, "port": 8000});
+    post(c, 1, &format!("/v1/sandboxes/{id}/domains"), &body).await
+}
+
+/// A bind whose local write fails after the log bound the hostname gives back only what it made:
+/// a new hostname is unbound in the log again (another sandbox may take it), but a retry of a
+/// binding the sandbox had already leaves the log's binding in place (the seed's "reused" flag).
+/// Failpoint `domain.bind-write`: each node's first bind writes, every later one fails.
+#[test]
+fn a_failed_bind_gives_back_only_the_hostname_it_bound_in_the_log() {
+    cluster_test(LIMIT, || async {
+        let c = TestCluster::start_with_env(
+            3,
+            &[],
+            &[("FAILPOINTS", "domain.bind-write=1*off->return")],
+        )
+        .await;
+        let s = c.node(0).create_id().await;
+        let owner = owner_node(&c, &s).await;
+        let mut other = None;
+        for _ in 0..30 {
+            let t = c.node(0).create_id().await;
+            if owner_node(&c, &t).await != owner {
+                other = Some(t);
+                break;
+            }
+        }
+        let t = other.expect("a sandbox on another node");
+        for id in [&s, &t] {
+            common::serve_port(c.node(0), id, 8000).await;
+        }
+        // The owner's first bind writes; its later ones fail locally.
+        assert_eq!(bind(&c, &s, "kept.cluster.test").await.0, 201);
+        let retry = bind(&c, &s, "kept.cluster.test").await;
+        assert_eq!(retry.0, 500, "the failpoint fails the write: {retry:?}");
+        let fresh = bind(&c, &s, "fresh.cluster.test").await;
+        assert_eq!(fresh.0, 500, "{fresh:?}");
+        // The retry's failure left the binding it did not make; the new one was given back.
+        let taken = bind(&c, &t, "kept.cluster.test").await;
+        assert_eq!(taken.0, 409, "still the first sandbox's: {taken:?}");
+        let free = bind(&c, &t, "fresh.cluster.test").await;
+        assert_eq!(free.0, 201, "given back to the log: {free:?}");
+        for i in 0..3 {
+            let d = c.node(i);
+            let resp = d
+                .http_plain()
+                .get(d.endpoint("/"))
+                .header("Host", "kept.cluster.test")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                resp.status(),
+                200,
+                "node {i} still routes the kept hostname"
+            );
+        }
+        let mut history = History::default();
+        history.created(&s, "");
+        history.created(&t, "");
+        history.check(&c, &[0, 1, 2]).await;
+    });
+}
+
 /// A create on node A that the placement puts on node B is served through A: exec, files, a
-/// sandbox port through the proxy, and the E2B envd calls by `E2b-Sandbox-Id` or by access token.
+/// sandbox port through the proxy (also by a Daytona signed link), and the E2B envd calls by
+/// `E2b-Sandbox-Id` or by access token.
 #[test]
 fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
     cluster_test(LIMIT, || async {
@@ -235,6 +312,31 @@ fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
             .await
             .unwrap();
         assert_eq!(proxied.status(), 200, "the sandbox's port through node 0");
+        // A Daytona signed preview link, made through node 0 (on the owner, which stores it) and
+        // opened through node 0: its token names the sandbox, so node 0 knows where it goes.
+        let signed = entry
+            .get_json(&format!("/api/sandbox/{id}/ports/8000/signed-preview-url"))
+            .await;
+        let token = signed["token"].as_str().expect("a signed link's token");
+        let opened = entry
+            .http_plain()
+            .get(entry.endpoint("/"))
+            .header("Host", format!("8000-{token}.localhost:{}", entry.port()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(opened.status(), 200, "the signed link through node 0");
+        let forged = entry
+            .http_plain()
+            .get(entry.endpoint("/"))
+            .header(
+                "Host",
+                format!("8000-pv{}-{id}.localhost:{}", "0".repeat(30), entry.port()),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(forged.status(), 401, "a forged link naming the sandbox");
         // envd by `E2b-Sandbox-Id`, as the E2B SDK calls it, through node 0.
         let envd = entry
             .http_plain()

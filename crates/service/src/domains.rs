@@ -129,11 +129,14 @@ impl Service {
         // Cluster mode: the log decides first (`crate::cluster`); a local refusal gives it back.
         let made_in_log = self.bind_hostname_in_log(&hostname, &id).await?;
         let (host, rid) = (hostname.clone(), id.clone());
-        let outcome = match self
-            .writer()
-            .write(move |tx| tx.bind_domain(&host, &rid, req.port, unix_millis_now()))
-            .await
-        {
+        let written = if crate::failpoints::fails("domain.bind-write") {
+            Err(sandboxd_store::StoreError::WriterGone)
+        } else {
+            self.writer()
+                .write(move |tx| tx.bind_domain(&host, &rid, req.port, unix_millis_now()))
+                .await
+        };
+        let outcome = match written {
             Ok(outcome) => outcome,
             Err(e) => {
                 // Only a binding this call made: one that was already there is not ours to undo.

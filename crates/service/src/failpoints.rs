@@ -13,6 +13,7 @@
 //! | `callback.before-apply` | an agent's event received; nothing written |
 //! | `callback.after-apply` | the event's change committed; not yet answered |
 //! | `expiry.after-pause` | an auto-pausing sandbox paused at its deadline; the deadline not yet dropped |
+//! | `domain.bind-write` | a custom hostname bound in the cluster log; `return` fails its local write |
 //! | `agent.exit-before-ready` (runtime) | `return`: the booting agent exits before its first call home |
 //!
 //! The flow steps are `hold` points: `return(MS)` parks the flow for MS milliseconds *without*
@@ -28,6 +29,13 @@ pub(crate) async fn hold(name: &str) {
         tracing::warn!(failpoint = name, ms, "holding at a failpoint");
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
+}
+
+/// Whether failpoint `name` fires (a `return` action): the step it guards then fails.
+pub(crate) fn fails(name: &str) -> bool {
+    let _ = name; // unused without the `failpoints` feature
+    fail::fail_point!(name, |_| true);
+    false
 }
 
 /// The milliseconds failpoint `name`'s `return(MS)` action asks for, if it fires.

@@ -36,6 +36,18 @@ pub const DEFAULT_LINK_LIFETIME: Duration = Duration::from_secs(60);
 pub const MAX_LINK_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
 /// What every signed link's token starts with (sandbox ids start with `sb`).
 const LINK_PREFIX: &str = "pv";
+/// How many random characters follow [`LINK_PREFIX`] in a link's token.
+const LINK_SECRET_LEN: usize = 30;
+
+/// The sandbox a signed link's token names: a token is `pv{secret}-{sandbox id}`, so a node that
+/// did not make the link can still tell which sandbox (and so which node) it is for. The secret
+/// alone makes it valid, checked by the node that stored it.
+pub fn link_sandbox(token: &str) -> Option<&str> {
+    let rest = token.strip_prefix(LINK_PREFIX)?;
+    let (secret, id) = rest.split_at_checked(LINK_SECRET_LEN)?;
+    let id = id.strip_prefix('-')?;
+    (secret.bytes().all(|b| b.is_ascii_alphanumeric()) && !id.is_empty()).then_some(id)
+}
 
 /// A port's preview: its URL and the token a request to it carries when the sandbox is private.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +135,11 @@ impl Service {
         let sandbox = self.get(key).await?;
         let now = unix_millis_now();
         let link = PreviewLink {
-            token: crate::sandboxes::random_id(LINK_PREFIX, 30),
+            token: format!(
+                "{}-{}",
+                crate::sandboxes::random_id(LINK_PREFIX, LINK_SECRET_LEN),
+                sandbox.id
+            ),
             sandbox_id: sandbox.id.clone(),
             port,
             expires_at: now.saturating_add(lifetime.as_millis() as i64),
@@ -271,5 +287,17 @@ mod tests {
     fn link_tokens_never_look_like_sandbox_ids() {
         let id = crate::sandboxes::random_id("sb", 14);
         assert!(!id.starts_with(LINK_PREFIX));
+    }
+
+    #[test]
+    fn a_link_token_names_its_sandbox() {
+        let secret = crate::sandboxes::random_id(LINK_PREFIX, LINK_SECRET_LEN);
+        assert_eq!(link_sandbox(&format!("{secret}-sbabc")), Some("sbabc"));
+        assert_eq!(link_sandbox(&secret), None, "no sandbox named");
+        assert_eq!(link_sandbox(&format!("{secret}-")), None);
+        assert_eq!(link_sandbox("pvshort-sbabc"), None);
+        assert_eq!(link_sandbox("sbabc"), None);
+        assert_eq!(link_sandbox(""), None);
+        assert_eq!(link_sandbox("pvé"), None, "no panic on a char boundary");
     }
 }

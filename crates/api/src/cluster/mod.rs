@@ -5,7 +5,7 @@
 //!   forwarded at most once and never in a loop.
 //! - A per-sandbox call — `/v1/sandboxes/{key}/…`, E2B `/sandboxes/{id}/…` and `/v2/sandboxes/{id}/…`,
 //!   Daytona `/api/sandbox/{key}/…` and `/api/toolbox/{id}/…`, and proxy requests (`{port}-{id}.{domain}`
-//!   hosts, `E2b-Sandbox-Id` headers, custom hostnames, and envd calls that carry only their
+//!   hosts, signed preview links, `E2b-Sandbox-Id` headers, custom hostnames, and envd calls that carry only their
 //!   `X-Access-Token`, found by its digest in the log) — whose sandbox the log places on another node
 //!   (by id, or by a name the log gives to one) is forwarded to that node's API and answered from there, bodies and
 //!   upgrades streamed. A key this node does not know is looked up again once it has caught up with
@@ -207,12 +207,14 @@ fn bound_sandbox(cluster: &Cluster, req: &Request) -> Option<String> {
 /// How long a call naming an unknown key waits to catch up with the leader.
 const CATCH_UP_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The node the log places `key` (a sandbox id, or a name the log gives to one) on, as this node has
-/// applied it.
+/// The node the log places `key` (a sandbox id, a name the log gives to one, or a signed preview
+/// link's token, which names its sandbox) on, as this node has applied it.
 fn owner_of(cluster: &Cluster, key: &str) -> Option<NodeId> {
+    let link = sandboxd_service::previews::link_sandbox(key);
     cluster.read(|s| {
         s.owner_of(key)
             .or_else(|| s.holder_of_name(key).and_then(|id| s.owner_of(id)))
+            .or_else(|| link.and_then(|id| s.owner_of(id)))
     })
 }
 

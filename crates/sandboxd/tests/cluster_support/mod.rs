@@ -119,6 +119,11 @@ impl TestCluster {
     /// Starts `n` nodes (the first with `--cluster-init`, the others joining it) with `args` added,
     /// and waits until every node sees every member healthy.
     pub async fn start(n: usize, args: &[&str]) -> TestCluster {
+        Self::start_with_env(n, args, &[]).await
+    }
+
+    /// [`TestCluster::start`] with `env` set for every node (e.g. `FAILPOINTS`).
+    pub async fn start_with_env(n: usize, args: &[&str], env: &[(&str, &str)]) -> TestCluster {
         let net = TestNet::enter();
         let secret = tempfile::NamedTempFile::new().expect("secret file");
         std::fs::write(secret.path(), SECRET).expect("secret");
@@ -144,10 +149,13 @@ impl TestCluster {
                 ready_timeout: READY,
                 listen_ip: ip_of(i),
                 args: node_args,
-                env: vec![(
-                    "SB_LOG".into(),
-                    "info,openraft=error,openraft::replication=off".into(),
-                )],
+                env: [(
+                    "SB_LOG".to_string(),
+                    "info,openraft=error,openraft::replication=off".to_string(),
+                )]
+                .into_iter()
+                .chain(env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+                .collect(),
                 ..Setup::default()
             };
             nodes.push(Daemon::start_setup(setup).await);
