@@ -5,14 +5,21 @@
 //! drawn at random and the one with more room (free slots, then memory) wins: nearly as even as
 //! asking every node, without every create herding onto the one that looked emptiest at the last
 //! lease. With no candidate, `None`: the caller creates locally and lets its own limits answer.
+//!
+//! A create of a template the log knows homes for ([`ClusterState::templates`]) is placed among
+//! those homes only: a template's layers are in its node's own image store. A template the log
+//! knows nothing of (`base`, an image reference pulled where it runs, a name no node has) leaves
+//! every node a candidate.
 
 use crate::state::{Capacity, ClusterState, NodeId};
 use rand::seq::IndexedRandom;
 use std::collections::BTreeSet;
 
 /// What a create needs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Need {
+    /// The template it is made from, if the request names one.
+    pub template: Option<String>,
     /// CPU in thousandths.
     pub cpu_millis: u64,
     /// Memory, MiB.
@@ -36,10 +43,12 @@ pub fn choose(
     now_ms: i64,
     exclude: &BTreeSet<NodeId>,
 ) -> Option<NodeId> {
+    let homes = need.template.as_ref().and_then(|t| state.templates.get(t));
     let candidates: Vec<(NodeId, Capacity)> = state
         .nodes
         .iter()
         .filter(|(id, _)| !exclude.contains(id))
+        .filter(|(id, _)| homes.is_none_or(|h| h.contains(id)))
         .filter(|(_, r)| !r.lost && r.lease_until_ms >= now_ms && fits(&r.capacity, need))
         .map(|(id, r)| (*id, r.capacity))
         .collect();
@@ -92,6 +101,31 @@ mod tests {
             choose(&state, &Need::default(), 50, &BTreeSet::from([1])),
             None
         );
+    }
+
+    #[test]
+    fn a_known_template_is_placed_only_where_it_is_ready() {
+        let mut state = ClusterState::default();
+        for id in 1..=3 {
+            state.nodes.insert(id, node(10, 100, false));
+        }
+        state.templates.insert("py".into(), BTreeSet::from([2]));
+        let py = Need {
+            template: Some("py".into()),
+            ..Default::default()
+        };
+        for _ in 0..50 {
+            assert_eq!(choose(&state, &py, 50, &BTreeSet::new()), Some(2));
+        }
+        assert_eq!(choose(&state, &py, 50, &BTreeSet::from([2])), None);
+        let unknown = Need {
+            template: Some("base".into()),
+            ..Default::default()
+        };
+        let chosen: BTreeSet<_> = (0..200)
+            .filter_map(|_| choose(&state, &unknown, 50, &BTreeSet::new()))
+            .collect();
+        assert_eq!(chosen, BTreeSet::from([1, 2, 3]), "any node");
     }
 
     #[test]

@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A node's id in the cluster (derived from its daemon id).
 pub type NodeId = u64;
@@ -195,6 +195,12 @@ pub enum Command {
     BindHostname { hostname: String, id: String },
     /// Unbind a custom hostname from `id`.
     UnbindHostname { hostname: String, id: String },
+    /// Template `name` is ready on `node` (`present`), or is no longer there.
+    TemplateHome {
+        name: String,
+        node: NodeId,
+        present: bool,
+    },
 }
 
 /// What applying an entry decided.
@@ -231,6 +237,10 @@ pub struct ClusterState {
     pub hostnames: BTreeMap<String, String>,
     /// E2B create fingerprint → the node its creates go to.
     pub fingerprints: BTreeMap<String, FingerprintHold>,
+    /// Template name → the nodes it is ready on: where sandboxes of it can be placed (a template's
+    /// layers live in its node's own image store).
+    #[serde(default)]
+    pub templates: BTreeMap<String, BTreeSet<NodeId>>,
 }
 
 impl ClusterState {
@@ -294,6 +304,28 @@ impl ClusterState {
                 }
                 None => Outcome::Unchanged,
             },
+            Command::TemplateHome {
+                name,
+                node,
+                present,
+            } => {
+                let changed = if *present {
+                    self.templates
+                        .entry(name.clone())
+                        .or_default()
+                        .insert(*node)
+                } else {
+                    let homes = self.templates.get_mut(name);
+                    let removed = homes.is_some_and(|h| h.remove(node));
+                    self.templates.retain(|_, homes| !homes.is_empty());
+                    removed
+                };
+                if changed {
+                    Outcome::Applied
+                } else {
+                    Outcome::Unchanged
+                }
+            }
             Command::BindHostname { hostname, id } => {
                 match self.placements.get(id) {
                     Some(p) if p.is_live() => {}
@@ -781,6 +813,36 @@ mod tests {
         assert!(state.lost_sandbox("nothing").is_none());
         apply_all(&mut state, &[Command::Recovered { node: 2, epoch: 1 }]);
         assert!(state.lost_sandbox("a").is_none(), "recovered: destroyed");
+    }
+
+    #[test]
+    fn a_template_is_at_home_where_it_was_built() {
+        let mut state = ClusterState::default();
+        let home = |node, present| Command::TemplateHome {
+            name: "py".into(),
+            node,
+            present,
+        };
+        let outcomes = apply_all(
+            &mut state,
+            &[home(1, true), home(1, true), home(2, true), home(1, false)],
+        );
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Applied,
+                Outcome::Unchanged,
+                Outcome::Applied,
+                Outcome::Applied
+            ]
+        );
+        assert_eq!(state.templates["py"], BTreeSet::from([2]));
+        apply_all(&mut state, &[home(2, false)]);
+        assert!(state.templates.is_empty(), "no empty entries stay");
+        assert_eq!(
+            apply_all(&mut state, &[home(3, false)]),
+            [Outcome::Unchanged]
+        );
     }
 
     #[test]

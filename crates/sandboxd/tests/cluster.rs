@@ -181,6 +181,46 @@ fn a_hostname_bound_from_two_nodes_at_once_goes_to_one_sandbox() {
     });
 }
 
+/// A template is placed where it is: sandboxes of a snapshot taken on node N, created through the
+/// other nodes right after, all land on N (its layers are in N's image store) and see its files.
+#[test]
+fn creates_of_a_template_are_placed_on_the_node_that_has_it() {
+    cluster_test(LIMIT, || async {
+        let c = TestCluster::start(3, &[]).await;
+        let source = c.node(0).create_id().await;
+        let home = owner_node(&c, &source).await;
+        let wrote = c
+            .node(0)
+            .exec(&source, &["sh", "-c", "echo kept > /home/user/marker"])
+            .await;
+        assert_eq!(wrote.exit_code, 0, "{wrote:?}");
+        let (status, template) = post(
+            &c,
+            0,
+            &format!("/v1/sandboxes/{source}/snapshot"),
+            &json!({"name": "snap-t"}),
+        )
+        .await;
+        assert_eq!(status, 201, "{template}");
+        let mut history = History::default();
+        history.created(&source, "");
+        for k in 0..6 {
+            let entry = (home + 1 + k % 2) % 3;
+            let s = c.node(entry).create(json!({"template": "snap-t"})).await;
+            let id = s["id"].as_str().unwrap().to_string();
+            history.created(&id, "");
+            assert_eq!(
+                owner_node(&c, &id).await,
+                home,
+                "create {k} through node {entry}"
+            );
+            let out = c.node(entry).exec(&id, &["cat", "/home/user/marker"]).await;
+            assert_eq!(out.stdout, "kept\n");
+        }
+        history.check(&c, &[0, 1, 2]).await;
+    });
+}
+
 /// The node whose store holds sandbox `id`.
 async fn owner_node(c: &TestCluster, id: &str) -> usize {
     for i in 0..3 {

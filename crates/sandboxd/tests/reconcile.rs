@@ -224,7 +224,8 @@ fn admin_reconcile_is_authenticated_and_a_no_op_when_all_agree() {
                 "sandboxes",
                 "ports",
                 "slots",
-                "placements"
+                "placements",
+                "template-homes"
             ]
         );
         assert_agree(&d, &[&id]).await;

@@ -19,6 +19,9 @@
 //!   every node get one sandbox.
 //! - **Hostnames are the log's too.** A custom hostname is bound in the log before the local row
 //!   ([`Service::bind_hostname_in_log`]): the first committed binding wins cluster-wide.
+//! - **Templates are placed where they are.** A template that becomes ready here, or is deleted
+//!   here, is recorded in the log ([`Service::template_home`]); creates of it are placed only on
+//!   its homes.
 //! - Whatever a crash or a lost answer leaves half done is found by the placements reconciler
 //!   ([`crate::reconcile::placements`]).
 //!
@@ -194,6 +197,23 @@ impl Service {
             other => Err(ServiceError::ClusterUnavailable(format!(
                 "the cluster answered a hostname binding with {other:?}"
             ))),
+        }
+    }
+
+    /// Records in the log that template `name` is ready here (`present`) or gone from here, so
+    /// creates of it are placed here or no longer. Best effort: the template-homes reconciler
+    /// records what a lost proposal missed.
+    pub(crate) async fn template_home(&self, name: &str, present: bool) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let command = Command::TemplateHome {
+            name: name.to_string(),
+            node: cluster.id(),
+            present,
+        };
+        if let Err(e) = cluster.propose(command).await {
+            tracing::warn!(template = %name, error = %crate::error::chain(&e), "template home not recorded; the reconciler will");
         }
     }
 

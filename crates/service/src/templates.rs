@@ -248,9 +248,14 @@ impl Service {
                 let digest = image.digest.clone();
                 self.log_template(name, [format!("ready: image {digest}")])
                     .await;
-                self.writer()
+                let ready = self
+                    .writer()
                     .write(move |tx| tx.template_ready(&n, &digest, unix_millis_now()))
-                    .await
+                    .await;
+                if ready.is_ok() {
+                    self.template_home(name, true).await;
+                }
+                ready
             }
             Err(e) => {
                 let reason = crate::error::chain(e);
@@ -279,6 +284,7 @@ impl Service {
                 self.writer()
                     .write(move |tx| tx.template_ready(&n, &digest, unix_millis_now()))
                     .await?;
+                self.template_home(name, true).await;
                 self.get_template(name).await
             }
             Err(e) => {
@@ -403,6 +409,7 @@ impl Service {
         self.writer()
             .write(move |tx| tx.delete_template(&n))
             .await?;
+        self.template_home(name, false).await;
         Ok(())
     }
 

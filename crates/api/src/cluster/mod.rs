@@ -248,13 +248,23 @@ async fn place(f: &Forwarding, req: Request, next: Next) -> Response {
             crate::e2b::handlers::create_fingerprint(&bytes, f.service.config().default_timeout)
         })
         .flatten();
+    let need = need_of(parts.uri.path(), &bytes);
+    if let Some(template) = need.template.as_deref() {
+        // A template made a moment ago through another node may not be applied here yet.
+        let known = f.cluster.read(|s| s.templates.contains_key(template));
+        if !known && template != sandboxd_service::sandboxes::DEFAULT_TEMPLATE {
+            if let Err(e) = f.cluster.catch_up(CATCH_UP_WITHIN).await {
+                tracing::debug!(%template, error = %e, "placing without catching up");
+            }
+        }
+    }
     let mut tried = BTreeSet::new();
     let mut last_error = None;
     for _ in 0..PLACE_ATTEMPTS {
         let now = sandboxd_cluster::node::now_ms();
         let chosen = f
             .cluster
-            .read(|s| placement::choose(s, &Need::default(), now, &tried))
+            .read(|s| placement::choose(s, &need, now, &tried))
             .unwrap_or(me);
         let owner = match &fingerprint {
             Some(fp) => match f.service.route_fingerprint(fp, chosen).await {
@@ -283,6 +293,25 @@ async fn place(f: &Forwarding, req: Request, next: Next) -> Response {
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
+    }
+}
+
+/// What a create body asks of its node, as far as placement cares: the template it names (`/v1`'s
+/// `template`, E2B's `templateID`, Daytona's `snapshot`). A body that does not parse asks nothing
+/// (the node it lands on refuses it).
+fn need_of(path: &str, body: &[u8]) -> Need {
+    let field = match path.trim_end_matches('/') {
+        "/v1/sandboxes" => "template",
+        "/api/sandbox" => "snapshot",
+        _ => "templateID",
+    };
+    let template = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get(field)?.as_str().map(str::to_string))
+        .filter(|t| !t.is_empty());
+    Need {
+        template,
+        ..Need::default()
     }
 }
 
@@ -362,6 +391,31 @@ fn unreachable_owner(node: NodeId, e: ProxyError) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_create_names_its_template_in_each_surfaces_field() {
+        let template = |path: &str, body: &str| need_of(path, body.as_bytes()).template;
+        assert_eq!(
+            template("/v1/sandboxes", r#"{"template":"py"}"#),
+            Some("py".into())
+        );
+        assert_eq!(
+            template("/sandboxes", r#"{"templateID":"py"}"#),
+            Some("py".into())
+        );
+        assert_eq!(
+            template("/v2/sandboxes", r#"{"templateID":"py"}"#),
+            Some("py".into())
+        );
+        assert_eq!(
+            template("/api/sandbox", r#"{"snapshot":"py"}"#),
+            Some("py".into())
+        );
+        assert_eq!(template("/v1/sandboxes", r#"{"template":""}"#), None);
+        assert_eq!(template("/v1/sandboxes", r#"{"template":7}"#), None);
+        assert_eq!(template("/v1/sandboxes", "not json"), None);
+        assert_eq!(template("/api/sandbox", r#"{"template":"py"}"#), None);
+    }
 
     #[test]
     fn routes_follow_the_surfaces_paths() {

@@ -37,6 +37,7 @@
 //! | image `pulling`, stuck and not pulled by this process | [`images`] | row and claim deleted (the next need pulls again) |
 //! | template `building`, stuck and not built by this process | [`templates`] | `failed` (the name may be built again) |
 //! | cluster: placement of this node without a live row, or a row whose placement was lost | [`placements`] | placement released; sandbox deleted; lost mark cleared |
+//! | cluster: a ready template the log does not place here, or a home here of one gone | [`template_homes`] | home recorded; home removed |
 //!
 //! Where they run: at start-up ([`Service::adopt`] is one pass), on the daemon's timer, and on demand
 //! (`POST /v1/admin/reconcile`).
@@ -47,6 +48,7 @@ pub mod placements;
 pub mod ports;
 pub mod sandboxes;
 pub mod slots;
+pub mod template_homes;
 pub mod templates;
 
 #[cfg(test)]
@@ -127,7 +129,7 @@ pub trait Reconciler: Send + Sync {
 /// Every reconciler, in the order [`Service::reconcile_all`] runs them: abandoned claims first (they
 /// delete whole sandboxes), then sandboxes (which settle rows to `failed`/`lost`), then what hangs off
 /// sandboxes (ports, then the slots of settled rows).
-pub const RECONCILERS: [&'static dyn Reconciler; 7] = [
+pub const RECONCILERS: [&'static dyn Reconciler; 8] = [
     &claims::ClaimReconciler,
     &images::ImageReconciler,
     &templates::TemplateReconciler,
@@ -135,6 +137,7 @@ pub const RECONCILERS: [&'static dyn Reconciler; 7] = [
     &ports::PortReconciler,
     &slots::SlotReconciler,
     &placements::PlacementReconciler,
+    &template_homes::TemplateHomeReconciler,
 ];
 
 /// A transitional state the schema allows: a record in it is between two stable states and waits on
