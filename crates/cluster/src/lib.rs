@@ -35,7 +35,9 @@ pub mod watchdog;
 
 pub use error::ClusterError;
 pub use node::{Cluster, ClusterConfig};
-pub use state::{Capacity, ClusterState, Command, Member, NodeId, Outcome, SandboxSummary};
+pub use state::{
+    Capacity, ClusterState, Command, KeyRecord, Member, NodeId, Outcome, SandboxSummary,
+};
 
 openraft::declare_raft_types!(
     /// The Raft types of the cluster's log.

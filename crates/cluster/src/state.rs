@@ -195,12 +195,33 @@ pub enum Command {
     BindHostname { hostname: String, id: String },
     /// Unbind a custom hostname from `id`.
     UnbindHostname { hostname: String, id: String },
+    /// Add API key `id`, accepted by every node.
+    PutKey { id: String, key: KeyRecord },
+    /// Revoke API key `id` on every node.
+    RevokeKey { id: String },
     /// Template `name` is ready on `node` (`present`), or is no longer there.
     TemplateHome {
         name: String,
         node: NodeId,
         present: bool,
     },
+}
+
+/// An API key every node accepts (cluster mode keeps minted keys in the log): its public facts and
+/// the SHA-256 of its secret, never the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRecord {
+    /// Its name.
+    pub name: String,
+    /// `admin` or `user`.
+    pub scope: String,
+    /// `hex(sha256(secret))`.
+    pub digest: String,
+    /// The first characters of the secret, to tell keys apart.
+    pub prefix: String,
+    /// When it was made (proposer time, Unix ms).
+    pub created_at_ms: i64,
 }
 
 /// What applying an entry decided.
@@ -241,6 +262,9 @@ pub struct ClusterState {
     /// layers live in its node's own image store).
     #[serde(default)]
     pub templates: BTreeMap<String, BTreeSet<NodeId>>,
+    /// API key id → the key, for keys made in cluster mode.
+    #[serde(default)]
+    pub keys: BTreeMap<String, KeyRecord>,
 }
 
 impl ClusterState {
@@ -302,6 +326,17 @@ impl ClusterState {
                     self.let_go(id, &p);
                     Outcome::Applied
                 }
+                None => Outcome::Unchanged,
+            },
+            Command::PutKey { id, key } => {
+                if self.keys.contains_key(id) {
+                    return Outcome::Unchanged;
+                }
+                self.keys.insert(id.clone(), key.clone());
+                Outcome::Applied
+            }
+            Command::RevokeKey { id } => match self.keys.remove(id) {
+                Some(_) => Outcome::Applied,
                 None => Outcome::Unchanged,
             },
             Command::TemplateHome {
@@ -478,6 +513,14 @@ impl ClusterState {
     /// The live sandbox holding `name`, if any.
     pub fn holder_of_name(&self, name: &str) -> Option<&str> {
         self.names.get(name).map(String::as_str)
+    }
+
+    /// The API key whose secret has `digest`, if one is in force.
+    pub fn key_by_digest(&self, digest: &str) -> Option<(&str, &KeyRecord)> {
+        self.keys
+            .iter()
+            .find(|(_, k)| k.digest == digest)
+            .map(|(id, k)| (id.as_str(), k))
     }
 
     /// The live sandbox whose envd access token has `digest` ([`token_digest`]), if any.
@@ -813,6 +856,34 @@ mod tests {
         assert!(state.lost_sandbox("nothing").is_none());
         apply_all(&mut state, &[Command::Recovered { node: 2, epoch: 1 }]);
         assert!(state.lost_sandbox("a").is_none(), "recovered: destroyed");
+    }
+
+    #[test]
+    fn a_key_is_in_force_from_its_entry_until_its_revoke() {
+        let mut state = ClusterState::default();
+        let key = KeyRecord {
+            name: "ci".into(),
+            scope: "user".into(),
+            digest: "d1".into(),
+            prefix: "e2b_123456".into(),
+            created_at_ms: 5,
+        };
+        let put = Command::PutKey {
+            id: "k1".into(),
+            key: key.clone(),
+        };
+        let revoke = Command::RevokeKey { id: "k1".into() };
+        assert_eq!(
+            apply_all(&mut state, &[put.clone(), put]),
+            [Outcome::Applied, Outcome::Unchanged]
+        );
+        assert_eq!(state.key_by_digest("d1"), Some(("k1", &key)));
+        assert_eq!(state.key_by_digest("d2"), None);
+        assert_eq!(
+            apply_all(&mut state, &[revoke.clone(), revoke]),
+            [Outcome::Applied, Outcome::Unchanged]
+        );
+        assert_eq!(state.key_by_digest("d1"), None);
     }
 
     #[test]

@@ -221,6 +221,105 @@ fn creates_of_a_template_are_placed_on_the_node_that_has_it() {
     });
 }
 
+/// `GET /v1/sandboxes` on node `i` with `key`: the status.
+async fn list_with(c: &TestCluster, i: usize, key: &str) -> u16 {
+    let d = c.node(i);
+    d.http_plain()
+        .get(d.endpoint("/v1/sandboxes"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// API keys are cluster-wide: a key made through one node is accepted by every node from the
+/// answer on, listed by every node, and refused everywhere once revoked (through another node:
+/// there at once, on the rest within a heartbeat).
+#[test]
+fn an_api_key_made_through_one_node_works_on_every_node_until_revoked() {
+    cluster_test(LIMIT, || async {
+        let c = TestCluster::start(3, &[]).await;
+        let (status, made) = post(
+            &c,
+            0,
+            "/v1/api-keys",
+            &json!({"name": "everywhere", "scope": "user"}),
+        )
+        .await;
+        assert_eq!(status, 201, "{made}");
+        let key = made["key"].as_str().unwrap().to_string();
+        let id = made["id"].as_str().unwrap().to_string();
+        for i in [2, 1, 0] {
+            assert_eq!(
+                list_with(&c, i, &key).await,
+                200,
+                "node {i} accepts the key"
+            );
+        }
+        // A user key creates, and its sandbox is reached through another node with it.
+        let d = c.node(1);
+        let created = d
+            .http_plain()
+            .post(d.endpoint("/v1/sandboxes"))
+            .bearer_auth(&key)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+        let sandbox: Value = created.json().await.unwrap();
+        let sid = sandbox["id"].as_str().unwrap().to_string();
+        let got = c
+            .node(2)
+            .http_plain()
+            .get(c.node(2).endpoint(&format!("/v1/sandboxes/{sid}")))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.status(), 200);
+        for i in 0..3 {
+            let listed = c.node(i).get_json("/v1/api-keys").await;
+            let found = listed["apiKeys"]
+                .as_array()
+                .unwrap_or_else(|| panic!("a key list: {listed}"))
+                .iter()
+                .filter(|k| k["id"] == id.as_str())
+                .count();
+            assert_eq!(found, 1, "node {i} lists the key once: {listed}");
+        }
+        let revoked = c
+            .node(1)
+            .http()
+            .delete(c.node(1).endpoint(&format!("/v1/api-keys/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(revoked.status(), 204);
+        assert_eq!(
+            list_with(&c, 1, &key).await,
+            401,
+            "refused at once where revoked"
+        );
+        // The others once they applied the revoke (a heartbeat; a busy machine may take longer).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for i in [0, 2] {
+            while list_with(&c, i, &key).await != 401 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "node {i} still accepts the revoked key"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        let mut history = History::default();
+        history.created(&sid, "");
+        history.check(&c, &[0, 1, 2]).await;
+    });
+}
+
 /// The node whose store holds sandbox `id`.
 async fn owner_node(c: &TestCluster, id: &str) -> usize {
     for i in 0..3 {

@@ -50,6 +50,15 @@ impl KeyScope {
         }
     }
 
+    /// The scope spelled `s` ([`KeyScope::as_str`]), if it is one.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "admin" => Some(KeyScope::Admin),
+            "user" => Some(KeyScope::User),
+            _ => None,
+        }
+    }
+
     /// Column `column` of `row`, a stored scope.
     fn read(row: &rusqlite::Row<'_>, column: usize) -> rusqlite::Result<Self> {
         match row.get::<_, String>(column)?.as_str() {
@@ -138,6 +147,23 @@ pub const TOKEN_BYTES: usize = 20;
 /// Characters of a minted key kept as its [`ApiToken::prefix`].
 pub const PREFIX_LEN: usize = TOKEN_PREFIX.len() + 6;
 
+/// A new random key, its id and its non-secret prefix: what [`WriteTx::create_api_token`] stores
+/// (and a cluster's log, which holds keys cluster-wide, stores the same way).
+pub fn mint_token() -> (TokenId, String, String) {
+    let secret: [u8; TOKEN_BYTES] = rand::rng().random();
+    let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
+    let prefix = token[..PREFIX_LEN].to_string();
+    (TokenId(uuid::Uuid::new_v4().to_string()), token, prefix)
+}
+
+/// Whether `token` has the shape of a minted key (it may still be no key at all).
+pub fn looks_minted(token: &str) -> bool {
+    token.len() == TOKEN_PREFIX.len() + 2 * TOKEN_BYTES
+        && token
+            .strip_prefix(TOKEN_PREFIX)
+            .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 const COLUMNS: &str = "id, name, scope, prefix, origin = 'configured', created_at, last_used_at";
 
 fn api_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApiToken> {
@@ -197,10 +223,7 @@ impl WriteTx<'_> {
         scope: KeyScope,
         now: UnixMillis,
     ) -> Result<CreatedToken> {
-        let secret: [u8; TOKEN_BYTES] = rand::rng().random();
-        let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
-        let prefix = token[..PREFIX_LEN].to_string();
-        let id = TokenId(uuid::Uuid::new_v4().to_string());
+        let (id, token, prefix) = mint_token();
         self.conn()
             .prepare_cached(
                 "INSERT INTO api_tokens (id, name, token_hash, created_at, scope, prefix, origin)
@@ -345,6 +368,21 @@ mod tests {
             hash_token("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn minted_keys_have_the_minted_shape() {
+        let (id, token, prefix) = mint_token();
+        assert!(looks_minted(&token), "{prefix}");
+        assert!(token.starts_with(&prefix));
+        assert_ne!(mint_token().1, token);
+        assert!(!id.0.is_empty());
+        for not in ["", "e2b_", "e2b_xyz", &token[1..], &format!("{token}0")] {
+            assert!(!looks_minted(not), "{not:?}");
+        }
+        assert_eq!(KeyScope::parse("admin"), Some(KeyScope::Admin));
+        assert_eq!(KeyScope::parse("user"), Some(KeyScope::User));
+        assert_eq!(KeyScope::parse("root"), None);
     }
 
     #[tokio::test]
