@@ -164,15 +164,8 @@ fn a_hostname_bound_from_two_nodes_at_once_goes_to_one_sandbox() {
         statuses.sort();
         assert_eq!(statuses, [201, 409], "{one:?} {two:?}");
         for i in 0..3 {
-            let d = c.node(i);
-            let resp = d
-                .http_plain()
-                .get(d.endpoint("/"))
-                .header("Host", "app.cluster.test")
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(resp.status(), 200, "node {i} routes the bound hostname");
+            let status = status_by_host(&c, i, "app.cluster.test").await;
+            assert_eq!(status, 200, "node {i} routes the bound hostname");
         }
         let mut history = History::default();
         history.created(&a, "");
@@ -320,6 +313,19 @@ fn an_api_key_made_through_one_node_works_on_every_node_until_revoked() {
     });
 }
 
+/// The status of `GET /` with `Host: host` on node `i`.
+async fn status_by_host(c: &TestCluster, i: usize, host: &str) -> u16 {
+    let d = c.node(i);
+    d.http_plain()
+        .get(d.endpoint("/"))
+        .header("Host", host)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 /// The node whose store holds sandbox `id`.
 async fn owner_node(c: &TestCluster, id: &str) -> usize {
     for i in 0..3 {
@@ -375,19 +381,8 @@ fn a_failed_bind_gives_back_only_the_hostname_it_bound_in_the_log() {
         let free = bind(&c, &t, "fresh.cluster.test").await;
         assert_eq!(free.0, 201, "given back to the log: {free:?}");
         for i in 0..3 {
-            let d = c.node(i);
-            let resp = d
-                .http_plain()
-                .get(d.endpoint("/"))
-                .header("Host", "kept.cluster.test")
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                resp.status(),
-                200,
-                "node {i} still routes the kept hostname"
-            );
+            let status = status_by_host(&c, i, "kept.cluster.test").await;
+            assert_eq!(status, 200, "node {i} still routes the kept hostname");
         }
         let mut history = History::default();
         history.created(&s, "");

@@ -395,22 +395,14 @@ mod tests {
     #[test]
     fn a_create_names_its_template_in_each_surfaces_field() {
         let template = |path: &str, body: &str| need_of(path, body.as_bytes()).template;
-        assert_eq!(
-            template("/v1/sandboxes", r#"{"template":"py"}"#),
-            Some("py".into())
-        );
-        assert_eq!(
-            template("/sandboxes", r#"{"templateID":"py"}"#),
-            Some("py".into())
-        );
-        assert_eq!(
-            template("/v2/sandboxes", r#"{"templateID":"py"}"#),
-            Some("py".into())
-        );
-        assert_eq!(
-            template("/api/sandbox", r#"{"snapshot":"py"}"#),
-            Some("py".into())
-        );
+        for (path, body) in [
+            ("/v1/sandboxes", r#"{"template":"py"}"#),
+            ("/sandboxes", r#"{"templateID":"py"}"#),
+            ("/v2/sandboxes", r#"{"templateID":"py"}"#),
+            ("/api/sandbox", r#"{"snapshot":"py"}"#),
+        ] {
+            assert_eq!(template(path, body), Some("py".into()), "{path}");
+        }
         assert_eq!(template("/v1/sandboxes", r#"{"template":""}"#), None);
         assert_eq!(template("/v1/sandboxes", r#"{"template":7}"#), None);
         assert_eq!(template("/v1/sandboxes", "not json"), None);
