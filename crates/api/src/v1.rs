@@ -162,8 +162,18 @@ pub async fn list(
     State(service): State<Service>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<api::SandboxList>, Error> {
+    let filter = list_filter(&raw)?;
+    let (rows, next) = service.list(filter).await?;
+    Ok(Json(api::SandboxList {
+        sandboxes: rows.iter().map(to_api).collect(),
+        next_cursor: next,
+    }))
+}
+
+/// The filter a `/v1/sandboxes` list query asks for; a 400 for a bad one.
+pub(crate) fn list_filter(raw: &Option<String>) -> Result<SandboxFilter, Error> {
     let mut filter = SandboxFilter::default();
-    for (k, v) in query_pairs(&raw) {
+    for (k, v) in query_pairs(raw) {
         match k.as_str() {
             "metadata" => {
                 let (mk, mv) = v.split_once('=').ok_or_else(|| {
@@ -190,11 +200,7 @@ pub async fn list(
             other => return Err(Error::invalid(format!("unknown query parameter {other:?}"))),
         }
     }
-    let (rows, next) = service.list(filter).await?;
-    Ok(Json(api::SandboxList {
-        sandboxes: rows.iter().map(to_api).collect(),
-        next_cursor: next,
-    }))
+    Ok(filter)
 }
 
 /// Get a sandbox by id or name.

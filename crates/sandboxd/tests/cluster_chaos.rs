@@ -242,6 +242,26 @@ fn a_lost_nodes_sandboxes_show_as_lost_free_their_names_and_are_destroyed_when_i
             .await;
         assert_eq!(by_name["id"], id.as_str(), "{by_name}");
         assert_eq!(by_name["state"], "lost");
+        // The merged list shows it, as its query filters it.
+        let listed_state = |list: Value| {
+            list["sandboxes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["id"] == id.as_str())
+                .map(|s| s["state"].clone())
+        };
+        let all = c.node(survivor).get_json("/v1/sandboxes").await;
+        assert_eq!(listed_state(all), Some(json!("lost")), "listed as lost");
+        let running = c
+            .node(survivor)
+            .get_json("/v1/sandboxes?state=running")
+            .await;
+        assert_eq!(
+            listed_state(running),
+            None,
+            "not when the query asks for running"
+        );
         let e2b = c
             .node(survivor)
             .http()

@@ -130,6 +130,20 @@ impl Service {
         })
     }
 
+    /// Every sandbox the log shows lost with its node ([`Service::lost_sandbox`]), any order.
+    pub fn lost_sandboxes(&self) -> Vec<api::Sandbox> {
+        let Some(cluster) = self.cluster() else {
+            return Vec::new();
+        };
+        cluster.read(|s| {
+            s.placements
+                .iter()
+                .filter(|(_, p)| p.state == sandboxd_cluster::state::PlacementState::Lost)
+                .map(|(id, p)| lost_view(id, p))
+                .collect()
+        })
+    }
+
     /// What a lookup of `key` that found no sandbox here says: that it is lost, when the log says so.
     pub(crate) fn not_found(&self, key: &str) -> String {
         match self.lost_sandbox(key) {

@@ -12,6 +12,8 @@
 //!   item's (or that smallest cursor, when `limit` did not cut). No sandbox is skipped or repeated
 //!   across pages.
 //! - E2B's `/sandboxes` is a whole list: its items are concatenated.
+//! - A `/v1` list also shows the sandboxes lost with their nodes (state `lost`, from the log), as
+//!   the query filters them: a lost node answers no list of its own.
 
 use super::{to_node, Forwarding};
 use axum::body::Body;
@@ -19,8 +21,11 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
+use sandboxd_api_types as api;
 use sandboxd_cluster::NodeId;
+use sandboxd_store::{SandboxFilter, SandboxState};
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 /// Largest list answer a member may send for a merge.
 const LIST_LIMIT: usize = 64 << 20;
@@ -122,6 +127,13 @@ pub(super) async fn merge(f: &Forwarding, req: Request, next: Next) -> Response 
             None => tracing::warn!(node_id = node, "a member's list did not parse; left out"),
         }
     }
+    if shape == Shape::V1 {
+        // The answer above was this node's own, so the query is a valid one.
+        if let Ok(filter) = crate::v1::list_filter(&parts.uri.query().map(str::to_string)) {
+            let lost = lost_page(f.service.lost_sandboxes(), &filter, &pages);
+            pages.push(lost);
+        }
+    }
     let limit = query_limit(parts.uri.query()).unwrap_or(DEFAULT_LIMIT);
     let merged = match shape {
         Shape::Whole => Page {
@@ -155,6 +167,33 @@ pub(super) async fn merge(f: &Forwarding, req: Request, next: Next) -> Response 
         head,
         Body::from(serde_json::to_vec(&body).unwrap_or_default()),
     )
+}
+
+/// The sandboxes lost with their nodes that `filter` asks for, after its cursor, as one complete
+/// page: a lost node answers no list, so the log speaks for it. One a member lists (its node came
+/// back and has not destroyed it yet) is that member's to show.
+fn lost_page(lost: Vec<api::Sandbox>, filter: &SandboxFilter, pages: &[Page]) -> Page {
+    let listed: BTreeSet<&str> = pages
+        .iter()
+        .flat_map(|p| &p.items)
+        .filter_map(|i| i["id"].as_str())
+        .collect();
+    let after = filter.cursor.as_deref().and_then(cursor_key);
+    let wanted = |s: &api::Sandbox| {
+        (filter.states.is_empty() || filter.states.contains(&SandboxState::Lost))
+            && filter
+                .metadata
+                .iter()
+                .all(|(k, v)| s.metadata.get(k) == Some(v))
+            && !listed.contains(s.id.as_str())
+    };
+    let items = lost
+        .iter()
+        .filter(|s| wanted(s))
+        .filter_map(|s| serde_json::to_value(s).ok())
+        .filter(|item| after.as_ref().is_none_or(|a| key_of(Shape::V1, item) > *a))
+        .collect();
+    Page { items, next: None }
 }
 
 /// A member's answer as a page.
@@ -292,6 +331,42 @@ mod tests {
             }
         }
         assert_eq!(seen, ["a1", "b2", "b3", "a4", "a5", "a6", "b7"]);
+    }
+
+    fn lost(at_ms: i64, id: &str, team: &str) -> api::Sandbox {
+        serde_json::from_value(json!({
+            "id": id, "name": "", "state": "lost", "template": "base", "cpu": 1.0,
+            "memoryMB": 512, "createdAt": sandboxd_service::sandboxes::rfc3339(at_ms),
+            "metadata": {"team": team},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_lost_page_holds_what_the_query_asks_for_after_its_cursor() {
+        let all = || vec![lost(1, "l1", "a"), lost(5, "l5", "b"), lost(9, "l9", "a")];
+        let listed = [Page {
+            items: vec![item(9, "l9")],
+            next: None,
+        }];
+        let page = lost_page(all(), &SandboxFilter::default(), &listed);
+        assert_eq!(ids(&page), ["l1", "l5"], "a listed one is its member's");
+        assert_eq!(page.next, None);
+        let filter = SandboxFilter {
+            metadata: vec![("team".into(), "a".into())],
+            ..SandboxFilter::default()
+        };
+        assert_eq!(ids(&lost_page(all(), &filter, &[])), ["l1", "l9"]);
+        let filter = SandboxFilter {
+            cursor: Some("1:l1".into()),
+            ..SandboxFilter::default()
+        };
+        assert_eq!(ids(&lost_page(all(), &filter, &[])), ["l5", "l9"]);
+        let filter = SandboxFilter {
+            states: vec![SandboxState::Running],
+            ..SandboxFilter::default()
+        };
+        assert!(lost_page(all(), &filter, &[]).items.is_empty());
     }
 
     #[test]
