@@ -11,6 +11,10 @@
 //! The CLI is `SCHEMATHESIS`, default `.venv-schemathesis/bin/schemathesis` at the repository root
 //! (`scripts/schemathesis` installs it, pinned); a missing one fails the test, saying how to install
 //! it. What the run leaves out and why is in `tests/openapi/schemathesis.toml`.
+//!
+//! The built-in template `code-interpreter-v1` is built before the run: a create naming it waits for
+//! its build (a pip install, minutes), longer than the fuzzer's request timeout, and the fuzzer finds
+//! the name in `GET /v1/templates`. Built, a create of it is an ordinary create.
 
 mod common;
 
@@ -27,7 +31,7 @@ const MAX_EXAMPLES: &str = "20";
 /// The seed of every run, so a failure reproduces.
 const SEED: &str = "20261201";
 /// Longest the whole test may take.
-const TIMEOUT: Duration = Duration::from_secs(600);
+const TIMEOUT: Duration = Duration::from_secs(900);
 
 fn schemathesis() -> PathBuf {
     let path = std::env::var_os("SCHEMATHESIS")
@@ -48,6 +52,29 @@ fn closed_loopback_port() -> std::net::SocketAddr {
         .expect("a free loopback port")
 }
 
+/// Builds the built-in code-interpreter template on `daemon` and waits until it is ready.
+async fn build_code_interpreter(daemon: &Daemon) {
+    let name = "code-interpreter-v1";
+    let begun = daemon
+        .post_json("/v1/templates", &serde_json::json!({ "name": name }))
+        .await;
+    assert!(
+        begun.status().is_success(),
+        "building {name}: {}",
+        begun.status()
+    );
+    let deadline = Instant::now() + Duration::from_secs(420);
+    loop {
+        let template = daemon.get_json(&format!("/v1/templates/{name}")).await;
+        match template["state"].as_str() {
+            Some("ready") => return,
+            Some("building") if Instant::now() < deadline => {}
+            _ => panic!("{name} did not build: {template}"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// A schemathesis run over every `/v1` operation finds nothing.
 #[test]
 fn the_openapi_document_matches_what_the_daemon_does() {
@@ -60,6 +87,7 @@ fn the_openapi_document_matches_what_the_daemon_does() {
             let daemon =
                 Daemon::start_with(&[], &[("HTTP_PROXY", &nowhere), ("HTTPS_PROXY", &nowhere)])
                     .await;
+            build_code_interpreter(&daemon).await;
             let work = tempfile::tempdir().expect("tempdir");
             let started = Instant::now();
             let output = tokio::process::Command::new(&cli)
