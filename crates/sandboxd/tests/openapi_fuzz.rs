@@ -13,8 +13,8 @@
 //! it. What the run leaves out and why is in `tests/openapi/schemathesis.toml`.
 //!
 //! The built-in template `code-interpreter-v1` is built before the run: a create naming it waits for
-//! its build (a pip install, minutes), longer than the fuzzer's request timeout, and the fuzzer finds
-//! the name in `GET /v1/templates`. Built, a create of it is an ordinary create.
+//! its build (a pip install, minutes), longer than the fuzzer's request timeout, and the fuzzer does
+//! name it (a run of this seed did). Built, a create of it is an ordinary create.
 
 mod common;
 
