@@ -438,39 +438,20 @@ fn a_sandbox_placed_on_another_node_is_served_through_the_entry_node() {
         assert_eq!(got.text().await.unwrap(), "uploaded through node 0");
         // A sandbox port by `{port}-{id}.{domain}`, through node 0's proxy.
         common::serve_port(entry, &id, 8000).await;
-        let proxied = entry
-            .http_plain()
-            .get(entry.endpoint("/"))
-            .header("Host", format!("8000-{id}.localhost:{}", entry.port()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(proxied.status(), 200, "the sandbox's port through node 0");
+        let proxied = status_by_host(&c, 0, &format!("8000-{id}.localhost:{}", entry.port())).await;
+        assert_eq!(proxied, 200, "the sandbox's port through node 0");
         // A Daytona signed preview link, made through node 0 (on the owner, which stores it) and
         // opened through node 0: its token names the sandbox, so node 0 knows where it goes.
         let signed = entry
             .get_json(&format!("/api/sandbox/{id}/ports/8000/signed-preview-url"))
             .await;
         let token = signed["token"].as_str().expect("a signed link's token");
-        let opened = entry
-            .http_plain()
-            .get(entry.endpoint("/"))
-            .header("Host", format!("8000-{token}.localhost:{}", entry.port()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(opened.status(), 200, "the signed link through node 0");
-        let forged = entry
-            .http_plain()
-            .get(entry.endpoint("/"))
-            .header(
-                "Host",
-                format!("8000-pv{}-{id}.localhost:{}", "0".repeat(30), entry.port()),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(forged.status(), 401, "a forged link naming the sandbox");
+        let opened =
+            status_by_host(&c, 0, &format!("8000-{token}.localhost:{}", entry.port())).await;
+        assert_eq!(opened, 200, "the signed link through node 0");
+        let forged = format!("8000-pv{}-{id}.localhost:{}", "0".repeat(30), entry.port());
+        let forged = status_by_host(&c, 0, &forged).await;
+        assert_eq!(forged, 401, "a forged link naming the sandbox");
         // envd by `E2b-Sandbox-Id`, as the E2B SDK calls it, through node 0.
         let envd = entry
             .http_plain()
