@@ -41,6 +41,30 @@ def sandbox():
     return SBX
 
 
+IDLE = {}
+
+
+def test_idle_sandboxes_start_their_clocks():
+    """Made first, checked by test_an_idle_sandbox_is_stopped_then_deleted near the end: auto-stop
+    and auto-delete are whole minutes, so their clocks run while the other tests do."""
+    common = dict(snapshot="base", auto_stop_interval=1, labels={"idle": RUN})
+    IDLE["idle"] = DAYTONA.create(CreateSandboxFromSnapshotParams(auto_delete_interval=1, **common))
+    IDLE["busy"] = DAYTONA.create(CreateSandboxFromSnapshotParams(**common))
+    IDLE["since"] = time.monotonic()
+    assert IDLE["idle"].auto_stop_interval == 1 and IDLE["idle"].auto_delete_interval == 1
+    assert IDLE["busy"].auto_delete_interval == -1, "never, by default"
+    assert IDLE["busy"].process.exec("touch /home/user/busy").exit_code == 0
+
+    def keep_busy():
+        while "done" not in IDLE:
+            IDLE["busy"].process.exec("true")
+            time.sleep(10)
+
+    import threading
+
+    threading.Thread(target=keep_busy, daemon=True).start()
+
+
 def test_create_answers_a_started_sandbox_found_by_id_and_name():
     sbx = sandbox()
     assert sbx.state == "started", sbx.state
@@ -370,6 +394,45 @@ def test_code_interpreter_timeout_interrupts():
         pass
     assert time.monotonic() - started < 15
     assert sbx.code_interpreter.run_code("print('after')").stdout == "after\n"
+
+
+def test_an_idle_sandbox_is_stopped_then_deleted():
+    assert IDLE, "test_idle_sandboxes_start_their_clocks made none"
+    idle, busy = IDLE["idle"], IDLE["busy"]
+    try:
+        deadline = IDLE["since"] + 150
+        while DAYTONA.get(idle.id).state == "started":
+            assert time.monotonic() < deadline, "an idle sandbox was not stopped"
+            time.sleep(1)
+        waited = time.monotonic() - IDLE["since"]
+        assert waited >= 55, f"stopped after {waited:.0f} s, before its minute"
+        assert DAYTONA.get(idle.id).state == "stopped"
+        assert DAYTONA.get(busy.id).state == "started", "a busy sandbox was stopped"
+        while True:
+            try:
+                state = DAYTONA.get(idle.id).state
+            except DaytonaNotFoundError:
+                break
+            assert state == "stopped", state
+            assert time.monotonic() < deadline + 90, "a stopped sandbox was not deleted"
+            time.sleep(1)
+        assert time.monotonic() - IDLE["since"] >= 110, "deleted before its minute stopped"
+        # Its intervals can be changed: never stop it, delete it at its next stop.
+        busy.set_autostop_interval(0)
+        busy.set_auto_delete_interval(0)
+        assert DAYTONA.get(busy.id).auto_stop_interval == 0
+        busy.refresh_activity()
+    finally:
+        IDLE["done"] = True
+    busy.stop()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            DAYTONA.get(busy.id)
+        except DaytonaNotFoundError:
+            break
+        assert time.monotonic() < deadline, "auto-delete 0 kept a stopped sandbox"
+        time.sleep(0.5)
 
 
 def test_delete_then_not_found():

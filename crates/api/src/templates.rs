@@ -14,7 +14,7 @@ use sandboxd_service::builds::BuildSpec;
 use sandboxd_service::sandboxes::rfc3339;
 use sandboxd_service::templates::{template_to_api, StartCommands, TemplateSource};
 use sandboxd_service::Service;
-use sandboxd_store::TemplateState;
+use sandboxd_store::{LogLine, TemplateState};
 use std::time::Duration;
 
 /// How often a followed log looks for new lines.
@@ -153,6 +153,32 @@ pub async fn logs(
     };
     // Unknown templates are a 404 before the stream starts.
     service.get_template(&name).await?;
+    let ndjson = |l: &LogLine| {
+        let line = api::LogLine {
+            seq: l.seq,
+            line: l.line.clone(),
+            at: rfc3339(l.at),
+        };
+        let mut chunk = serde_json::to_vec(&line).unwrap_or_default();
+        chunk.push(b'\n');
+        chunk
+    };
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        log_stream(service, name, offset, follow, ndjson),
+    )
+        .into_response())
+}
+
+/// Template `name`'s build log from line `offset` on, each line as `render` writes it; with
+/// `follow` the stream stays open until the build has ended and every line was sent.
+pub fn log_stream(
+    service: Service,
+    name: String,
+    offset: u64,
+    follow: bool,
+    render: fn(&LogLine) -> Vec<u8>,
+) -> Body {
     let stream = futures::stream::unfold(
         (service, name, offset, false),
         move |(service, name, offset, done)| async move {
@@ -171,16 +197,7 @@ pub async fn logs(
                     .unwrap_or_default();
                 if !lines.is_empty() {
                     let next = lines.last().map_or(offset, |l| l.seq + 1);
-                    let mut chunk = Vec::new();
-                    for l in &lines {
-                        let line = api::LogLine {
-                            seq: l.seq,
-                            line: l.line.clone(),
-                            at: rfc3339(l.at),
-                        };
-                        chunk.extend(serde_json::to_vec(&line).unwrap_or_default());
-                        chunk.push(b'\n');
-                    }
+                    let chunk: Vec<u8> = lines.iter().flat_map(render).collect();
                     return Some((
                         Ok::<_, std::convert::Infallible>(Bytes::from(chunk)),
                         (service, name, next, false),
@@ -193,11 +210,7 @@ pub async fn logs(
             }
         },
     );
-    Ok((
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(stream),
-    )
-        .into_response())
+    Body::from_stream(stream)
 }
 
 /// Turn a sandbox's filesystem into a template.

@@ -27,6 +27,7 @@ pub mod failpoints;
 pub mod files;
 pub mod forwarders;
 pub mod idempotency;
+pub mod idle;
 pub mod images;
 pub mod lifecycle;
 pub mod network;
@@ -160,6 +161,7 @@ struct Inner {
     agent_events: readiness::Tally,
     e2b_failures: e2b::FailedAttempts,
     cluster: std::sync::OnceLock<sandboxd_cluster::Cluster>,
+    activity: idle::Activity,
 }
 
 impl Service {
@@ -187,6 +189,7 @@ impl Service {
                 agent_events: Default::default(),
                 e2b_failures: Default::default(),
                 cluster: Default::default(),
+                activity: Default::default(),
             }),
         }
     }

@@ -9,7 +9,7 @@
 //! - running in the runtime with no row: an orphan, destroyed.
 //!
 //! Expiry: a sandbox past its `expires_at` is deleted by [`Service::sweep_expired`], which the daemon
-//! runs on a timer.
+//! runs on a timer; the same sweep stops and deletes idle sandboxes ([`crate::idle`]).
 
 use crate::{Service, ServiceError};
 use sandboxd_store::{unix_millis_now, SandboxState};
@@ -91,7 +91,8 @@ impl Service {
 
     /// Deletes every sandbox past its deadline (pauses an auto-pausing one, see [`crate::pause`]),
     /// forgets expired idempotency claims and deliveries older than
-    /// [`crate::readiness::DELIVERY_RETENTION`]; returns how many sandboxes it deleted.
+    /// [`crate::readiness::DELIVERY_RETENTION`], and stops and deletes idle sandboxes
+    /// ([`Service::sweep_idle`]); returns how many sandboxes it deleted.
     pub async fn sweep_expired(&self) -> Result<usize, ServiceError> {
         let now = unix_millis_now();
         self.undo_abandoned_creates(now).await?;
@@ -107,6 +108,8 @@ impl Service {
             .read(move |tx| tx.expired_sandboxes(now))
             .await?;
         let mut n = 0;
+        let idle = self.sweep_idle(now).await?;
+        n += idle.deleted;
         for sandbox in expired {
             let pausable = matches!(sandbox.state, SandboxState::Running | SandboxState::Paused);
             if sandbox.lifecycle.auto_pause && pausable {

@@ -84,7 +84,10 @@ impl Service {
     pub(crate) async fn awake(&self, key: &str) -> Result<Sandbox, ServiceError> {
         let sandbox = self.get(key).await?;
         match sandbox.state {
-            SandboxState::Running => Ok(sandbox),
+            SandboxState::Running => {
+                self.inner.activity.touch(&sandbox.id, unix_millis_now());
+                Ok(sandbox)
+            }
             SandboxState::Paused if sandbox.lifecycle.auto_resume => {
                 let (sandbox, _) = self.resume(&sandbox.id).await?;
                 Ok(sandbox)

@@ -7,10 +7,13 @@
 //! files (`/etc/hostname`, `/etc/hosts`, `/etc/resolv.conf`) are not part of it. A name that is taken
 //! is a conflict, and nothing is recorded then. The snapshot keeps the start and ready commands of
 //! the sandbox's template (a snapshot of a code-interpreter sandbox runs the interpreter too).
+//!
+//! A fork ([`Service::fork`]) is a snapshot and a create from it.
 
 use crate::{Service, ServiceError};
+use sandboxd_api_types as api;
 use sandboxd_images::RunConfig;
-use sandboxd_store::{unix_millis_now, SandboxState, TemplateRecord};
+use sandboxd_store::{unix_millis_now, Sandbox, SandboxState, TemplateRecord};
 
 impl Service {
     /// Turns sandbox `key`'s filesystem into template `name`.
@@ -81,5 +84,40 @@ impl Service {
             Err(e) => Err(e),
         };
         self.finish_template_now(name, built).await
+    }
+
+    /// Forks sandbox `key`: a new sandbox for `owner` (named `name`, or unnamed) on a copy of its
+    /// filesystem, with its resources, environment, metadata and network posture, and its
+    /// deadline's length. The copy is a snapshot, template `fork-<random>`, listed with the
+    /// templates (delete it once its forks are gone); a fork that cannot be created takes its
+    /// copy with it.
+    pub async fn fork(
+        &self,
+        key: &str,
+        owner: &str,
+        name: Option<String>,
+    ) -> Result<Sandbox, ServiceError> {
+        let source = self.get(key).await?;
+        let template = crate::sandboxes::random_id("fork-", 12);
+        self.snapshot(&source.id, &template).await?;
+        let req = api::CreateSandbox {
+            name,
+            template: Some(template.clone()),
+            cpu: Some(f64::from(source.cpu_millis) / 1000.0),
+            memory_mb: Some(source.memory_mb.into()),
+            disk_mb: (source.disk_mb > 0).then_some(source.disk_mb.into()),
+            env: Some(source.env.clone()),
+            metadata: Some(source.metadata.clone()),
+            timeout_sec: Some((source.lifecycle.timeout_ms / 1000).max(0) as u64),
+            network: serde_json::from_value(source.network.clone()).ok(),
+            ..Default::default()
+        };
+        let forked = self.create_as(owner, req).await;
+        if forked.is_err() {
+            if let Err(e) = self.delete_template(&template).await {
+                tracing::warn!(template = %template, error = %crate::error::chain(&e), "cannot remove the copy of a failed fork");
+            }
+        }
+        forked
     }
 }

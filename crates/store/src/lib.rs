@@ -21,6 +21,8 @@
 //!     (`ports::tests::racing_sandboxes_get_distinct_host_ports`);
 //!   - a signed preview link names one sandbox port: `preview_links` primary key (migration 10)
 //!     (`previews::tests::a_link_opens_its_port_until_its_time_its_expiry_or_its_sandbox_ends`);
+//!   - one idle policy per sandbox, its clock only moving forward: `idle_policies` primary key
+//!     (migration 11) (`idle::tests::a_policy_is_one_per_sandbox_and_its_clock_only_moves_forward`);
 //!   - one binding per hostname: `custom_domains` primary key
 //!     (`domains::tests::hostname_owned_by_another_sandbox_conflicts`);
 //!   - request dedupe with the four claim cases: `request_idempotency` primary key
@@ -56,6 +58,7 @@ pub mod domains;
 pub mod endpoints;
 mod error;
 pub mod idempotency;
+pub mod idle;
 pub mod images;
 pub mod migrations;
 mod open;
@@ -76,6 +79,7 @@ pub use domains::{normalize_hostname, BindOutcome, DomainBinding};
 pub use endpoints::StoredEndpoint;
 pub use error::{Result, StoreError};
 pub use idempotency::{AbandonedClaim, ClaimOutcome, ClaimRecord, ClaimState, StoredResponse};
+pub use idle::{IdlePolicy, IdleSandbox};
 pub use images::{ImageRecord, ImageState, LayerRecord};
 pub use open::{Store, StoreConfig, Synchronous};
 pub use outbox::{NewWebhook, OutboxEntry, OutboxState};

@@ -73,7 +73,24 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "signed preview links to sandbox ports",
         sql: SCHEMA_V10,
     },
+    Migration {
+        version: 11,
+        name: "what a sandbox's inactivity does: stop it, delete it once stopped",
+        sql: SCHEMA_V11,
+    },
 ];
+
+/// Idle policies (`idle`): a sandbox's auto-stop, auto-delete and auto-archive intervals and its
+/// last recorded activity.
+const SCHEMA_V11: &str = r#"
+CREATE TABLE idle_policies (
+    sandbox_id       TEXT PRIMARY KEY NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+    stop_after_ms    INTEGER NOT NULL CHECK (stop_after_ms >= 0),
+    delete_after_ms  INTEGER NOT NULL,
+    archive_after_ms INTEGER NOT NULL CHECK (archive_after_ms >= 0),
+    active_at        INTEGER NOT NULL
+);
+"#;
 
 /// Signed preview links (`previews`): a token opens one port of one sandbox until its time.
 const SCHEMA_V10: &str = r#"

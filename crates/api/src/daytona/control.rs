@@ -10,16 +10,16 @@
 //! - `cpu`, `memory` and `disk` (GiB) are the sandbox's limits; `labels` its metadata (the SDK keeps
 //!   the code language there); `networkBlockAll` turns egress off and `networkAllowList` (comma-separated
 //!   IPv4 addresses and CIDR blocks; domain names are refused, as Daytona takes none) is the
-//!   sandbox's `allowOut`. `autoStopInterval` (minutes,
-//!   default 15, 0: a day) is the sandbox's lifetime — counted from the create, not from the last
-//!   activity as Daytona counts it.
+//!   sandbox's `allowOut`. `autoStopInterval`, `autoDeleteInterval` and `autoArchiveInterval` are
+//!   its idle policy ([`super::lifecycle`]): inactivity stops it, and a stopped one is deleted after
+//!   its interval. It has no deadline besides.
 //! - Names are the sandboxes' names: unique (a conflict is a 409), and `GET /api/sandbox/{idOrName}`
 //!   finds a sandbox by either.
 //! - `stop` ends the sandbox's processes and releases its memory, keeping its filesystem; `start`
 //!   boots it again on that filesystem (and resumes a paused one) — [`sandboxd_service::stop`].
 
 use super::error::DaytonaError;
-use super::models::{CreateSandbox, DaytonaSandbox, SandboxPage, LANGUAGE_LABEL};
+use super::models::{BuildInfo, CreateSandbox, DaytonaSandbox, SandboxPage, LANGUAGE_LABEL};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -33,10 +33,6 @@ use std::time::Duration;
 
 /// The template a create that names no snapshot and no image gets.
 pub const DEFAULT_SNAPSHOT: &str = sandboxd_service::builtin::CODE_INTERPRETER;
-/// Daytona's default auto-stop interval, minutes.
-const DEFAULT_AUTO_STOP_MINUTES: u64 = 15;
-/// Lifetime of a sandbox whose auto-stop is disabled (0).
-const NO_AUTO_STOP_SECS: u64 = 24 * 3600;
 /// How long a create waits for its Dockerfile's build.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
@@ -49,7 +45,10 @@ pub fn toolbox_url(headers: &HeaderMap) -> String {
     format!("http://{host}/api/toolbox")
 }
 
-fn parse<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Result<T, DaytonaError> {
+/// `body` as JSON (an empty body is the default).
+pub(crate) fn parse<T: serde::de::DeserializeOwned + Default>(
+    body: &Bytes,
+) -> Result<T, DaytonaError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -90,12 +89,7 @@ pub async fn create(
         }
         (Some(snapshot), None) => (Some(snapshot.clone()), None),
         (None, Some(build)) => {
-            if build.context_hashes.as_ref().is_some_and(|h| !h.is_empty()) {
-                return Err(DaytonaError::bad_request(
-                    "images with local files (add_local_file/add_local_dir) need Daytona's object store, \
-                     which sandboxd does not serve yet",
-                ));
-            }
+            refuse_local_files(build)?;
             let dockerfile = build.dockerfile_content.clone().unwrap_or_default();
             match single_from(&dockerfile) {
                 Some(image) => (None, Some(image.to_string())),
@@ -104,12 +98,11 @@ pub async fn create(
         }
         (None, None) => (Some(DEFAULT_SNAPSHOT.to_string()), None),
     };
-    let minutes = req.auto_stop_interval.unwrap_or(DEFAULT_AUTO_STOP_MINUTES);
-    let timeout_sec = if minutes == 0 {
-        NO_AUTO_STOP_SECS
-    } else {
-        minutes.saturating_mul(60)
-    };
+    let idle = super::lifecycle::policy_of(
+        req.auto_stop_interval,
+        req.auto_delete_interval,
+        req.auto_archive_interval,
+    )?;
     let mut labels = req.labels.clone().unwrap_or_default();
     labels
         .entry(LANGUAGE_LABEL.to_string())
@@ -133,7 +126,8 @@ pub async fn create(
         disk_mb: req.disk.map(|g| g.saturating_mul(1024)),
         env: req.env.clone(),
         metadata: Some(labels),
-        timeout_sec: Some(timeout_sec),
+        // No deadline: its idle policy ends it.
+        timeout_sec: Some(0),
         network: Some(api::NetworkPolicy {
             egress: !req.network_block_all.unwrap_or(false),
             allow_out,
@@ -145,7 +139,37 @@ pub async fn create(
     };
     let owner = crate::v1::key_id(caller.as_ref());
     let sandbox = service.create_as(&owner, create).await?;
-    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
+    // The policy is the create's: a sandbox that cannot have it is not kept.
+    if let Err(e) = service.set_idle_policy(&sandbox.id, idle).await {
+        if let Err(undo) = service.delete(&sandbox.id).await {
+            tracing::warn!(sandbox_id = %sandbox.id, error = %sandboxd_service::error::chain(&undo), "cannot undo a create whose idle policy failed");
+        }
+        return Err(e.into());
+    }
+    Ok(Json(
+        DaytonaSandbox::of(&sandbox, &toolbox_url(&headers)).with_idle(Some(idle)),
+    ))
+}
+
+/// `sandbox` as Daytona describes it, with its idle policy.
+pub async fn describe(
+    service: &Service,
+    sandbox: &sandboxd_store::Sandbox,
+    toolbox_url: &str,
+) -> Result<DaytonaSandbox, DaytonaError> {
+    let idle = service.idle_policy(&sandbox.id).await?;
+    Ok(DaytonaSandbox::of(sandbox, toolbox_url).with_idle(idle))
+}
+
+/// Refuses a build with local files (`contextHashes`): they need Daytona's object store.
+pub(crate) fn refuse_local_files(build: &BuildInfo) -> Result<(), DaytonaError> {
+    if build.context_hashes.as_ref().is_some_and(|h| !h.is_empty()) {
+        return Err(DaytonaError::bad_request(
+            "images with local files (add_local_file/add_local_dir) need Daytona's object store, \
+             which sandboxd does not serve yet",
+        ));
+    }
+    Ok(())
 }
 
 /// The template a Dockerfile is built into, built once per distinct file.
@@ -175,7 +199,9 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
     let sandbox = service.get(&key).await?;
-    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
+    Ok(Json(
+        describe(&service, &sandbox, &toolbox_url(&headers)).await?,
+    ))
 }
 
 /// `GET /api/sandbox?cursor=&limit=&labels=<JSON object>`.
@@ -210,8 +236,12 @@ pub async fn list(
     };
     let (rows, next) = service.list(filter).await?;
     let url = toolbox_url(&headers);
+    let mut items = Vec::with_capacity(rows.len());
+    for sandbox in &rows {
+        items.push(describe(&service, sandbox, &url).await?);
+    }
     Ok(Json(SandboxPage {
-        items: rows.iter().map(|s| DaytonaSandbox::of(s, &url)).collect(),
+        items,
         next_cursor: next,
     }))
 }
@@ -237,7 +267,9 @@ pub async fn start(
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
     let (sandbox, _) = service.start(&key).await?;
-    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
+    Ok(Json(
+        describe(&service, &sandbox, &toolbox_url(&headers)).await?,
+    ))
 }
 
 /// `POST /api/sandbox/{idOrName}/stop`: ends its processes, keeps its filesystem.
@@ -247,7 +279,9 @@ pub async fn stop(
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
     let (sandbox, _) = service.stop(&key).await?;
-    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
+    Ok(Json(
+        describe(&service, &sandbox, &toolbox_url(&headers)).await?,
+    ))
 }
 
 /// `GET /api/sandbox/{idOrName}/toolbox-proxy-url`.

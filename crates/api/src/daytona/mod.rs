@@ -8,7 +8,9 @@
 //! the feature does not, 501):
 //! - Control ([`control`]): `POST /api/sandbox`, `GET /api/sandbox` (`{items, nextCursor}`,
 //!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop`,
-//!   `GET …/toolbox-proxy-url`; previews ([`previews`]: preview and signed links, `public`).
+//!   `GET …/toolbox-proxy-url`; inactivity ([`lifecycle`]: `autostop`, `autodelete`,
+//!   `autoarchive`, `last-activity`); snapshots ([`snapshots`]: the daemon's templates, create,
+//!   list, get, delete, build logs); previews ([`previews`]: preview and signed links, `public`).
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
 //!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`; sessions
 //!   ([`sessions`]: create, exec sync and async, command status, logs and their `follow` WebSocket,
@@ -32,11 +34,13 @@ pub mod git;
 pub mod git_cmd;
 pub mod git_more;
 pub mod git_status;
+pub mod lifecycle;
 pub mod models;
 pub mod multipart;
 pub mod previews;
 pub mod pty;
 pub mod sessions;
+pub mod snapshots;
 pub mod toolbox;
 pub mod toolbox_error;
 pub mod transfer;
@@ -63,6 +67,24 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route("/api/sandbox/{key}/start", post(control::start))
         .route("/api/sandbox/{key}/stop", post(control::stop))
         .route(
+            "/api/sandbox/{key}/autostop/{minutes}",
+            post(lifecycle::autostop),
+        )
+        .route(
+            "/api/sandbox/{key}/autodelete/{minutes}",
+            post(lifecycle::autodelete),
+        )
+        .route(
+            "/api/sandbox/{key}/autoarchive/{minutes}",
+            post(lifecycle::autoarchive),
+        )
+        .route("/api/sandbox/{key}/snapshot", post(snapshots::of_sandbox))
+        .route("/api/sandbox/{key}/fork", post(snapshots::fork))
+        .route(
+            "/api/sandbox/{key}/last-activity",
+            post(lifecycle::last_activity),
+        )
+        .route(
             "/api/sandbox/{key}/toolbox-proxy-url",
             get(control::toolbox_proxy_url),
         )
@@ -85,6 +107,22 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route(
             "/api/sandbox/{key}/ports/{port}/signed-preview-url/{token}/expire",
             post(previews::expire_signed_preview_url),
+        )
+        .route(
+            "/api/snapshots",
+            post(snapshots::create).get(snapshots::list),
+        )
+        .route(
+            "/api/snapshots/{name}",
+            get(snapshots::get).delete(snapshots::delete),
+        )
+        .route(
+            "/api/snapshots/{name}/build-logs-url",
+            get(snapshots::build_logs_url),
+        )
+        .route(
+            "/api/snapshots/{name}/build-logs",
+            get(snapshots::build_logs),
         )
         .route("/api/toolbox/{id}/process/execute", post(toolbox::execute))
         .route(

@@ -2,7 +2,7 @@
 //! `daytona_toolbox_api_client`) parse them: every field they require is present and of the exact
 //! type (integers are integers, never null), and what they do not know is not sent.
 
-use sandboxd_store::{Sandbox, SandboxState};
+use sandboxd_store::{IdlePolicy, Sandbox, SandboxState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -39,6 +39,13 @@ pub struct DaytonaSandbox {
     pub created_at: String,
     pub updated_at: String,
     pub toolbox_proxy_url: String,
+    /// Minutes; absent for a sandbox with no idle policy (made outside the Daytona API).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_stop_interval: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_archive_interval: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_delete_interval: Option<i64>,
 }
 
 /// Daytona's name for a sandbox state.
@@ -87,9 +94,26 @@ impl DaytonaSandbox {
             created_at: sandboxd_service::sandboxes::rfc3339(s.created_at),
             updated_at: sandboxd_service::sandboxes::rfc3339(s.updated_at),
             toolbox_proxy_url: toolbox_url.to_string(),
+            auto_stop_interval: None,
+            auto_archive_interval: None,
+            auto_delete_interval: None,
         }
     }
+
+    /// With the intervals of `policy` (minutes).
+    pub fn with_idle(mut self, policy: Option<IdlePolicy>) -> DaytonaSandbox {
+        if let Some(p) = policy {
+            let minutes = |ms: i64| if ms < 0 { -1 } else { ms / MINUTE_MS };
+            self.auto_stop_interval = Some(minutes(p.stop_after_ms));
+            self.auto_archive_interval = Some(minutes(p.archive_after_ms));
+            self.auto_delete_interval = Some(minutes(p.delete_after_ms));
+        }
+        self
+    }
 }
+
+/// One of Daytona's interval minutes, in milliseconds.
+pub const MINUTE_MS: i64 = 60_000;
 
 /// `POST /api/sandbox`: what sandboxd honours of Daytona's create body; other fields are accepted
 /// and have no effect unless [`CreateSandbox::refusal`] names them.
@@ -119,8 +143,15 @@ pub struct CreateSandbox {
     pub memory: Option<u64>,
     #[serde(default)]
     pub disk: Option<u64>,
+    /// Minutes idle before a stop (0: never; default 15).
     #[serde(default)]
-    pub auto_stop_interval: Option<u64>,
+    pub auto_stop_interval: Option<i64>,
+    /// Minutes stopped before a delete (negative: never, the default; 0: at the stop).
+    #[serde(default)]
+    pub auto_delete_interval: Option<i64>,
+    /// Minutes stopped before an archive (0: the longest; default 7 days). Kept and reported.
+    #[serde(default)]
+    pub auto_archive_interval: Option<i64>,
     #[serde(default)]
     pub build_info: Option<BuildInfo>,
     #[serde(default)]

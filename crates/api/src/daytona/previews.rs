@@ -98,5 +98,7 @@ pub async fn set_public(
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
     let sandbox = service.set_public(&key, public).await?;
-    Ok(Json(DaytonaSandbox::of(&sandbox, &toolbox_url(&headers))))
+    Ok(Json(
+        super::control::describe(&service, &sandbox, &toolbox_url(&headers)).await?,
+    ))
 }

@@ -1,0 +1,105 @@
+//! Daytona's images, builds and snapshots end to end: the real, unmodified `daytona` Python SDK
+//! (`tests/daytona/test_images.py`, installed by `scripts/daytona-sdks`) against a real daemon that
+//! pulls through `--registry-mirror` from a real registry (Debian's `docker-registry` on loopback,
+//! filled with an image made by `umoci` and pushed by `skopeo`). The script's docs list what it
+//! proves.
+//!
+//! Beyond the script, over plain HTTP: the caller's snapshot mistakes are 400s and 404s in
+//! Daytona's error shape.
+
+mod common;
+mod e2b_support;
+
+use e2b_support::{e2b_test, run_script};
+use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
+use sandboxd_test_support::workspace_root;
+use serde_json::{json, Value};
+
+/// `method path` with an optional JSON body: the status and the JSON answer.
+async fn call(
+    d: &common::Daemon,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = d.http().request(method, d.endpoint(path));
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.expect("the daemon answers");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("a body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[test]
+fn the_daytona_sdk_makes_sandboxes_and_snapshots_from_images_and_builds() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2b_test(async {
+        let python = workspace_root().join(".venv-daytona/bin/python");
+        assert!(
+            python.exists(),
+            "the Daytona SDK is not installed: run scripts/daytona-sdks"
+        );
+        let registry = TestRegistry::start();
+        let image = ImageBuilder::busybox()
+            .layer(|root| {
+                std::fs::create_dir_all(root.join("app")).unwrap();
+                std::fs::write(root.join("app/hello.txt"), "hello from the image\n").unwrap();
+            })
+            .build();
+        registry.push(&image, "library/python:3.12-slim");
+        registry.push(&image, "team/app:v1");
+        let mut setup = e2b_support::setup();
+        setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
+        let d = common::Daemon::start_setup(setup).await;
+
+        // The caller's snapshot mistakes.
+        let post = reqwest::Method::POST;
+        for (body, why) in [
+            (json!({ "imageName": "alpine" }), "a name"),
+            (json!({ "name": "x" }), "imageName or a buildInfo"),
+            (
+                json!({ "name": "x", "imageName": "alpine", "buildInfo": { "dockerfileContent": "FROM alpine" } }),
+                "imageName or a buildInfo",
+            ),
+            (
+                json!({ "name": "x", "imageName": "alpine", "cpu": 2 }),
+                "resources",
+            ),
+            (
+                json!({ "name": "Bad Name", "imageName": "alpine" }),
+                "invalid template name",
+            ),
+        ] {
+            let (status, answer) = call(&d, post.clone(), "/api/snapshots", Some(body)).await;
+            assert_eq!(status, 400, "{answer}");
+            assert_eq!(answer["statusCode"], 400, "{answer}");
+            let message = answer["message"].as_str().unwrap_or_default();
+            assert!(message.contains(why), "{why}: {answer}");
+        }
+        let get = reqwest::Method::GET;
+        let (status, answer) = call(&d, get.clone(), "/api/snapshots/no-such", None).await;
+        assert_eq!(
+            (status, &answer["statusCode"]),
+            (404, &json!(404)),
+            "{answer}"
+        );
+        let (status, _) = call(&d, get.clone(), "/api/snapshots?page=0", None).await;
+        assert_eq!(status, 400);
+        let (status, _) = call(&d, get, "/api/snapshots/base/build-logs?follow=maybe", None).await;
+        assert_eq!(status, 400);
+
+        let api = format!("{}/api", d.url());
+        let env = [
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+        ];
+        run_script(&d, &python, &["tests/daytona/test_images.py"], &env).await;
+    });
+}
