@@ -1,5 +1,6 @@
 //! Daytona's images, builds and snapshots end to end: the real, unmodified `daytona` Python SDK
-//! (`tests/daytona/test_images.py`, installed by `scripts/daytona-sdks`) against a real daemon that
+//! (`tests/daytona/test_images.py`) and `@daytonaio/sdk` (`tests/daytona/test_images.mjs`), both
+//! installed by `scripts/daytona-sdks`, against a real daemon that
 //! pulls through `--registry-mirror` from a real registry (Debian's `docker-registry` on loopback,
 //! filled with an image made by `umoci` and pushed by `skopeo`). The script's docs list what it
 //! proves.
@@ -101,5 +102,7 @@ fn the_daytona_sdk_makes_sandboxes_and_snapshots_from_images_and_builds() {
             ("DAYTONA_API_KEY", e2b_support::API_KEY),
         ];
         run_script(&d, &python, &["tests/daytona/test_images.py"], &env).await;
+        let node = std::path::Path::new("node");
+        run_script(&d, node, &["tests/daytona/test_images.mjs"], &env).await;
     });
 }
