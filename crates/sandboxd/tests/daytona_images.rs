@@ -11,30 +11,10 @@
 mod common;
 mod e2b_support;
 
-use e2b_support::{e2b_test, run_script};
+use e2b_support::{call, e2b_test, run_script};
 use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
 use sandboxd_test_support::workspace_root;
-use serde_json::{json, Value};
-
-/// `method path` with an optional JSON body: the status and the JSON answer.
-async fn call(
-    d: &common::Daemon,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = d.http().request(method, d.endpoint(path));
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let resp = req.send().await.expect("the daemon answers");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.expect("a body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
+use serde_json::json;
 
 #[test]
 fn the_daytona_sdk_makes_sandboxes_and_snapshots_from_images_and_builds() {

@@ -87,3 +87,23 @@ pub async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(
         "the script left sandboxes behind: {left:?}"
     );
 }
+
+/// `method path` with an optional JSON body: the status and the JSON answer.
+pub async fn call(
+    d: &Daemon,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut req = d.http().request(method, d.endpoint(path));
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.expect("the daemon answers");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("a body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
