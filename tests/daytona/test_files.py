@@ -194,6 +194,25 @@ def test_permissions():
         pass
 
 
+def test_signed_file_urls_need_no_token_open_only_their_request_and_end_with_a_rotation():
+    sbx = files_sandbox()
+    sbx.fs.upload_file(b"signed bytes", f"{HOME}/signed.txt")
+    url = sbx.download_url(f"{HOME}/signed.txt", ttl_seconds=120)
+    got = httpx.get(url)  # no token
+    assert got.status_code == 200 and got.content == b"signed bytes", (got.status_code, got.text)
+    other = httpx.get(url.replace("signed.txt", "other.txt"))
+    assert other.status_code == 401, (other.status_code, other.text)
+    assert httpx.delete(url).status_code in (401, 405), "a download URL opens no delete"
+    listing = httpx.get(url.replace("/files/download", "/files"))
+    assert listing.status_code == 401, "a download URL opens no listing"
+    upload = sbx.upload_url(f"{HOME}/uploaded.bin")
+    put = httpx.post(upload, files={"file": ("uploaded.bin", b"\x00\x01 up")})
+    assert put.status_code == 200, (put.status_code, put.text)
+    assert sbx.fs.download_file(f"{HOME}/uploaded.bin") == b"\x00\x01 up"
+    sbx.rotate_signing_key()
+    assert httpx.get(url).status_code == 401, "a rotated key still opened its old URL"
+
+
 # --- git -----------------------------------------------------------------------------------------
 
 
@@ -419,6 +438,26 @@ def test_clone_at_a_branch_and_commit():
         git.status(f"{HOME}/not-a-repo")
         raise AssertionError("a missing repository had a status")
     except DaytonaNotFoundError:
+        pass
+
+
+def test_stored_credentials_serve_later_commands():
+    """Last of the git tests: the stored credentials serve every later command of the sandbox."""
+    g = git_setup()
+    git = g["sbx"].git
+    host = g["url"].split("/")[2]
+    git.dangerously_authenticate(GIT_USER, GIT_PASSWORD, host=host, protocol="http")
+    git.clone(g["url"], f"{HOME}/stored")  # no credentials with the call
+    assert git.status(f"{HOME}/stored").current_branch == "main"
+    stored = g["sbx"].fs.download_file(f"{HOME}/.git-credentials").decode()
+    ip = host.split(":")[0]  # the store writes the port percent-encoded
+    assert f"http://{GIT_USER}:" in stored and ip in stored, "not in the user's store"
+    config = g["sbx"].fs.download_file(f"{HOME}/stored/.git/config").decode()
+    assert GIT_PASSWORD not in config
+    try:
+        git.dangerously_authenticate(GIT_USER, "pw", host=host, protocol="ftp")
+        raise AssertionError("an ftp credential was stored")
+    except DaytonaError:
         pass
 
 

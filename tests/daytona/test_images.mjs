@@ -42,7 +42,10 @@ const tests = {
       .runCommands(`echo ts-built-${RUN} > /built.txt`)
       .env({ GREETING: 'hello ts' })
       .workdir('/srv')
-    const sandbox = await create({ image })
+    const logs = []
+    const sandbox = await daytona.create({ image, labels: { images: RUN } }, { timeout: 300, onSnapshotCreateLogs: (l) => logs.push(l) })
+    made.push(sandbox)
+    assert.ok(logs.join('\n').includes(`ts-built-${RUN}`), logs.join('\n'))
     assert.equal(await run(sandbox, 'cat /built.txt'), `ts-built-${RUN}`)
     assert.equal(await run(sandbox, 'echo $GREETING'), 'hello ts')
     assert.equal(await run(sandbox, 'pwd'), '/srv')

@@ -6,11 +6,14 @@ daemon pulls through a registry mirror that serves `python:3.12-slim` (a busybox
 /app/hello.txt) and `team/app:v1` (the same image). Run by crates/sandboxd/tests/daytona_images.rs.
 
 What it proves:
-- A sandbox from an image string, and from the SDK's `Image` builder (run_commands, env, workdir),
-  has the image's files and the build's; its disk limit (`Resources(disk=1)`) stops a write past
+- A sandbox from an image string, and from the SDK's `Image` builder (run_commands, env, workdir;
+  the create answers `pending_build` and the SDK streams the build's log), has the image's files
+  and the build's; its disk limit (`Resources(disk=1)`) stops a write past
   1 GiB while the sandbox lives on.
-- An unknown image is the SDK's not-found error and leaves nothing; a build that fails refuses the
-  create.
+- An unknown image is the SDK's not-found error and leaves nothing; a build that fails ends the
+  create in `build_failed`, the failing step in its streamed log.
+- `resize`: a running sandbox grows in CPU and memory, refuses to shrink or to change its disk; a
+  stopped one's disk grows (a write past the old limit then fits), never shrinks.
 - Snapshots: made from an image string and from a builder, with the build's log streamed to
   `on_logs`; got by name, listed, used by creates, refused deletion while used, deleted; a failing
   build is `build_failed` with the failing step in its log.
@@ -41,9 +44,9 @@ DAYTONA = Daytona()
 MADE = []
 
 
-def create(params):
+def create(params, **kwargs):
     params.labels = {**(params.labels or {}), "images": RUN}
-    sbx = DAYTONA.create(params, timeout=300)
+    sbx = DAYTONA.create(params, timeout=300, **kwargs)
     MADE.append(sbx)
     return sbx
 
@@ -65,6 +68,32 @@ def test_a_sandbox_from_an_image_string_has_its_files_and_its_disk_limit():
     assert run(sbx, "rm /home/user/fill && echo alive") == "alive"
 
 
+def test_resize_grows_a_running_sandbox_and_a_stopped_ones_disk():
+    sbx = create(
+        CreateSandboxFromImageParams(image="python:3.12-slim", resources=Resources(cpu=1, memory=1, disk=1))
+    )
+    sbx.resize(Resources(cpu=2, memory=2))
+    assert (sbx.cpu, sbx.memory, sbx.disk) == (2, 2, 1), (sbx.cpu, sbx.memory, sbx.disk)
+    assert DAYTONA.get(sbx.id).memory == 2
+    for refused in (Resources(memory=1), Resources(disk=2)):
+        try:
+            sbx.resize(refused)
+            raise AssertionError(f"a running sandbox took {refused}")
+        except DaytonaError:
+            pass
+    sbx.stop()
+    sbx.resize(Resources(disk=2))
+    assert sbx.disk == 2, sbx.disk
+    try:
+        sbx.resize(Resources(disk=1))
+        raise AssertionError("a disk shrank")
+    except DaytonaError:
+        pass
+    sbx.start()
+    filled = sbx.process.exec("dd if=/dev/zero of=/home/user/fill bs=1M count=1100 2>&1 && rm /home/user/fill")
+    assert filled.exit_code == 0, f"1100 MiB do not fit a 2 GiB disk: {filled.result}"
+
+
 def test_a_sandbox_from_an_image_builder_has_what_the_build_made():
     image = (
         Image.base("python:3.12-slim")
@@ -72,7 +101,9 @@ def test_a_sandbox_from_an_image_builder_has_what_the_build_made():
         .env({"GREETING": "hello builder"})
         .workdir("/srv/work")
     )
-    sbx = create(CreateSandboxFromImageParams(image=image))
+    logs = []
+    sbx = create(CreateSandboxFromImageParams(image=image), on_snapshot_create_logs=logs.append)
+    assert "echo built > /built.txt" in "\n".join(logs), logs
     assert run(sbx, "cat /built.txt") == "built"
     assert run(sbx, "echo $GREETING") == "hello builder"
     assert run(sbx, "pwd") == "/srv/work"
@@ -87,13 +118,15 @@ def test_an_unknown_image_is_not_found_and_leaves_nothing():
     assert list(DAYTONA.list(ListSandboxesQuery(labels={"images": RUN, "never": "made"}))) == []
 
 
-def test_a_failing_build_refuses_the_create():
+def test_a_failing_build_ends_the_create_in_build_failed():
     image = Image.base("python:3.12-slim").run_commands(f"echo failing-{RUN}; exit 3")
+    logs = []
     try:
-        create(CreateSandboxFromImageParams(image=image))
+        create(CreateSandboxFromImageParams(image=image), on_snapshot_create_logs=logs.append)
         raise AssertionError("a failed build made a sandbox")
     except DaytonaError as e:
         assert "build" in str(e).lower(), e
+    assert f"failing-{RUN}" in "\n".join(logs), logs
 
 
 def test_snapshots_from_a_builder_stream_their_log_and_make_sandboxes():

@@ -88,6 +88,15 @@ pub trait Runtime: Send + Sync + 'static {
             "the writable layer of sandbox {id} is not available in this runtime"
         )))
     }
+    /// Gives the sandbox `limits`, running or stopped: a running sandbox's processes get the CPU and
+    /// memory limits at once, its writable layer the disk limit, and every later start all of them.
+    /// Which changes to allow (grow only, say) is the caller's.
+    async fn resize(&self, id: &str, limits: &ResourceLimits) -> Result<(), RuntimeError> {
+        let _ = limits;
+        Err(RuntimeError::Unsupported(format!(
+            "resizing sandbox {id} is not available in this runtime"
+        )))
+    }
     /// Current resource usage and limits of the sandbox's processes.
     async fn stats(&self, id: &str) -> Result<cgroup::CgroupStats, RuntimeError> {
         Err(RuntimeError::Unsupported(format!(

@@ -24,6 +24,7 @@ pub mod error;
 pub mod events;
 pub mod exec;
 pub mod failpoints;
+pub mod file_urls;
 pub mod files;
 pub mod forwarders;
 pub mod idempotency;
@@ -32,12 +33,14 @@ pub mod images;
 pub mod lifecycle;
 pub mod network;
 pub mod pause;
+pub mod pending;
 pub mod per_key;
 pub mod ports;
 pub mod previews;
 pub mod pty;
 pub mod readiness;
 pub mod reconcile;
+pub mod resize;
 pub mod sandboxes;
 pub mod sessions;
 mod settle;
@@ -162,6 +165,7 @@ struct Inner {
     e2b_failures: e2b::FailedAttempts,
     cluster: std::sync::OnceLock<sandboxd_cluster::Cluster>,
     activity: idle::Activity,
+    pending: pending::Pending,
 }
 
 impl Service {
@@ -190,6 +194,7 @@ impl Service {
                 e2b_failures: Default::default(),
                 cluster: Default::default(),
                 activity: Default::default(),
+                pending: Default::default(),
             }),
         }
     }

@@ -82,6 +82,49 @@ pub fn random_id(prefix: &str, len: usize) -> String {
 }
 
 impl Service {
+    /// Checks a sandbox's resources against the limits, filling in defaults: CPU in thousandths,
+    /// memory and disk in MiB (disk 0 on a host that cannot limit it).
+    pub(crate) fn check_resources(
+        &self,
+        cpu: Option<f64>,
+        memory_mb: Option<u64>,
+        disk_mb: Option<u64>,
+    ) -> Result<(u32, u64, u64), ServiceError> {
+        let cfg = self.config();
+        let cpu = cpu.unwrap_or(DEFAULT_CPU);
+        if !cpu.is_finite() || cpu < 0.01 || cpu > cfg.max_cpus {
+            return Err(ServiceError::InvalidRequest(format!(
+                "cpu must be between 0.01 and {}",
+                cfg.max_cpus
+            )));
+        }
+        let memory_mb = memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
+        if !(MIN_MEMORY_MB..=cfg.max_memory_mb).contains(&memory_mb) {
+            return Err(ServiceError::InvalidRequest(format!(
+                "memoryMB must be between {MIN_MEMORY_MB} and {}",
+                cfg.max_memory_mb
+            )));
+        }
+        let disk_mb = match (disk_mb, cfg.disk_quota) {
+            (None, false) => 0,
+            (Some(_), false) => return Err(ServiceError::InvalidRequest(
+                "diskMB cannot be enforced on this host (no disk quota backend; see the README)"
+                    .into(),
+            )),
+            (asked, true) => {
+                let disk_mb = asked.unwrap_or(cfg.default_disk_mb);
+                if !(MIN_DISK_MB..=cfg.max_disk_mb).contains(&disk_mb) {
+                    return Err(ServiceError::InvalidRequest(format!(
+                        "diskMB must be between {MIN_DISK_MB} and {}",
+                        cfg.max_disk_mb
+                    )));
+                }
+                disk_mb
+            }
+        };
+        Ok(((cpu * 1000.0).round() as u32, memory_mb, disk_mb))
+    }
+
     /// Checks a create request against the limits, filling in defaults.
     pub fn plan_create(&self, req: api::CreateSandbox) -> Result<CreatePlan, ServiceError> {
         let cfg = self.config();
@@ -114,37 +157,8 @@ impl Service {
                 "registryAuth is only for creates from an image".into(),
             ));
         }
-        let cpu = req.cpu.unwrap_or(DEFAULT_CPU);
-        if !cpu.is_finite() || cpu < 0.01 || cpu > cfg.max_cpus {
-            return Err(ServiceError::InvalidRequest(format!(
-                "cpu must be between 0.01 and {}",
-                cfg.max_cpus
-            )));
-        }
-        let memory_mb = req.memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
-        if !(MIN_MEMORY_MB..=cfg.max_memory_mb).contains(&memory_mb) {
-            return Err(ServiceError::InvalidRequest(format!(
-                "memoryMB must be between {MIN_MEMORY_MB} and {}",
-                cfg.max_memory_mb
-            )));
-        }
-        let disk_mb = match (req.disk_mb, cfg.disk_quota) {
-            (None, false) => 0,
-            (Some(_), false) => return Err(ServiceError::InvalidRequest(
-                "diskMB cannot be enforced on this host (no disk quota backend; see the README)"
-                    .into(),
-            )),
-            (asked, true) => {
-                let disk_mb = asked.unwrap_or(cfg.default_disk_mb);
-                if !(MIN_DISK_MB..=cfg.max_disk_mb).contains(&disk_mb) {
-                    return Err(ServiceError::InvalidRequest(format!(
-                        "diskMB must be between {MIN_DISK_MB} and {}",
-                        cfg.max_disk_mb
-                    )));
-                }
-                disk_mb
-            }
-        };
+        let (cpu_millis, memory_mb, disk_mb) =
+            self.check_resources(req.cpu, req.memory_mb, req.disk_mb)?;
         let timeout_sec = req.timeout_sec.unwrap_or(cfg.default_timeout.as_secs());
         if timeout_sec > cfg.max_timeout.as_secs() {
             return Err(ServiceError::InvalidRequest(format!(
@@ -169,7 +183,7 @@ impl Service {
             image,
             registry_auth,
             resolved: None,
-            cpu_millis: (cpu * 1000.0).round() as u32,
+            cpu_millis,
             memory_mb,
             disk_mb,
             env,
@@ -187,6 +201,9 @@ impl Service {
         id: String,
         plan: CreatePlan,
     ) -> Result<Sandbox, ServiceError> {
+        if self.name_held_pending(&plan.name, &id) {
+            return Err(ServiceError::NameConflict(plan.name));
+        }
         let limits = self.config().key_limits;
         if !plan.owner.is_empty() {
             // Early, so a key past its limits pulls or builds nothing; the insert checks again.

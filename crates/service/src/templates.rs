@@ -341,29 +341,37 @@ impl Service {
         }
     }
 
-    /// Template `name` built from `dockerfile` (no context), once its build has ended: the one
-    /// there is, or one this call begins (a racing call's build is waited for, not repeated).
-    pub async fn template_from_dockerfile(
+    /// Template `name` built from `dockerfile` (no context), as it is now: the one there is
+    /// (ready or building: a racing call's build is not repeated), or one this call begins; a
+    /// failed one is built again.
+    pub async fn ensure_dockerfile_template(
         &self,
         name: &str,
         dockerfile: &str,
-        timeout: std::time::Duration,
     ) -> Result<TemplateRecord, ServiceError> {
-        if let Err(ServiceError::NotFound(_)) = self.get_template(name).await {
-            let spec = crate::builds::BuildSpec {
-                dockerfile: dockerfile.to_string(),
-                ..Default::default()
-            };
-            let source = TemplateSource::Dockerfile(spec);
-            match self
-                .create_template(name, source, None, StartCommands::default())
-                .await
-            {
-                Ok(_) | Err(ServiceError::Conflict(_)) => {}
+        match self.get_template(name).await {
+            Ok(t) if t.state != TemplateState::Failed => return Ok(t),
+            Ok(_) => match self.delete_template(name).await {
+                // Gone already, or a racing call began building it again.
+                Ok(()) | Err(ServiceError::NotFound(_) | ServiceError::Conflict(_)) => {}
                 Err(e) => return Err(e),
-            }
+            },
+            Err(ServiceError::NotFound(_)) => {}
+            Err(e) => return Err(e),
         }
-        self.await_template(name, timeout).await
+        let spec = crate::builds::BuildSpec {
+            dockerfile: dockerfile.to_string(),
+            ..Default::default()
+        };
+        let source = TemplateSource::Dockerfile(spec);
+        match self
+            .create_template(name, source, None, StartCommands::default())
+            .await
+        {
+            Ok(t) => Ok(t),
+            Err(ServiceError::Conflict(_)) => self.get_template(name).await,
+            Err(e) => Err(e),
+        }
     }
 
     /// Every template.

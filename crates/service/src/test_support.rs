@@ -148,6 +148,18 @@ impl Runtime for InMemoryRuntimeForTests {
         self.resumes.fetch_add(1, Ordering::SeqCst);
         self.known(id)
     }
+    async fn resize(
+        &self,
+        id: &str,
+        limits: &sandboxd_runtime::ResourceLimits,
+    ) -> Result<(), RuntimeError> {
+        let mut map = self.sandboxes.lock().unwrap();
+        let info = map
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NotFound(id.into()))?;
+        info.spec.limits = *limits;
+        Ok(())
+    }
 }
 
 /// A service over a fresh store in a temporary directory and an [`InMemoryRuntimeForTests`] whose agents

@@ -138,6 +138,21 @@ pub(crate) fn is_foreign_key_violation(err: &rusqlite::Error) -> bool {
     extended_code(err) == Some(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY)
 }
 
+/// Maps a write's error: a foreign-key violation is [`StoreError::NotFound`] of the sandbox `id`
+/// it named, anything else the SQLite error.
+pub(crate) fn unknown_sandbox(id: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |e| {
+        if is_foreign_key_violation(&e) {
+            StoreError::NotFound {
+                kind: "sandbox",
+                key: id.to_string(),
+            }
+        } else {
+            StoreError::Sqlite(e)
+        }
+    }
+}
+
 /// True when `err` is a delete an `ON DELETE RESTRICT` foreign key refused (SQLite reports those as a
 /// trigger constraint with the foreign key's message).
 pub(crate) fn is_restricted_delete(err: &rusqlite::Error) -> bool {

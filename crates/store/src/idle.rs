@@ -12,7 +12,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use crate::error::{is_foreign_key_violation, Result, StoreError};
+use crate::error::{unknown_sandbox, Result};
 use crate::{ReadTx, SandboxState, UnixMillis, WriteTx};
 
 /// What inactivity does to one sandbox. Intervals are milliseconds.
@@ -86,7 +86,7 @@ impl ReadTx<'_> {
 
 impl WriteTx<'_> {
     /// Gives sandbox `id` `policy` (replacing the one it had); setting it is activity at `now`.
-    /// [`StoreError::NotFound`] for an unknown sandbox.
+    /// [`crate::StoreError::NotFound`] for an unknown sandbox.
     pub fn set_idle_policy(
         &mut self,
         id: &str,
@@ -111,16 +111,7 @@ impl WriteTx<'_> {
                 policy.archive_after_ms,
                 now
             ])
-            .map_err(|e| {
-                if is_foreign_key_violation(&e) {
-                    StoreError::NotFound {
-                        kind: "sandbox",
-                        key: id.to_string(),
-                    }
-                } else {
-                    StoreError::Sqlite(e)
-                }
-            })?;
+            .map_err(unknown_sandbox(id))?;
         Ok(())
     }
 

@@ -23,6 +23,8 @@
 //!     (`previews::tests::a_link_opens_its_port_until_its_time_its_expiry_or_its_sandbox_ends`);
 //!   - one idle policy per sandbox, its clock only moving forward: `idle_policies` primary key
 //!     (migration 11) (`idle::tests::a_policy_is_one_per_sandbox_and_its_clock_only_moves_forward`);
+//!   - one file-URL signing key per sandbox: `file_keys` primary key (migration 12)
+//!     (`file_keys::tests::a_sandbox_keeps_one_key_until_it_is_rotated`);
 //!   - one binding per hostname: `custom_domains` primary key
 //!     (`domains::tests::hostname_owned_by_another_sandbox_conflicts`);
 //!   - request dedupe with the four claim cases: `request_idempotency` primary key
@@ -57,6 +59,7 @@ pub mod deliveries;
 pub mod domains;
 pub mod endpoints;
 mod error;
+pub mod file_keys;
 pub mod idempotency;
 pub mod idle;
 pub mod images;

@@ -78,6 +78,14 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "what a sandbox's inactivity does: stop it, delete it once stopped",
         sql: SCHEMA_V11,
     },
+    Migration {
+        version: 12,
+        name: "the keys that sign sandboxes' file URLs",
+        sql: "CREATE TABLE file_keys (
+                  sandbox_id TEXT PRIMARY KEY NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+                  key        TEXT NOT NULL
+              );",
+    },
 ];
 
 /// Idle policies (`idle`): a sandbox's auto-stop, auto-delete and auto-archive intervals and its

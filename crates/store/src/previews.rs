@@ -11,7 +11,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use crate::error::{is_foreign_key_violation, Result, StoreError};
+use crate::error::{unknown_sandbox, Result};
 use crate::{ReadTx, UnixMillis, WriteTx};
 
 /// A signed preview link.
@@ -46,7 +46,7 @@ impl ReadTx<'_> {
 
 impl WriteTx<'_> {
     /// Stores `link`, dropping its sandbox's links whose time passed before `now`.
-    /// [`StoreError::NotFound`] for an unknown sandbox.
+    /// [`crate::StoreError::NotFound`] for an unknown sandbox.
     pub fn insert_preview_link(&mut self, link: &PreviewLink, now: UnixMillis) -> Result<()> {
         self.conn()
             .prepare_cached("DELETE FROM preview_links WHERE sandbox_id = ?1 AND expires_at <= ?2")?
@@ -56,16 +56,7 @@ impl WriteTx<'_> {
                 "INSERT INTO preview_links (token, sandbox_id, port, expires_at) VALUES (?1, ?2, ?3, ?4)",
             )?
             .execute(params![link.token, link.sandbox_id, link.port, link.expires_at])
-            .map_err(|e| {
-                if is_foreign_key_violation(&e) {
-                    StoreError::NotFound {
-                        kind: "sandbox",
-                        key: link.sandbox_id.clone(),
-                    }
-                } else {
-                    StoreError::Sqlite(e)
-                }
-            })?;
+            .map_err(unknown_sandbox(&link.sandbox_id))?;
         Ok(())
     }
 

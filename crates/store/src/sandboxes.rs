@@ -468,6 +468,25 @@ impl WriteTx<'_> {
         Ok(n == 1)
     }
 
+    /// Records sandbox `id`'s new size (CPU thousandths, memory and disk MiB); whether it exists.
+    pub fn set_resources(
+        &mut self,
+        id: &str,
+        cpu_millis: u32,
+        memory_mb: u32,
+        disk_mb: u32,
+        now: UnixMillis,
+    ) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "UPDATE sandboxes SET cpu_millis = ?2, memory_mb = ?3, disk_mb = ?4, updated_at = ?5
+                 WHERE id = ?1",
+            )?
+            .execute(params![id, cpu_millis, memory_mb, disk_mb, now])?;
+        Ok(n == 1)
+    }
+
     /// Drops the deadline of auto-pausing sandbox `id` if it is paused and its deadline is still at or
     /// before `now` (a deadline moved meanwhile stands). Returns whether it was dropped.
     pub fn drop_paused_deadline(&mut self, id: &str, now: UnixMillis) -> Result<bool> {

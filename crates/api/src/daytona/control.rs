@@ -4,7 +4,9 @@
 //!   Its root: `snapshot` names a template (an unknown one is a 404, nothing created); a
 //!   `buildInfo.dockerfileContent` of one `FROM <image>` line is that image (pulled as any create
 //!   pulls); a longer Dockerfile is built once into the template `daytona-<hash of the file>` and
-//!   reused by every create of the same file; neither is [`DEFAULT_SNAPSHOT`] (the code interpreter:
+//!   reused by every create of the same file — a create whose file is not built yet answers at once
+//!   in state `pending_build` and waits for the build in the background ([`super::pending`]);
+//!   neither is [`DEFAULT_SNAPSHOT`] (the code interpreter:
 //!   Daytona's default sandbox runs `code_run`). Builds with local files (`contextHashes`) need
 //!   Daytona's object store and are refused.
 //! - `cpu`, `memory` and `disk` (GiB) are the sandbox's limits; `labels` its metadata (the SDK keeps
@@ -22,19 +24,16 @@ use super::error::DaytonaError;
 use super::models::{BuildInfo, CreateSandbox, DaytonaSandbox, SandboxPage, LANGUAGE_LABEL};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::Json;
 use sandboxd_api_types as api;
-use sandboxd_service::Service;
+use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::{SandboxFilter, SandboxState};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// The template a create that names no snapshot and no image gets.
 pub const DEFAULT_SNAPSHOT: &str = sandboxd_service::builtin::CODE_INTERPRETER;
-/// How long a create waits for its Dockerfile's build.
-const BUILD_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
 /// Where the toolbox of this daemon is, as the caller reached the daemon.
 pub fn toolbox_url(headers: &HeaderMap) -> String {
@@ -81,6 +80,9 @@ pub async fn create(
     if let Some(why) = req.refusal() {
         return Err(DaytonaError::bad_request(why));
     }
+    // A Dockerfile whose template is not built yet: the create waits for the build in the
+    // background (`pending_build`).
+    let mut building = false;
     let (template, image) = match (&req.snapshot, &req.build_info) {
         (Some(_), Some(_)) => {
             return Err(DaytonaError::bad_request(
@@ -93,7 +95,14 @@ pub async fn create(
             let dockerfile = build.dockerfile_content.clone().unwrap_or_default();
             match single_from(&dockerfile) {
                 Some(image) => (None, Some(image.to_string())),
-                None => (Some(build_template(&service, &dockerfile).await?), None),
+                None => {
+                    let name = dockerfile_template(&dockerfile);
+                    let template = service
+                        .ensure_dockerfile_template(&name, &dockerfile)
+                        .await?;
+                    building = template.state != sandboxd_store::TemplateState::Ready;
+                    (Some(name), None)
+                }
             }
         }
         (None, None) => (Some(DEFAULT_SNAPSHOT.to_string()), None),
@@ -138,6 +147,16 @@ pub async fn create(
         ..Default::default()
     };
     let owner = crate::v1::key_id(caller.as_ref());
+    if building {
+        let pending = service
+            .create_when_built(&owner, create, Some(idle))
+            .await?;
+        return Ok(Json(super::pending::describe(
+            &pending,
+            &toolbox_url(&headers),
+            true,
+        )));
+    }
     let sandbox = service.create_as(&owner, create).await?;
     // The policy is the create's: a sandbox that cannot have it is not kept.
     if let Err(e) = service.set_idle_policy(&sandbox.id, idle).await {
@@ -172,36 +191,27 @@ pub(crate) fn refuse_local_files(build: &BuildInfo) -> Result<(), DaytonaError> 
     Ok(())
 }
 
-/// The template a Dockerfile is built into, built once per distinct file.
-async fn build_template(service: &Service, dockerfile: &str) -> Result<String, DaytonaError> {
+/// The template a Dockerfile is built into, one per distinct file.
+fn dockerfile_template(dockerfile: &str) -> String {
     let digest = hex::encode(Sha256::digest(dockerfile.as_bytes()));
-    let name = format!("daytona-{}", &digest[..16]);
-    let template = service
-        .template_from_dockerfile(&name, dockerfile, BUILD_TIMEOUT)
-        .await?;
-    if template.state != sandboxd_store::TemplateState::Ready {
-        return Err(DaytonaError::new(
-            StatusCode::BAD_REQUEST,
-            "build_failed",
-            format!(
-                "the image build failed: {}",
-                template.error.unwrap_or_default()
-            ),
-        ));
-    }
-    Ok(name)
+    format!("daytona-{}", &digest[..16])
 }
 
-/// `GET /api/sandbox/{idOrName}`.
+/// `GET /api/sandbox/{idOrName}`: the sandbox, or the create still waiting for its build.
 pub async fn get(
     State(service): State<Service>,
     Path(key): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
-    let sandbox = service.get(&key).await?;
-    Ok(Json(
-        describe(&service, &sandbox, &toolbox_url(&headers)).await?,
-    ))
+    let url = toolbox_url(&headers);
+    match service.get(&key).await {
+        Ok(sandbox) => Ok(Json(describe(&service, &sandbox, &url).await?)),
+        Err(ServiceError::NotFound(e)) => match service.pending_create(&key) {
+            Some(p) => Ok(Json(super::pending::describe(&p, &url, false))),
+            None => Err(ServiceError::NotFound(e).into()),
+        },
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `GET /api/sandbox?cursor=&limit=&labels=<JSON object>`.
@@ -252,7 +262,18 @@ pub async fn delete(
     Path(key): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
-    let sandbox = service.get(&key).await?;
+    let sandbox = match service.get(&key).await {
+        Ok(sandbox) => sandbox,
+        Err(ServiceError::NotFound(e)) => {
+            let Some(p) = service.cancel_pending(&key) else {
+                return Err(ServiceError::NotFound(e).into());
+            };
+            let mut gone = super::pending::describe(&p, &toolbox_url(&headers), false);
+            gone.state = "destroyed";
+            return Ok(Json(gone));
+        }
+        Err(e) => return Err(e.into()),
+    };
     service.delete(&sandbox.id).await?;
     let mut gone = DaytonaSandbox::of(&sandbox, &toolbox_url(&headers));
     gone.state = "destroyed";
@@ -279,6 +300,39 @@ pub async fn stop(
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
     let (sandbox, _) = service.stop(&key).await?;
+    Ok(Json(
+        describe(&service, &sandbox, &toolbox_url(&headers)).await?,
+    ))
+}
+
+/// `POST /api/sandbox/{idOrName}/resize {cpu?, memory?, disk?}` (whole CPUs, GiB): the sandbox's
+/// new limits ([`sandboxd_service::resize`]: a running one only grows in CPU and memory, a disk
+/// only grows, while stopped); 200 with the sandbox.
+pub async fn resize(
+    State(service): State<Service>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<DaytonaSandbox>, DaytonaError> {
+    #[derive(Default, serde::Deserialize)]
+    struct Body {
+        cpu: Option<u64>,
+        memory: Option<u64>,
+        disk: Option<u64>,
+        gpu: Option<u64>,
+    }
+    let req: Body = parse(&body)?;
+    if req.gpu.is_some() {
+        return Err(DaytonaError::bad_request(
+            "GPUs are not available on sandboxd",
+        ));
+    }
+    let to = sandboxd_service::resize::Resize {
+        cpu: req.cpu.map(|c| c as f64),
+        memory_mb: req.memory.map(|g| g.saturating_mul(1024)),
+        disk_mb: req.disk.map(|g| g.saturating_mul(1024)),
+    };
+    let sandbox = service.resize(&key, to).await?;
     Ok(Json(
         describe(&service, &sandbox, &toolbox_url(&headers)).await?,
     ))

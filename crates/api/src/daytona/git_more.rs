@@ -7,8 +7,9 @@
 //! - `GET /git/config?key=&scope=&path=` → `{value}` (`null` when unset); `POST /git/config
 //!   {key, value, scope?, path?}` and `POST /git/config/user {name, email, scope?, path?}` → 200;
 //!   scope `global` (default, the user's `~/.gitconfig`), `local` (needs `path`) or `system`.
-//! - `POST /git/credentials` (`dangerously_authenticate`, which stores a password in the sandbox)
-//!   is not served: a 501 saying so. Pass credentials to clone, push and pull instead.
+//! - `POST /git/credentials` (`dangerously_authenticate`) stores a password in the sandbox user's
+//!   git credential store, as its name warns; credentials given to clone, push and pull are
+//!   never stored.
 
 use super::git::{body, ref_name, repo_path};
 use super::git_cmd::{classify, GitRun};
@@ -312,14 +313,77 @@ pub async fn configure_user(
     Ok(StatusCode::OK)
 }
 
-/// `POST /git/credentials`.
-pub async fn authenticate(Path(_id): Path<String>) -> ToolboxError {
-    ToolboxError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "NOT_IMPLEMENTED",
-        "storing git credentials in a sandbox is not served by sandboxd; \
-         pass username and password to clone, push and pull",
-    )
+/// `POST /git/credentials {username, password, host?, protocol?}` (the SDK's
+/// `dangerously_authenticate`): stores the credentials for `protocol://host` (default
+/// `https://github.com`) in the sandbox user's git credential store (`~/.git-credentials`, with
+/// `credential.helper store` in its global config), where every later git command of that user
+/// finds them. The values reach git on its standard input only, never a command line.
+pub async fn authenticate(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<StatusCode, ToolboxError> {
+    #[derive(Deserialize)]
+    struct Req {
+        username: String,
+        password: String,
+        host: Option<String>,
+        protocol: Option<String>,
+    }
+    let req: Req = body(&bytes)?;
+    let host = req
+        .host
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "github.com".into());
+    let protocol = req
+        .protocol
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "https".into());
+    if !matches!(protocol.as_str(), "http" | "https") {
+        return Err(ToolboxError::bad_request("protocol must be http or https"));
+    }
+    if host.contains(|c: char| c.is_whitespace() || c.is_control() || c == '/' || c == '@') {
+        return Err(ToolboxError::bad_request(format!("invalid host {host:?}")));
+    }
+    if [&req.username, &req.password]
+        .iter()
+        .any(|v| v.contains(['\n', '\0']))
+    {
+        return Err(ToolboxError::bad_request(
+            "username and password cannot hold newlines or NUL bytes",
+        ));
+    }
+    let script = "git config --global credential.helper store && \
+        printf 'protocol=%s\\nhost=%s\\nusername=%s\\npassword=%s\\n\\n' \
+        \"$GIT_P\" \"$GIT_H\" \"$GIT_U\" \"$GIT_W\" | git credential approve";
+    let env = BTreeMap::from([
+        ("GIT_P".to_string(), protocol),
+        ("GIT_H".to_string(), host),
+        ("GIT_U".to_string(), req.username),
+        ("GIT_W".to_string(), req.password.clone()),
+        ("GIT_TERMINAL_PROMPT".to_string(), "0".to_string()),
+    ]);
+    let result = service
+        .exec(
+            &id,
+            sandboxd_api_types::ExecRequest {
+                cmd: vec!["/bin/sh".into(), "-c".into(), script.into()],
+                env: Some(env),
+                timeout_ms: Some(60_000),
+                ..Default::default()
+            },
+        )
+        .await?;
+    if result.exit_code != 0 {
+        let said = format!("{}\n{}", result.stderr, result.stdout);
+        let said = if req.password.is_empty() {
+            said
+        } else {
+            said.replace(&req.password, "***")
+        };
+        return Err(classify(&said, result.exit_code));
+    }
+    Ok(StatusCode::OK)
 }
 
 #[cfg(test)]

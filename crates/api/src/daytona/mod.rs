@@ -8,7 +8,8 @@
 //! the feature does not, 501):
 //! - Control ([`control`]): `POST /api/sandbox`, `GET /api/sandbox` (`{items, nextCursor}`,
 //!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop`,
-//!   `GET …/toolbox-proxy-url`; inactivity ([`lifecycle`]: `autostop`, `autodelete`,
+//!   `GET …/toolbox-proxy-url`, `POST …/resize`; creates waiting for their build ([`pending`]:
+//!   `pending_build`, `building_snapshot`, `…/build-logs-url`, `…/build-logs`); inactivity ([`lifecycle`]: `autostop`, `autodelete`,
 //!   `autoarchive`, `last-activity`); snapshots ([`snapshots`]: the daemon's templates, create,
 //!   list, get, delete, build logs); previews ([`previews`]: preview and signed links, `public`).
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
@@ -21,7 +22,9 @@
 //!   `bulk-download` (multipart, [`multipart`]), `download`, `upload-v2`.
 //! - Toolbox git ([`git`], [`git_more`], run by [`git_cmd`], read by [`git_status`]) at `/api/toolbox/{id}/git/…`:
 //!   `clone`, `status`, `add`, `commit`, `branches` (list, create, delete), `checkout`, `push`,
-//!   `pull`, `init`, `remotes`, `reset`, `restore`, `config`, `config/user`; `credentials` is a 501.
+//!   `pull`, `init`, `remotes`, `reset`, `restore`, `config`, `config/user`, `credentials`.
+//! - Signed file URLs ([`file_urls`]): `GET …/signing-key`, `POST …/signing-key/rotate`; a
+//!   download or upload-v2 request signed with the key needs no token.
 //! - The SDK's Socket.IO endpoint (`/api/socket.io/`) is a 404: the SDK then polls.
 //!
 //! Errors are `{statusCode, message, code}` ([`error`]) with the statuses the SDK maps; the file
@@ -29,6 +32,7 @@
 
 pub mod control;
 pub mod error;
+pub mod file_urls;
 pub mod files;
 pub mod git;
 pub mod git_cmd;
@@ -37,6 +41,7 @@ pub mod git_status;
 pub mod lifecycle;
 pub mod models;
 pub mod multipart;
+pub mod pending;
 pub mod previews;
 pub mod pty;
 pub mod sessions;
@@ -66,6 +71,12 @@ pub fn router(service: Service, auth: Auth) -> Router {
         )
         .route("/api/sandbox/{key}/start", post(control::start))
         .route("/api/sandbox/{key}/stop", post(control::stop))
+        .route("/api/sandbox/{key}/resize", post(control::resize))
+        .route(
+            "/api/sandbox/{key}/build-logs-url",
+            get(pending::build_logs_url),
+        )
+        .route("/api/sandbox/{key}/build-logs", get(pending::build_logs))
         .route(
             "/api/sandbox/{key}/autostop/{minutes}",
             post(lifecycle::autostop),
@@ -173,13 +184,35 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route("/api/toolbox/{id}/work-dir", get(toolbox::work_dir))
         .merge(files_router())
         .merge(git_router())
+        .route(
+            "/api/sandbox/{key}/signing-key",
+            get(file_urls::signing_key),
+        )
+        .route(
+            "/api/sandbox/{key}/signing-key/rotate",
+            post(file_urls::rotate_signing_key),
+        )
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
-        .route_layer(middleware::from_fn_with_state(auth, require))
+        .route_layer(middleware::from_fn_with_state(
+            (auth, service.clone()),
+            require,
+        ))
         .with_state(service)
 }
 
-/// [`auth::require`], refusing in Daytona's error shape (the SDK reads `statusCode`).
-async fn require(State(auth): State<Auth>, req: Request, next: Next) -> Response {
+/// [`auth::require`], refusing in Daytona's error shape (the SDK reads `statusCode`); a signed
+/// file URL ([`file_urls`]) stands in for the token on its one request.
+async fn require(
+    State((auth, service)): State<(Auth, Service)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Some(signed) = file_urls::SignedRequest::of(&req) {
+        return match signed.check(&service).await {
+            Ok(()) => next.run(req).await,
+            Err(e) => error::DaytonaError::from(e).into_response(),
+        };
+    }
     match auth::authenticate(&auth, req).await {
         Ok(req) => next.run(req).await,
         Err(e) => error::DaytonaError::from(e).into_response(),

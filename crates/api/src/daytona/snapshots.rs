@@ -241,21 +241,24 @@ pub async fn build_logs_url(
     ))
 }
 
+/// A build-log request's `follow`.
+pub(crate) fn follow_of(query: &BTreeMap<String, String>) -> Result<bool, DaytonaError> {
+    match query.get("follow").map(String::as_str) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(DaytonaError::bad_request(format!(
+            "follow must be true or false, not {other:?}"
+        ))),
+    }
+}
+
 /// `GET /api/snapshots/{idOrName}/build-logs?follow=`: the log as plain text, a line each.
 pub async fn build_logs(
     State(service): State<Service>,
     Path(name): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response, DaytonaError> {
-    let follow = match query.get("follow").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(DaytonaError::bad_request(format!(
-                "follow must be true or false, not {other:?}"
-            )))
-        }
-    };
+    let follow = follow_of(&query)?;
     let template = service.get_template(&name).await?;
     let text = |l: &LogLine| format!("{}\n", l.line).into_bytes();
     let body = crate::templates::log_stream(service, template.name, 0, follow, text);

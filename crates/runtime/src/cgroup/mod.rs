@@ -375,6 +375,17 @@ impl SandboxCgroup {
         }
     }
 
+    /// Applies `limits` to the existing group: a running sandbox's new size, effective at once. A
+    /// memory limit below what the group uses is the kernel's to settle (v2 reclaims, v1 refuses).
+    pub fn set_limits(&self, limits: &Limits) -> Result<()> {
+        self.check()?;
+        validate_limits(limits)?;
+        match &self.group {
+            Group::V1(g) => g.set_limits(limits),
+            Group::V2(g) => g.set_limits(limits),
+        }
+    }
+
     /// Freezes every process in the group and waits until the kernel reports it frozen.
     pub fn freeze(&self) -> Result<()> {
         self.check()?;

@@ -130,6 +130,11 @@ impl Group {
         &self.dirs
     }
 
+    /// Applies `limits` to the existing group.
+    pub(super) fn set_limits(&self, limits: &Limits) -> Result<()> {
+        self.apply(limits)
+    }
+
     fn apply(&self, limits: &Limits) -> Result<()> {
         let memory = limits
             .memory_bytes

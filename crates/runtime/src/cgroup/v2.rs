@@ -96,6 +96,11 @@ impl Group {
         self.dir.join(name)
     }
 
+    /// Applies `limits` to the existing group (its CPU limit where the group has the controller).
+    pub(super) fn set_limits(&self, limits: &Limits) -> Result<()> {
+        self.apply(limits, self.file("cpu.max").is_file())
+    }
+
     fn apply(&self, limits: &Limits, cpu: bool) -> Result<()> {
         let max = |v: Option<u64>| v.map_or_else(|| "max".to_string(), |v| v.to_string());
         write(&self.file("memory.max"), &max(limits.memory_bytes))?;
@@ -233,6 +238,29 @@ mod tests {
         assert_eq!(tree.get("sandboxd/sb1/pids.max"), "20");
         // No process ever goes into the parent.
         assert_eq!(tree.get("sandboxd/cgroup.procs"), "");
+    }
+
+    /// A resize writes the new limits into the existing group, CPU included where it has one.
+    #[test]
+    fn set_limits_rewrites_the_groups_limits() {
+        let tree = tree_with_parent();
+        tree.v2_group("sandboxd/sb1");
+        let m = manager(&tree);
+        m.create("sb1", &limits()).unwrap();
+        let bigger = Limits {
+            memory_bytes: Some(128 * MIB),
+            cpu_millis: Some(2000),
+            pids_max: Some(20),
+        };
+        m.open("sb1").set_limits(&bigger).unwrap();
+        assert_eq!(tree.get("sandboxd/sb1/memory.max"), "134217728");
+        assert_eq!(tree.get("sandboxd/sb1/cpu.max"), "200000 100000");
+        let invalid = Limits {
+            memory_bytes: Some(0),
+            ..bigger
+        };
+        assert!(m.open("sb1").set_limits(&invalid).is_err());
+        assert_eq!(tree.get("sandboxd/sb1/memory.max"), "134217728", "kept");
     }
 
     #[test]

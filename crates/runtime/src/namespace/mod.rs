@@ -509,6 +509,29 @@ impl Runtime for NamespaceRuntime {
         })
     }
 
+    async fn resize(&self, id: &str, limits: &crate::ResourceLimits) -> Result<(), RuntimeError> {
+        let (paths, mut p) = self.load(id)?;
+        let mut wanted = p.spec.clone();
+        wanted.limits = *limits;
+        if limits.disk_mb != p.spec.limits.disk_mb {
+            let bytes = disk_limit(&wanted).ok_or_else(|| {
+                RuntimeError::Unsupported(format!("sandbox {id}'s disk limit cannot be removed"))
+            })?;
+            if !self.quota.relimit(id, bytes)? {
+                return Err(RuntimeError::Unsupported(format!(
+                    "sandbox {id}'s disk cannot be limited (no disk quota backend)"
+                )));
+            }
+        }
+        if p.live_pid().is_some() {
+            let cgroup = self.cgroups.open(id);
+            let new = self::limits(&wanted);
+            blocking(move || cgroup.set_limits(&new)).await?;
+        }
+        p.spec = wanted;
+        paths.save(&p)
+    }
+
     async fn stats(&self, id: &str) -> Result<crate::cgroup::CgroupStats, RuntimeError> {
         let cgroup = self.running_cgroup(id)?;
         blocking(move || cgroup.stats()).await

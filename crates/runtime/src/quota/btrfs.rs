@@ -149,25 +149,29 @@ impl Pool {
         let Some(bytes) = limit_bytes else {
             return Ok(());
         };
-        let limited = open_dir(layer).and_then(|dir| {
-            let mut limit = QgroupLimitArgs {
-                // 0: the qgroup of the subvolume the descriptor is in.
-                qgroupid: 0,
-                flags: LIMIT_MAX_RFER,
-                max_rfer: bytes,
-                max_excl: 0,
-                rsv_rfer: 0,
-                rsv_excl: 0,
-            };
-            // SAFETY: as above.
-            unsafe { ioc_qgroup_limit(dir.as_raw_fd(), &mut limit) }
-                .map(drop)
-                .map_err(|e| QuotaError::io("limit the qgroup of", layer)(e.into()))
-        });
+        let limited = self.relimit(layer, bytes);
         if limited.is_err() {
             let _ = self.remove(layer);
         }
         limited
+    }
+
+    /// Sets the limit of subvolume `layer`'s qgroup to `limit_bytes` (at create, and a resize).
+    pub fn relimit(&self, layer: &Path, limit_bytes: u64) -> Result<(), QuotaError> {
+        let dir = open_dir(layer)?;
+        let mut limit = QgroupLimitArgs {
+            // 0: the qgroup of the subvolume the descriptor is in.
+            qgroupid: 0,
+            flags: LIMIT_MAX_RFER,
+            max_rfer: limit_bytes,
+            max_excl: 0,
+            rsv_rfer: 0,
+            rsv_excl: 0,
+        };
+        // SAFETY: a valid descriptor and the struct the ioctl expects, owned for the call.
+        unsafe { ioc_qgroup_limit(dir.as_raw_fd(), &mut limit) }
+            .map(drop)
+            .map_err(|e| QuotaError::io("limit the qgroup of", layer)(e.into()))
     }
 
     /// Deletes subvolume `layer` with its contents (a plain directory there is removed as one);

@@ -350,6 +350,16 @@ impl DiskQuota {
         }
     }
 
+    /// Sets the limit of sandbox `id`'s layer to `limit_bytes` (a resize); false with no backend.
+    pub fn relimit(&self, id: &str, limit_bytes: u64) -> Result<bool, QuotaError> {
+        let layer = self.layer(id);
+        match &self.backend {
+            Backend::Project(p) => p.relimit(&layer, limit_bytes).map(|()| true),
+            Backend::Btrfs(b) => b.relimit(&layer, limit_bytes).map(|()| true),
+            Backend::Off => Ok(false),
+        }
+    }
+
     /// The usage of sandbox `id`'s layer; `None` when it has none (no backend, or made without).
     pub fn usage(&self, id: &str) -> Result<Option<DiskUsage>, QuotaError> {
         let layer = self.layer(id);

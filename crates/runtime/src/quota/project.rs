@@ -173,6 +173,17 @@ impl Projects {
         made
     }
 
+    /// Sets the limit of `layer`'s project to `limit_bytes` (a resize).
+    pub fn relimit(&self, layer: &Path, limit_bytes: u64) -> Result<(), QuotaError> {
+        match project_of(layer)? {
+            0 => Err(QuotaError::io("limit", layer)(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the layer has no project",
+            ))),
+            id => self.set_limit(id, Some(limit_bytes)),
+        }
+    }
+
     /// Removes `layer` with everything in it and clears its project's limit; nothing there succeeds.
     pub fn remove(&self, layer: &Path) -> Result<(), QuotaError> {
         let id = match project_of(layer) {

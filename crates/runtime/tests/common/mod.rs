@@ -125,6 +125,12 @@ impl Fixture {
 }
 
 impl Sandbox {
+    /// Talks to the agent of `info`, the sandbox started again.
+    pub fn restarted(&mut self, info: SandboxInfo) {
+        self.client = EnvdClient::new(&info.agent.socket, &info.agent.token);
+        self.info = info;
+    }
+
     /// Runs `script` with `/bin/sh -c` as the default user.
     pub async fn sh(&self, script: &str) -> ExecOutput {
         self.sh_as(None, script).await
