@@ -5,7 +5,8 @@
 //!   `buildInfo.dockerfileContent` of one `FROM <image>` line is that image (pulled as any create
 //!   pulls); a longer Dockerfile is built once into the template `daytona-<hash of the file>` and
 //!   reused by every create of the same file — a create whose file is not built yet answers at once
-//!   in state `pending_build` and waits for the build in the background ([`super::pending`]);
+//!   in state `pending_build` and waits for the build in the background ([`super::pending`]; in a
+//!   cluster the create waits for the build itself, as a pending create is known to its node only);
 //!   neither is [`DEFAULT_SNAPSHOT`] (the code interpreter:
 //!   Daytona's default sandbox runs `code_run`). Builds with local files (`contextHashes`) need
 //!   Daytona's object store and are refused.
@@ -32,6 +33,8 @@ use sandboxd_store::{SandboxFilter, SandboxState};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
+/// How long a create in a cluster waits for its Dockerfile's build.
+const CLUSTER_BUILD_WAIT: std::time::Duration = std::time::Duration::from_secs(20 * 60);
 /// The template a create that names no snapshot and no image gets.
 pub const DEFAULT_SNAPSHOT: &str = sandboxd_service::builtin::CODE_INTERPRETER;
 
@@ -97,10 +100,28 @@ pub async fn create(
                 Some(image) => (None, Some(image.to_string())),
                 None => {
                     let name = dockerfile_template(&dockerfile);
-                    let template = service
+                    let mut template = service
                         .ensure_dockerfile_template(&name, &dockerfile)
                         .await?;
-                    building = template.state != sandboxd_store::TemplateState::Ready;
+                    if service.cluster().is_some() {
+                        // A pending create is known to its node only, while a cluster routes
+                        // the SDK's polls by the log: there the create waits for the build.
+                        template = service.await_template(&name, CLUSTER_BUILD_WAIT).await?;
+                    }
+                    match template.state {
+                        sandboxd_store::TemplateState::Building => building = true,
+                        sandboxd_store::TemplateState::Ready => {}
+                        sandboxd_store::TemplateState::Failed => {
+                            return Err(DaytonaError::new(
+                                axum::http::StatusCode::BAD_REQUEST,
+                                "build_failed",
+                                format!(
+                                    "the image build failed: {}",
+                                    template.error.unwrap_or_default()
+                                ),
+                            ))
+                        }
+                    }
                     (Some(name), None)
                 }
             }
