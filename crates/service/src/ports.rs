@@ -218,6 +218,7 @@ impl Service {
         let pool = self.config().host_ports.clone();
         let host = self.config().forward_ip;
         let mut busy: Vec<u16> = Vec::new();
+        let mut stale = 0;
         loop {
             let (id, pool, avoid) = (id.to_string(), pool.clone(), busy.clone());
             let (row, reused, exposed) = self
@@ -245,7 +246,19 @@ impl Service {
             };
             let withdraws = |e: &std::io::Error| !reused || busy_port(e);
             let failure = match self.forward(&row, upstream.clone(), withdraws).await? {
-                Ok(()) => return Ok((row, reused)),
+                Ok(true) => return Ok((row, reused)),
+                // The reservation this call found was withdrawn while it waited for its turn (its
+                // host port was busy) and the exposure now stands on another: answer that one.
+                Ok(false) if stale < BUSY_HOST_PORT_RETRIES => {
+                    stale += 1;
+                    continue;
+                }
+                Ok(false) => {
+                    return Err(ServiceError::Conflict(format!(
+                        "port {port} of sandbox {} kept changing its host port; try again",
+                        row.sandbox_id
+                    )))
+                }
                 Err(e) => e,
             };
             if busy_port(&failure) && busy.len() < BUSY_HOST_PORT_RETRIES {
@@ -270,18 +283,20 @@ impl Service {
     ) -> Result<(), ServiceError> {
         self.forward(row, upstream, |_| !reused)
             .await?
+            .map(drop)
             .map_err(|e| listen_failed(row, &e))
     }
 
-    /// Installs the forwarder of `row`, answering the listen failure apart from the store's errors.
-    /// On failure the reservation is withdrawn when `withdraws(error)` says so. The install and its
-    /// withdrawal take one turn.
+    /// Installs the forwarder of `row`, answering the listen failure apart from the store's errors,
+    /// and whether `row`'s reservation still stands (false: another caller withdrew it meanwhile,
+    /// and the exposure is another reservation's now). On failure the reservation is withdrawn
+    /// when `withdraws(error)` says so. The install and its withdrawal take one turn.
     async fn forward(
         &self,
         row: &ExposedPort,
         upstream: Upstream,
         withdraws: impl Fn(&std::io::Error) -> bool,
-    ) -> Result<std::io::Result<()>, ServiceError> {
+    ) -> Result<std::io::Result<bool>, ServiceError> {
         let listen = SocketAddr::new(self.config().forward_ip, row.host_port);
         let forwarders = &self.inner.forwarders;
         let _turn = forwarders.install_turn().await;
@@ -308,10 +323,11 @@ impl Service {
             return Ok(Err(e));
         }
         let mine = row.clone();
-        self.writer()
+        let stands = self
+            .writer()
             .write(move |tx| tx.mark_port_active(&mine))
             .await?;
-        Ok(Ok(()))
+        Ok(Ok(stands))
     }
 
     /// Reinstalls the forwarders of every TCP exposure of running sandboxes (after a restart).
