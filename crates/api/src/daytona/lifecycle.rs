@@ -72,12 +72,11 @@ async fn set(
     })?;
     let sandbox = service.get(&key).await?;
     let current = service.idle_policy(&sandbox.id).await?;
-    let minutes_of = |ms: i64| if ms < 0 { -1 } else { ms / MINUTE_MS };
     let (mut stop, mut delete, mut archive) = match current {
         Some(p) => (
-            Some(minutes_of(p.stop_after_ms)),
-            Some(minutes_of(p.delete_after_ms)),
-            Some(minutes_of(p.archive_after_ms)),
+            Some(super::models::minutes(p.stop_after_ms)),
+            Some(super::models::minutes(p.delete_after_ms)),
+            Some(super::models::minutes(p.archive_after_ms)),
         ),
         None => (Some(0), None, None),
     };

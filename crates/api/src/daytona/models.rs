@@ -103,7 +103,6 @@ impl DaytonaSandbox {
     /// With the intervals of `policy` (minutes).
     pub fn with_idle(mut self, policy: Option<IdlePolicy>) -> DaytonaSandbox {
         if let Some(p) = policy {
-            let minutes = |ms: i64| if ms < 0 { -1 } else { ms / MINUTE_MS };
             self.auto_stop_interval = Some(minutes(p.stop_after_ms));
             self.auto_archive_interval = Some(minutes(p.archive_after_ms));
             self.auto_delete_interval = Some(minutes(p.delete_after_ms));
@@ -114,6 +113,15 @@ impl DaytonaSandbox {
 
 /// One of Daytona's interval minutes, in milliseconds.
 pub const MINUTE_MS: i64 = 60_000;
+
+/// An idle-policy interval in Daytona's minutes (a negative one, "never", is -1).
+pub fn minutes(ms: i64) -> i64 {
+    if ms < 0 {
+        -1
+    } else {
+        ms / MINUTE_MS
+    }
+}
 
 /// `POST /api/sandbox`: what sandboxd honours of Daytona's create body; other fields are accepted
 /// and have no effect unless [`CreateSandbox::refusal`] names them.
