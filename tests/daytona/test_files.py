@@ -24,14 +24,13 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
-import traceback
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import runner
 from daytona import (
     CreateSandboxFromSnapshotParams,
     Daytona,
@@ -461,35 +460,16 @@ def test_stored_credentials_serve_later_commands():
         pass
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_") and callable(v)]
-    only = sys.argv[1:]
-    failed = []
-    try:
-        for test in tests:
-            if only and test.__name__ not in only:
-                continue
-            try:
-                test()
-                print(f"ok   {test.__name__}", flush=True)
-            except Exception:
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}", flush=True)
-                traceback.print_exc()
-    finally:
-        for sbx in SANDBOXES:
-            try:
-                DAYTONA.delete(sbx)
-            except DaytonaError:
-                pass
-        if "server" in GIT:
-            GIT["server"].shutdown()
-            shutil.rmtree(GIT["tmp"], ignore_errors=True)
-    if failed:
-        print(f"{len(failed)} failed: {failed}")
-        sys.exit(1)
-    print("all passed")
+def cleanup():
+    for sbx in SANDBOXES:
+        try:
+            DAYTONA.delete(sbx)
+        except DaytonaError:
+            pass
+    if "server" in GIT:
+        GIT["server"].shutdown()
+        shutil.rmtree(GIT["tmp"], ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    runner.run(globals(), cleanup)

@@ -22,10 +22,9 @@ What it proves:
 Exit status 0 = every check passed.
 """
 
-import sys
-import traceback
 import uuid
 
+import runner
 from daytona import (
     CreateSandboxFromImageParams,
     CreateSandboxFromSnapshotParams,
@@ -208,32 +207,13 @@ def test_create_snapshot_and_fork_copy_the_filesystem():
     DAYTONA.snapshot.delete(forked.snapshot)
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_") and callable(v)]
-    only = sys.argv[1:]
-    failed = []
-    try:
-        for test in tests:
-            if only and test.__name__ not in only:
-                continue
-            try:
-                test()
-                print(f"ok   {test.__name__}", flush=True)
-            except Exception:
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}", flush=True)
-                traceback.print_exc()
-    finally:
-        for sbx in MADE:
-            try:
-                DAYTONA.delete(sbx)
-            except DaytonaError:
-                pass
-    if failed:
-        print(f"{len(failed)} failed: {failed}")
-        sys.exit(1)
-    print("all passed")
+def cleanup():
+    for sbx in MADE:
+        try:
+            DAYTONA.delete(sbx)
+        except DaytonaError:
+            pass
 
 
 if __name__ == "__main__":
-    main()
+    runner.run(globals(), cleanup)

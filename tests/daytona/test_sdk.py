@@ -7,14 +7,13 @@ daemon's code-interpreter-v1 template (Daytona's default snapshot here) must be 
 """
 
 import os
-import sys
 import time
-import traceback
 import uuid
 from urllib.parse import urlsplit
 
 import httpx
 
+import runner
 from daytona import (
     ListSandboxesQuery,
     SessionExecuteRequest,
@@ -447,32 +446,13 @@ def test_delete_then_not_found():
         pass
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_") and callable(v)]
-    only = sys.argv[1:]
-    failed = []
-    try:
-        for test in tests:
-            if only and test.__name__ not in only:
-                continue
-            try:
-                test()
-                print(f"ok   {test.__name__}", flush=True)
-            except Exception:
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}", flush=True)
-                traceback.print_exc()
-    finally:
-        if SBX is not None:
-            try:
-                DAYTONA.delete(SBX)
-            except DaytonaError:
-                pass
-    if failed:
-        print(f"{len(failed)} failed: {failed}")
-        sys.exit(1)
-    print("all passed")
+def cleanup():
+    if SBX is not None:
+        try:
+            DAYTONA.delete(SBX)
+        except DaytonaError:
+            pass
 
 
 if __name__ == "__main__":
-    main()
+    runner.run(globals(), cleanup)
