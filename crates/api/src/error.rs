@@ -63,7 +63,7 @@ impl From<ServiceError> for Error {
             ServiceError::Interpreter(_) => (S::BAD_GATEWAY, "interpreter_error"),
             ServiceError::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
             ServiceError::StartFailed { .. } => (S::INTERNAL_SERVER_ERROR, "sandbox_failed"),
-            ServiceError::Runtime(_) | ServiceError::Store(_) => {
+            ServiceError::Runtime(_) | ServiceError::Store(_) | ServiceError::Objects(_) => {
                 (S::INTERNAL_SERVER_ERROR, "internal")
             }
             ServiceError::Image(e) => image_status(e),

@@ -96,7 +96,8 @@ pub struct ServeConfig {
     pub ready_timeout_ms: u64,
     /// Also serve the API and the proxy over TLS on this address (default: off). The certificate is
     /// chosen by SNI from `<data-dir>/certs/<hostname>.crt` and `.key` (PEM); an SNI name without one
-    /// fails the handshake.
+    /// fails the handshake. The TLS listener also serves the object store Daytona's SDKs upload
+    /// builds' local files to, at `/object-storage` (`<data-dir>/objects`).
     #[arg(long, env = "SB_TLS_LISTEN")]
     pub tls_listen: Option<SocketAddr>,
     /// How sandboxes' disk is limited: `auto` (XFS project quotas where the data dir has them, else

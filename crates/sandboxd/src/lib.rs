@@ -1,5 +1,5 @@
 //! The daemon: wires store, runtime, service, proxy and API together and serves them on one listener
-//! (and, with `--tls-listen`, the same router over TLS: [`tls`]).
+//! (and, with `--tls-listen`, the same router over TLS, plus the object store: [`tls`]).
 //!
 //! Start-up order: data dir → store (migrations) → admin token → runtime (template, host checks) →
 //! adoption of sandboxes a previous daemon left running (one pass of the reconcilers, which then run
@@ -25,6 +25,9 @@ use sandboxd_runtime::quota::{DiskBackend, DiskConfig};
 use sandboxd_service::images::ImageSettings;
 use sandboxd_service::{Service, ServiceConfig};
 use sandboxd_store::{unix_millis_now, Store, StoreConfig};
+
+/// Where the TLS listener serves the object store (Daytona's build contexts).
+pub const OBJECT_STORAGE_PATH: &str = "/object-storage";
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::ExitCode;
@@ -150,6 +153,16 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if !reclaimed.is_empty() {
         tracing::info!(slots = ?reclaimed, "removed host interfaces no sandbox of this daemon runs on");
     }
+    // The object store build contexts are uploaded to, served where the SDKs reach it: over TLS.
+    let objects = match config.tls_listen {
+        Some(addr) => Some(sandboxd_service::contexts::ObjectStorage {
+            store: sandboxd_objects::ObjectStore::open(&data_dir.join("objects"))
+                .context("opening the object store")?,
+            tls_port: addr.port(),
+            path: OBJECT_STORAGE_PATH.to_string(),
+        }),
+        None => None,
+    };
     let disk_backend = runtime.disk_backend();
     tracing::info!(?disk_backend, "disk quota backend");
     let service = Service::new(
@@ -167,6 +180,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             reconcile_deadline: Duration::from_secs(config.reconcile_deadline_secs),
             ready_deadline: Duration::from_millis(config.ready_timeout_ms.max(1)),
             images: Some(images),
+            objects: objects.clone(),
             disk_quota: disk_backend != DiskBackend::Off,
             default_disk_mb: config.default_disk_mb,
             max_disk_mb: config.max_disk_mb,
@@ -227,7 +241,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         });
     let tls = match config.tls_listen {
         Some(addr) => {
-            let serving = tls::listen(addr, data_dir.join("certs"), app.clone()).await?;
+            let mut tls_app = app.clone();
+            if let Some(objects) = &objects {
+                tls_app = tls_app.nest_service(
+                    OBJECT_STORAGE_PATH,
+                    sandboxd_objects::s3::router(objects.store.clone()),
+                );
+            }
+            let serving = tls::listen(addr, data_dir.join("certs"), tls_app).await?;
             tracing::info!(tls_listen = %addr, "serving TLS (certificates by SNI from <data-dir>/certs)");
             Some(tokio::spawn(serving))
         }

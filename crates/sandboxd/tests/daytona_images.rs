@@ -6,7 +6,8 @@
 //! proves.
 //!
 //! Beyond the script, over plain HTTP: the caller's snapshot mistakes are 400s and 404s in
-//! Daytona's error shape.
+//! Daytona's error shape, and without a TLS listener a build with local files is refused with a
+//! 400 that says what to configure.
 
 mod common;
 mod e2b_support;
@@ -73,8 +74,37 @@ fn the_daytona_sdk_makes_sandboxes_and_snapshots_from_images_and_builds() {
         );
         let (status, _) = call(&d, get.clone(), "/api/snapshots?page=0", None).await;
         assert_eq!(status, 400);
-        let (status, _) = call(&d, get, "/api/snapshots/base/build-logs?follow=maybe", None).await;
+        let (status, _) = call(
+            &d,
+            get.clone(),
+            "/api/snapshots/base/build-logs?follow=maybe",
+            None,
+        )
+        .await;
         assert_eq!(status, 400);
+        // Without a TLS listener there is no object store: local files are refused, saying why.
+        let (status, answer) = call(&d, get, "/api/object-storage/push-access", None).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("--tls-listen"),
+            "{answer}"
+        );
+        let body = json!({ "buildInfo": {
+            "dockerfileContent": "FROM alpine\nCOPY [\"x\", \"/x\"]\n",
+            "contextHashes": ["0123456789abcdef0123456789abcdef"],
+        } });
+        let (status, answer) = call(&d, post.clone(), "/api/sandbox", Some(body)).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("--tls-listen"),
+            "{answer}"
+        );
 
         let api = format!("{}/api", d.url());
         let env = [

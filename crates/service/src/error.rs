@@ -78,6 +78,9 @@ pub enum ServiceError {
     /// An image could not be had.
     #[error("image")]
     Image(#[from] sandboxd_images::ImageError),
+    /// The build-context store could not do its part.
+    #[error("build context store")]
+    Objects(#[source] sandboxd_objects::ObjectError),
 }
 
 impl From<sandboxd_images::RegistryError> for ServiceError {

@@ -16,6 +16,7 @@ pub mod builds;
 pub mod builtin;
 pub mod cluster;
 pub mod code;
+pub mod contexts;
 mod delete;
 pub mod domains;
 pub mod e2b;
@@ -111,6 +112,9 @@ pub struct ServiceConfig {
     pub ready_cmd_timeout: Duration,
     /// Limits on what one API key may create ([`per_key`]).
     pub key_limits: per_key::KeyLimits,
+    /// The store build contexts are uploaded to ([`contexts`]); `None`: no TLS listener serves
+    /// it, and builds from uploaded contexts are refused.
+    pub objects: Option<contexts::ObjectStorage>,
 }
 
 impl Default for ServiceConfig {
@@ -132,6 +136,7 @@ impl Default for ServiceConfig {
             reconcile_deadline: reconcile::DEADLINE,
             ready_deadline: readiness::READY_DEADLINE,
             images: None,
+            objects: None,
             disk_quota: false,
             default_disk_mb: sandboxes::DEFAULT_DISK_MB,
             max_disk_mb: 100 * 1024,

@@ -341,13 +341,12 @@ impl Service {
         }
     }
 
-    /// Template `name` built from `dockerfile` (no context), as it is now: the one there is
-    /// (ready or building: a racing call's build is not repeated), or one this call begins; a
-    /// failed one is built again.
+    /// Template `name` built from `spec`, as it is now: the one there is (ready or building: a
+    /// racing call's build is not repeated), or one this call begins; a failed one is built again.
     pub async fn ensure_dockerfile_template(
         &self,
         name: &str,
-        dockerfile: &str,
+        spec: crate::builds::BuildSpec,
     ) -> Result<TemplateRecord, ServiceError> {
         match self.get_template(name).await {
             Ok(t) if t.state != TemplateState::Failed => return Ok(t),
@@ -359,10 +358,6 @@ impl Service {
             Err(ServiceError::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
-        let spec = crate::builds::BuildSpec {
-            dockerfile: dockerfile.to_string(),
-            ..Default::default()
-        };
         let source = TemplateSource::Dockerfile(spec);
         match self
             .create_template(name, source, None, StartCommands::default())

@@ -8,8 +8,8 @@
 //!   in state `pending_build` and waits for the build in the background ([`super::pending`]; in a
 //!   cluster the create waits for the build itself, as a pending create is known to its node only);
 //!   neither is [`DEFAULT_SNAPSHOT`] (the code interpreter:
-//!   Daytona's default sandbox runs `code_run`). Builds with local files (`contextHashes`) need
-//!   Daytona's object store and are refused.
+//!   Daytona's default sandbox runs `code_run`). Builds with local files name the contexts the SDK
+//!   uploaded to the object store (`contextHashes`, [`super::object_storage`]).
 //! - `cpu`, `memory` and `disk` (GiB) are the sandbox's limits; `labels` its metadata (the SDK keeps
 //!   the code language there); `networkBlockAll` turns egress off and `networkAllowList` (comma-separated
 //!   IPv4 addresses and CIDR blocks; domain names are refused, as Daytona takes none) is the
@@ -94,15 +94,12 @@ pub async fn create(
         }
         (Some(snapshot), None) => (Some(snapshot.clone()), None),
         (None, Some(build)) => {
-            refuse_local_files(build)?;
-            let dockerfile = build.dockerfile_content.clone().unwrap_or_default();
-            match single_from(&dockerfile) {
+            let spec = super::object_storage::build_spec(&service, build).await?;
+            match single_from(&spec.dockerfile).filter(|_| spec.context.is_empty()) {
                 Some(image) => (None, Some(image.to_string())),
                 None => {
-                    let name = dockerfile_template(&dockerfile);
-                    let mut template = service
-                        .ensure_dockerfile_template(&name, &dockerfile)
-                        .await?;
+                    let name = dockerfile_template(&spec.dockerfile, build);
+                    let mut template = service.ensure_dockerfile_template(&name, spec).await?;
                     if service.cluster().is_some() {
                         // A pending create is known to its node only, while a cluster routes
                         // the SDK's polls by the log: there the create waits for the build.
@@ -201,20 +198,16 @@ pub async fn describe(
     Ok(DaytonaSandbox::of(sandbox, toolbox_url).with_idle(idle))
 }
 
-/// Refuses a build with local files (`contextHashes`): they need Daytona's object store.
-pub(crate) fn refuse_local_files(build: &BuildInfo) -> Result<(), DaytonaError> {
-    if build.context_hashes.as_ref().is_some_and(|h| !h.is_empty()) {
-        return Err(DaytonaError::bad_request(
-            "images with local files (add_local_file/add_local_dir) need Daytona's object store, \
-             which sandboxd does not serve yet",
-        ));
+/// The template a build is built into, one per distinct Dockerfile and set of uploaded contexts
+/// (a context's hash is the MD5 of its files, so other files make another template).
+fn dockerfile_template(dockerfile: &str, build: &BuildInfo) -> String {
+    let mut hash = Sha256::new();
+    hash.update(dockerfile.as_bytes());
+    for context in build.context_hashes.iter().flatten() {
+        hash.update(b"\0");
+        hash.update(context.as_bytes());
     }
-    Ok(())
-}
-
-/// The template a Dockerfile is built into, one per distinct file.
-fn dockerfile_template(dockerfile: &str) -> String {
-    let digest = hex::encode(Sha256::digest(dockerfile.as_bytes()));
+    let digest = hex::encode(hash.finalize());
     format!("daytona-{}", &digest[..16])
 }
 

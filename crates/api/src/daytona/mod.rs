@@ -25,6 +25,8 @@
 //!   `pull`, `init`, `remotes`, `reset`, `restore`, `config`, `config/user`, `credentials`.
 //! - Signed file URLs ([`file_urls`]): `GET …/signing-key`, `POST …/signing-key/rotate`; a
 //!   download or upload-v2 request signed with the key needs no token.
+//! - Object storage ([`object_storage`]): `GET /api/object-storage/push-access`, credentials for
+//!   the daemon's object store, where builds' local files are uploaded.
 //! - The SDK's Socket.IO endpoint (`/api/socket.io/`) is a 404: the SDK then polls.
 //!
 //! Errors are `{statusCode, message, code}` ([`error`]) with the statuses the SDK maps; the file
@@ -41,6 +43,7 @@ pub mod git_status;
 pub mod lifecycle;
 pub mod models;
 pub mod multipart;
+pub mod object_storage;
 pub mod pending;
 pub mod previews;
 pub mod pty;
@@ -134,6 +137,10 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route(
             "/api/snapshots/{name}/build-logs",
             get(snapshots::build_logs),
+        )
+        .route(
+            "/api/object-storage/push-access",
+            get(object_storage::push_access),
         )
         .route("/api/toolbox/{id}/process/execute", post(toolbox::execute))
         .route(

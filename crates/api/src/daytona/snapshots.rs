@@ -26,7 +26,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use sandboxd_service::builds::BuildSpec;
 use sandboxd_service::sandboxes::rfc3339;
 use sandboxd_service::templates::{StartCommands, TemplateSource};
 use sandboxd_service::Service;
@@ -161,11 +160,7 @@ pub async fn create(
             TemplateSource::Image { reference }
         }
         (None, Some(build)) => {
-            super::control::refuse_local_files(&build)?;
-            TemplateSource::Dockerfile(BuildSpec {
-                dockerfile: build.dockerfile_content.unwrap_or_default(),
-                ..Default::default()
-            })
+            TemplateSource::Dockerfile(super::object_storage::build_spec(&service, &build).await?)
         }
         _ => {
             return Err(DaytonaError::bad_request(

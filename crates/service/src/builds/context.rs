@@ -1,6 +1,6 @@
 //! The build context (a tar of the files COPY and ADD read) and the layers those steps make.
 //!
-//! Contract: the context is read once into memory (bounded by [`MAX_CONTEXT_BYTES`]); its member
+//! Contract: the context (a tar, or several one after another) is read once into memory (bounded by [`MAX_CONTEXT_BYTES`]); its member
 //! names are normalised and a member that would climb out of the context (`..`, absolute after
 //! normalising) is refused, so a COPY can only ever name context files. A COPY/ADD layer is a tar
 //! this module writes (parent directories of the destination, then the selected files re-rooted
@@ -57,7 +57,8 @@ pub(crate) fn clean(path: &str) -> Option<String> {
 }
 
 impl Context {
-    /// Reads the context tar `bytes` (empty: no context).
+    /// Reads the context tar `bytes` (empty: no context); several tars one after another are one
+    /// context, a later member replacing an earlier one of the same path.
     pub fn read(bytes: &[u8]) -> Result<Context, ServiceError> {
         if bytes.len() > MAX_CONTEXT_BYTES {
             return Err(bad(format!(
@@ -70,6 +71,8 @@ impl Context {
             return Ok(context);
         }
         let mut archive = tar::Archive::new(bytes);
+        // Several tars one after another read as one (`tar --ignore-zeros`).
+        archive.set_ignore_zeros(true);
         let entries = archive
             .entries()
             .map_err(|e| bad(format!("the build context is not a tar: {e}")))?;
@@ -342,7 +345,7 @@ pub fn layer_tar(
 mod tests {
     use super::*;
 
-    fn context(files: &[(&str, &str)]) -> Context {
+    fn tar_of(files: &[(&str, &str)]) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
         for (path, data) in files {
             let mut h = tar::Header::new_gnu();
@@ -351,7 +354,24 @@ mod tests {
             h.set_cksum();
             b.append_data(&mut h, path, data.as_bytes()).unwrap();
         }
-        Context::read(&b.into_inner().unwrap()).unwrap()
+        b.into_inner().unwrap()
+    }
+
+    fn context(files: &[(&str, &str)]) -> Context {
+        Context::read(&tar_of(files)).unwrap()
+    }
+
+    #[test]
+    fn tars_one_after_another_are_one_context_the_later_member_winning() {
+        let mut bytes = tar_of(&[("a/one.txt", "1"), ("shared.txt", "first")]);
+        bytes.extend(tar_of(&[("b/two.txt", "2"), ("shared.txt", "second")]));
+        let c = Context::read(&bytes).unwrap();
+        let all = c.select(&[".".into()], "/x/").unwrap();
+        assert_eq!(
+            paths(&all),
+            ["/x/a/one.txt", "/x/b/two.txt", "/x/shared.txt"]
+        );
+        assert_eq!(all[2].1.data, b"second");
     }
 
     fn paths(selected: &[(String, Member)]) -> Vec<&str> {
