@@ -10,6 +10,8 @@ What it proves:
   the create answers `pending_build` and the SDK streams the build's log), has the image's files
   and the build's; its disk limit (`Resources(disk=1)`) stops a write past
   1 GiB while the sandbox lives on.
+- A create waiting for its build is listed (`pending_build`, `building_snapshot`) until its
+  sandbox is, once.
 - An unknown image is the SDK's not-found error and leaves nothing; a build that fails ends the
   create in `build_failed`, the failing step in its streamed log.
 - `resize`: a running sandbox grows in CPU and memory, refuses to shrink or to change its disk; a
@@ -22,6 +24,8 @@ What it proves:
 Exit status 0 = every check passed.
 """
 
+import threading
+import time
 import uuid
 
 import runner
@@ -115,6 +119,24 @@ def test_an_unknown_image_is_not_found_and_leaves_nothing():
     except DaytonaNotFoundError:
         pass
     assert list(DAYTONA.list(ListSandboxesQuery(labels={"images": RUN, "never": "made"}))) == []
+
+
+def test_a_create_waiting_for_its_build_is_listed_until_its_sandbox_is():
+    image = Image.base("python:3.12-slim").run_commands(f"echo listed-{RUN}; sleep 4")
+    made = []
+    creating = threading.Thread(
+        target=lambda: made.append(create(CreateSandboxFromImageParams(image=image, labels={"listed": RUN})))
+    )
+    creating.start()
+    seen = set()
+    while creating.is_alive():
+        seen.update(getattr(s.state, "value", s.state) for s in DAYTONA.list(ListSandboxesQuery(labels={"listed": RUN})))
+        time.sleep(0.3)
+    creating.join()
+    assert made, "the create failed"
+    assert seen & {"pending_build", "building_snapshot"}, seen
+    listed = list(DAYTONA.list(ListSandboxesQuery(labels={"listed": RUN})))
+    assert [(s.id, s.state) for s in listed] == [(made[0].id, "started")], listed
 
 
 def test_a_failing_build_ends_the_create_in_build_failed():

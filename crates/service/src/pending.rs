@@ -155,6 +155,16 @@ impl Service {
         })
     }
 
+    /// Every pending (or failed) create, oldest first.
+    pub fn pending_creates(&self) -> Vec<PendingCreate> {
+        let mut all: Vec<PendingCreate> = self
+            .inner
+            .pending
+            .with(|map| map.values().cloned().collect());
+        all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        all
+    }
+
     /// Ends the pending create of id or name `key` before its sandbox is made (one already made is
     /// deleted by the create's end); the create as it was.
     pub fn cancel_pending(&self, key: &str) -> Option<PendingCreate> {

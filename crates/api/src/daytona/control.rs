@@ -228,7 +228,8 @@ pub async fn get(
     }
 }
 
-/// `GET /api/sandbox?cursor=&limit=&labels=<JSON object>`.
+/// `GET /api/sandbox?cursor=&limit=&labels=<JSON object>`; the first page begins with this node's
+/// creates that wait for their build (or failed it), as `GET /api/sandbox/{id}` answers them.
 pub async fn list(
     State(service): State<Service>,
     Query(query): Query<BTreeMap<String, String>>,
@@ -246,8 +247,9 @@ pub async fn list(
             .map_err(|_| DaytonaError::bad_request("limit must be a whole number"))?,
         None => 0,
     };
+    let first_page = query.get("cursor").is_none_or(|c| c.is_empty());
     let filter = SandboxFilter {
-        metadata: labels.into_iter().collect(),
+        metadata: labels.clone().into_iter().collect(),
         states: vec![
             SandboxState::Starting,
             SandboxState::Running,
@@ -261,6 +263,15 @@ pub async fn list(
     let (rows, next) = service.list(filter).await?;
     let url = toolbox_url(&headers);
     let mut items = Vec::with_capacity(rows.len());
+    if first_page {
+        // Creates still waiting for their build come first, as Daytona lists them.
+        for p in service.pending_creates() {
+            let matches = labels.iter().all(|(k, v)| p.metadata.get(k) == Some(v));
+            if matches && !rows.iter().any(|r| r.id == p.id) {
+                items.push(super::pending::describe(&p, &url, false));
+            }
+        }
+    }
     for sandbox in &rows {
         items.push(describe(&service, sandbox, &url).await?);
     }
