@@ -70,6 +70,15 @@ impl Call {
         self.query.get(name).map(String::as_str)
     }
 
+    /// Verifies the signature, then that bucket `name` is the store's: what the body must hash to.
+    fn admit(&self, store: &ObjectStore, name: &str) -> Result<Payload, ObjectError> {
+        let payload = self.authenticate(store)?;
+        if name != BUCKET {
+            return Err(ObjectError::NoSuchBucket(name.to_string()));
+        }
+        Ok(payload)
+    }
+
     /// Verifies the signature: what the body must hash to.
     fn authenticate(&self, store: &ObjectStore) -> Result<Payload, ObjectError> {
         let req = sigv4::Request {
@@ -155,10 +164,7 @@ async fn bucket_call(
     call: &Call,
     body: Body,
 ) -> Result<Response, ObjectError> {
-    let payload = call.authenticate(store)?;
-    if name != BUCKET {
-        return Err(ObjectError::NoSuchBucket(name.to_string()));
-    }
+    let payload = call.admit(store, name)?;
     match call.method {
         Method::HEAD => Ok(StatusCode::OK.into_response()),
         Method::GET if call.get("list-type") == Some("2") => list(store, call).await,
@@ -251,10 +257,7 @@ async fn object_call(
     call: &Call,
     body: Body,
 ) -> Result<Response, ObjectError> {
-    let payload = call.authenticate(store)?;
-    if name != BUCKET {
-        return Err(ObjectError::NoSuchBucket(name.to_string()));
-    }
+    let payload = call.admit(store, name)?;
     check_key(key)?;
     let blobs = store.blobs();
     let upload_id = call.get("uploadId");

@@ -14,8 +14,7 @@ mod common;
 mod e2b_support;
 
 use e2b_support::{call, e2b_test, run_script};
-use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
-use sandboxd_test_support::workspace_root;
+use sandboxd_test_support::registry::{require_tools, REGISTRY_TOOLS};
 use serde_json::json;
 use std::path::Path;
 
@@ -63,19 +62,8 @@ fn the_daytona_sdks_build_images_with_local_files_through_the_object_store() {
         return;
     }
     e2b_test(async {
-        let python = workspace_root().join(".venv-daytona/bin/python");
-        assert!(
-            python.exists(),
-            "the Daytona SDK is not installed: run scripts/daytona-sdks"
-        );
-        let registry = TestRegistry::start();
-        let image = ImageBuilder::busybox()
-            .layer(|root| {
-                std::fs::create_dir_all(root.join("app")).unwrap();
-                std::fs::write(root.join("app/hello.txt"), "hello from the image\n").unwrap();
-            })
-            .build();
-        registry.push(&image, "team/app:v1");
+        let python = e2b_support::daytona_python();
+        let registry = e2b_support::registry_with_app_image(&["team/app:v1"]);
 
         let (ca, cert, key) = localhost_certificate();
         let tls_port = free_port();

@@ -13,8 +13,7 @@ mod common;
 mod e2b_support;
 
 use e2b_support::{call, e2b_test, run_script};
-use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
-use sandboxd_test_support::workspace_root;
+use sandboxd_test_support::registry::{require_tools, REGISTRY_TOOLS};
 use serde_json::json;
 
 #[test]
@@ -23,20 +22,9 @@ fn the_daytona_sdk_makes_sandboxes_and_snapshots_from_images_and_builds() {
         return;
     }
     e2b_test(async {
-        let python = workspace_root().join(".venv-daytona/bin/python");
-        assert!(
-            python.exists(),
-            "the Daytona SDK is not installed: run scripts/daytona-sdks"
-        );
-        let registry = TestRegistry::start();
-        let image = ImageBuilder::busybox()
-            .layer(|root| {
-                std::fs::create_dir_all(root.join("app")).unwrap();
-                std::fs::write(root.join("app/hello.txt"), "hello from the image\n").unwrap();
-            })
-            .build();
-        registry.push(&image, "library/python:3.12-slim");
-        registry.push(&image, "team/app:v1");
+        let python = e2b_support::daytona_python();
+        let registry =
+            e2b_support::registry_with_app_image(&["library/python:3.12-slim", "team/app:v1"]);
         let mut setup = e2b_support::setup();
         setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
         let d = common::Daemon::start_setup(setup).await;
@@ -83,28 +71,19 @@ fn the_daytona_sdk_makes_sandboxes_and_snapshots_from_images_and_builds() {
         .await;
         assert_eq!(status, 400);
         // Without a TLS listener there is no object store: local files are refused, saying why.
-        let (status, answer) = call(&d, get, "/api/object-storage/push-access", None).await;
-        assert_eq!(status, 400, "{answer}");
-        assert!(
-            answer["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("--tls-listen"),
-            "{answer}"
-        );
         let body = json!({ "buildInfo": {
             "dockerfileContent": "FROM alpine\nCOPY [\"x\", \"/x\"]\n",
             "contextHashes": ["0123456789abcdef0123456789abcdef"],
         } });
-        let (status, answer) = call(&d, post.clone(), "/api/sandbox", Some(body)).await;
-        assert_eq!(status, 400, "{answer}");
-        assert!(
-            answer["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("--tls-listen"),
-            "{answer}"
-        );
+        for (method, path, body) in [
+            (get, "/api/object-storage/push-access", None),
+            (post.clone(), "/api/sandbox", Some(body)),
+        ] {
+            let (status, answer) = call(&d, method, path, body).await;
+            assert_eq!(status, 400, "{path}: {answer}");
+            let message = answer["message"].as_str().unwrap_or_default();
+            assert!(message.contains("--tls-listen"), "{path}: {answer}");
+        }
 
         let api = format!("{}/api", d.url());
         let env = [

@@ -107,3 +107,29 @@ pub async fn call(
         serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
     )
 }
+
+/// The Python of the Daytona SDK's virtualenv (`scripts/daytona-sdks`); a failure when missing.
+pub fn daytona_python() -> std::path::PathBuf {
+    let python = workspace_root().join(".venv-daytona/bin/python");
+    assert!(
+        python.exists(),
+        "the Daytona SDK is not installed: run scripts/daytona-sdks"
+    );
+    python
+}
+
+/// A registry serving, under each of `names`, a busybox image holding `/app/hello.txt` ("hello
+/// from the image").
+pub fn registry_with_app_image(names: &[&str]) -> sandboxd_test_support::registry::TestRegistry {
+    let registry = sandboxd_test_support::registry::TestRegistry::start();
+    let image = sandboxd_test_support::registry::ImageBuilder::busybox()
+        .layer(|root| {
+            std::fs::create_dir_all(root.join("app")).unwrap();
+            std::fs::write(root.join("app/hello.txt"), "hello from the image\n").unwrap();
+        })
+        .build();
+    for name in names {
+        registry.push(&image, name);
+    }
+    registry
+}
