@@ -51,6 +51,8 @@ struct Done {
 pub struct Blobs {
     root: PathBuf,
     commit: tokio::sync::Mutex<()>,
+    /// The largest object, and the most an unfinished upload's parts hold together.
+    max_object: u64,
 }
 
 /// A file in `tmp/`, removed when dropped unless renamed away first.
@@ -162,6 +164,7 @@ impl Blobs {
         let blobs = Blobs {
             root: root.to_path_buf(),
             commit: tokio::sync::Mutex::new(()),
+            max_object: MAX_OBJECT_BYTES,
         };
         if let Ok(entries) = std::fs::read_dir(root.join("tmp")) {
             for entry in entries.flatten() {
@@ -212,7 +215,7 @@ impl Blobs {
             file,
             hash: Sha256::new(),
             size: 0,
-            limit: MAX_OBJECT_BYTES,
+            limit: self.max_object,
         })
     }
 
@@ -380,7 +383,32 @@ impl Blobs {
             return Err(ObjectError::NoSuchUpload(id.to_string()));
         }
         let etag = body.etag();
-        tokio::fs::rename(&body.path.0, dir.join(format!("part-{number}-{etag}")))
+        let name = format!("part-{number}-{etag}");
+        // A part uploaded again replaces the one before (as S3 does); the parts together stay
+        // within one object's size.
+        let mut held = body.size;
+        let mut entries = tokio::fs::read_dir(&dir)
+            .await
+            .map_err(ObjectError::io("reading a multipart upload"))?;
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = file.strip_prefix("part-") else {
+                continue;
+            };
+            if rest.split('-').next() == Some(number.to_string().as_str()) {
+                if file != name {
+                    let _ = tokio::fs::remove_file(entry.path()).await;
+                }
+            } else {
+                held += entry.metadata().await.map(|m| m.len()).unwrap_or(0);
+            }
+        }
+        if held > self.max_object {
+            return Err(ObjectError::EntityTooLarge {
+                max: self.max_object,
+            });
+        }
+        tokio::fs::rename(&body.path.0, dir.join(name))
             .await
             .map_err(ObjectError::io("keeping an uploaded part"))?;
         Ok(etag)
@@ -553,6 +581,36 @@ mod tests {
         blobs.abort(&aborted, "gone").await.unwrap();
         assert!(blobs.abort(&aborted, "gone").await.is_err());
         assert!(blobs.abort("../../x", "gone").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_part_replaces_its_number_and_the_parts_together_stay_within_an_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut blobs = Blobs::open(dir.path()).unwrap();
+        blobs.max_object = 8;
+        let id = blobs.create_upload("k").await.unwrap();
+        blobs
+            .put_part(&id, "k", 1, body(&blobs, b"aaaa").await)
+            .await
+            .unwrap();
+        let again = blobs
+            .put_part(&id, "k", 1, body(&blobs, b"bbbb").await)
+            .await
+            .unwrap();
+        let second = blobs
+            .put_part(&id, "k", 2, body(&blobs, b"cccc").await)
+            .await
+            .unwrap();
+        assert!(matches!(
+            blobs.put_part(&id, "k", 3, body(&blobs, b"d").await).await,
+            Err(ObjectError::EntityTooLarge { .. })
+        ));
+        let meta = blobs
+            .complete(&id, "k", vec![(1, again), (2, second)])
+            .await
+            .unwrap();
+        assert_eq!(meta.size, 8);
+        assert_eq!(blobs.read("k").await.unwrap(), b"bbbbcccc");
     }
 
     #[tokio::test]

@@ -17,7 +17,8 @@
 //!   never a part. A multipart upload shows nothing until it completes.
 //! - **Keys touch nothing outside the store.** An object's file is named by the SHA-256 of its
 //!   key, so no key, however hostile, names a path.
-//! - **Bounded.** An object holds at most [`MAX_OBJECT_BYTES`] (the largest build context); an
+//! - **Bounded.** An object holds at most [`MAX_OBJECT_BYTES`] (the largest build context), and so
+//!   do an unfinished upload's parts together (a part uploaded again replaces its number); an
 //!   upload abandoned for [`STALE_UPLOAD`] is removed.
 
 pub mod blobs;
