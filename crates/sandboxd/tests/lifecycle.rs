@@ -105,8 +105,10 @@ fn a_timeout_pauses_in_place_and_a_command_resumes() {
 fn without_auto_resume_a_paused_sandbox_waits_for_resume() {
     e2e(|| async {
         let d = Daemon::start().await;
+        // Long enough for the sleeper to start first: a pause during that exec, with nothing to
+        // resume the sandbox, would hold the exec until the client gives up (a slow VM saw it).
         let created = d
-            .create(json!({"timeoutSec": 1, "lifecycle": {"onTimeout": "pause"}}))
+            .create(json!({"timeoutSec": 4, "lifecycle": {"onTimeout": "pause"}}))
             .await;
         assert_eq!(
             created["lifecycle"],
@@ -114,7 +116,7 @@ fn without_auto_resume_a_paused_sandbox_waits_for_resume() {
         );
         let id = id_of(&created);
         let pid = start_sleeper(&d, &id).await;
-        wait_for_state(&d, &id, "paused", Duration::from_secs(5)).await;
+        wait_for_state(&d, &id, "paused", Duration::from_secs(10)).await;
 
         let (status, body) = d.exec_raw(&id, &json!({"cmd": ["true"]})).await;
         assert_eq!(status, 409, "{body}");
