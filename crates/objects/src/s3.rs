@@ -37,9 +37,9 @@ const MAX_KEYS: usize = 1000;
 /// The store's router.
 pub fn router(store: ObjectStore) -> Router {
     Router::new()
-        .route("/{bucket}", any(bucket))
-        .route("/{bucket}/", any(bucket))
-        .route("/{bucket}/{*key}", any(object))
+        .route("/{bucket}", any(handle))
+        .route("/{bucket}/", any(handle))
+        .route("/{bucket}/{*key}", any(handle))
         .with_state(store)
 }
 
@@ -143,19 +143,22 @@ fn etag_header(etag: &str) -> [(&'static str, HeaderValue); 1] {
     [("etag", value)]
 }
 
-async fn bucket(
+/// Every request: the bucket's (`/{bucket}`) or an object's (`/{bucket}/{key…}`).
+async fn handle(
     State(store): State<ObjectStore>,
-    Path(name): Path<String>,
+    Path(params): Path<HashMap<String, String>>,
     method: Method,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let call = Call::new(method.clone(), uri.clone(), headers);
-    match bucket_call(&store, &name, &call, body).await {
-        Ok(r) => r,
-        Err(e) => error_response(&e, uri.path(), &method),
-    }
+    let name = params.get("bucket").map(String::as_str).unwrap_or_default();
+    let answered = match params.get("key") {
+        Some(key) => object_call(&store, name, key, &call, body).await,
+        None => bucket_call(&store, name, &call, body).await,
+    };
+    answered.unwrap_or_else(|e| error_response(&e, uri.path(), &method))
 }
 
 async fn bucket_call(
@@ -233,21 +236,6 @@ async fn list(store: &ObjectStore, call: &Call) -> Result<Response, ObjectError>
         next_continuation_token: next,
         contents,
     })))
-}
-
-async fn object(
-    State(store): State<ObjectStore>,
-    Path((name, key)): Path<(String, String)>,
-    method: Method,
-    OriginalUri(uri): OriginalUri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let call = Call::new(method.clone(), uri.clone(), headers);
-    match object_call(&store, &name, &key, &call, body).await {
-        Ok(r) => r,
-        Err(e) => error_response(&e, uri.path(), &method),
-    }
 }
 
 async fn object_call(
