@@ -359,9 +359,6 @@ fn check_payload(payload: &Payload, bytes: &[u8]) -> Result<(), ObjectError> {
         Payload::Sha256(expected) if *expected != hex::encode(sha2::Sha256::digest(bytes)) => {
             Err(ObjectError::BadDigest)
         }
-        Payload::UnsignedChunked => Err(ObjectError::NotImplemented(
-            "aws-chunked bodies are not accepted here".into(),
-        )),
         _ => Ok(()),
     }
 }
@@ -372,12 +369,6 @@ async fn receive(
     body: Body,
     payload: &Payload,
 ) -> Result<Received, ObjectError> {
-    if *payload == Payload::UnsignedChunked {
-        return Err(ObjectError::NotImplemented(
-            "aws-chunked bodies are not accepted: sign the body's SHA-256 or UNSIGNED-PAYLOAD"
-                .into(),
-        ));
-    }
     let mut incoming = store.blobs().incoming().await?;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {

@@ -25,9 +25,6 @@ pub enum Payload {
     Sha256(String),
     /// Not signed (`UNSIGNED-PAYLOAD`): TLS protects it.
     Unsigned,
-    /// `aws-chunked` with unsigned chunks and trailing checksums
-    /// (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`).
-    UnsignedChunked,
 }
 
 /// A verified request's signer.
@@ -254,13 +251,13 @@ pub fn verify(
     let declared = header_value(req.headers, "x-amz-content-sha256", None).unwrap_or_default();
     let payload = match declared.as_str() {
         "UNSIGNED-PAYLOAD" => Payload::Unsigned,
-        "STREAMING-UNSIGNED-PAYLOAD-TRAILER" => Payload::UnsignedChunked,
         h if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Payload::Sha256(h.to_ascii_lowercase())
         }
         other => {
             return Err(ObjectError::NotImplemented(format!(
-                "payload {other:?} is not accepted: sign the body's SHA-256, or UNSIGNED-PAYLOAD"
+                "payload {other:?} (aws-chunked bodies among them) is not accepted: sign the \
+                 body's SHA-256, or UNSIGNED-PAYLOAD"
             )))
         }
     };
