@@ -7,31 +7,27 @@
 //! 3. everything under `/v1` needs a key ([`auth`]) and is handled in [`v1`], which calls the
 //!    service; managing keys ([`keys`]), webhooks ([`webhooks`]) and the reconcilers takes an admin
 //!    key;
-//! 4. the E2B control API ([`e2b`]) answers at the root (`/sandboxes`, `/v2/sandboxes`, …), and the
-//!    Daytona API ([`daytona`]) under `/api`, with a key (admin or user) too;
-//! 5. `/mcp` serves the same tools over MCP's Streamable HTTP ([`mcp`]), with a key;
-//! 6. anything else is a JSON 404 — in the E2B shape outside `/v1` ([`e2b::error::shape_errors`]).
+//! 4. the E2B control API (`sandboxd_facade_e2b`) answers at the root (`/sandboxes`, `/v2/sandboxes`, …), and the
+//!    Daytona API (`sandboxd_facade_daytona`) under `/api`, with a key (admin or user) too;
+//! 5. `/mcp` serves the same tools over MCP's Streamable HTTP (`sandboxd_mcp`), with a key;
+//! 6. anything else is a JSON 404 — in the E2B shape outside `/v1` (`sandboxd_facade_e2b::error::shape_errors`).
 //!
 //! Sandboxes' agents report on another listener, the callback socket ([`callbacks::router`]).
 
-pub mod auth;
 pub mod callbacks;
 pub mod cluster;
-pub mod console;
-pub mod daytona;
 pub mod domains;
-pub mod e2b;
-pub mod error;
 pub mod files;
 pub mod images;
 pub mod keys;
-pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod templates;
 pub mod terminal;
 pub mod v1;
 pub mod webhooks;
+
+pub use sandboxd_surface::{auth, error};
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -41,6 +37,7 @@ use axum::{middleware, Json, Router};
 use openapi::SharedResponses;
 use sandboxd_proxy::Proxy;
 use sandboxd_service::Service;
+use sandboxd_surface::routes::SurfaceRoutes;
 use std::sync::Arc;
 use utoipa::OpenApi;
 
@@ -80,10 +77,17 @@ impl utoipa::Modify for BearerAuth {
 }
 
 /// Largest JSON body accepted.
-pub(crate) const JSON_LIMIT: usize = 1024 * 1024;
+pub(crate) const JSON_LIMIT: usize = sandboxd_surface::JSON_LIMIT;
 /// Largest template create accepted: its body carries its build context (base64, up to 256 MiB of
 /// tar).
 pub(crate) const TEMPLATE_LIMIT: usize = 360 << 20;
+
+/// The sandbox routes of every surface mounted here, for the cluster's forwarding layer.
+pub(crate) const SURFACES: [&SurfaceRoutes; 3] = [
+    &v1::CLUSTER_ROUTES,
+    &sandboxd_facade_e2b::CLUSTER_ROUTES,
+    &sandboxd_facade_daytona::CLUSTER_ROUTES,
+];
 
 /// Builds the whole router.
 pub fn router(
@@ -92,13 +96,13 @@ pub fn router(
     metrics: metrics::Metrics,
     proxy: Arc<Proxy>,
 ) -> Router {
-    let forwarding = service
-        .cluster()
-        .map(|c| cluster::Forwarding::new(c.clone(), service.clone(), proxy.clone()));
-    let e2b = e2b::router(service.clone(), auth.clone());
-    let daytona = daytona::router(service.clone(), auth.clone());
+    let forwarding = service.cluster().map(|c| {
+        cluster::Forwarding::new(c.clone(), service.clone(), proxy.clone(), SURFACES.to_vec())
+    });
+    let e2b = sandboxd_facade_e2b::router(service.clone(), auth.clone());
+    let daytona = sandboxd_facade_daytona::router(service.clone(), auth.clone());
     let mcp = Router::new()
-        .nest_service("/mcp", mcp::service(service.clone()))
+        .nest_service("/mcp", sandboxd_mcp::service(service.clone()))
         .layer(middleware::from_fn_with_state(auth.clone(), auth::require));
     // What only admin keys may do: manage keys and webhooks, run the reconcilers.
     let admin = Router::new()
@@ -187,7 +191,7 @@ pub fn router(
         .merge(e2b)
         .merge(daytona)
         .merge(mcp)
-        .merge(console::router())
+        .merge(sandboxd_console::router())
         .fallback(|| async {
             error::Error::new(StatusCode::NOT_FOUND, "not_found", "no such route").into_response()
         })
@@ -199,14 +203,18 @@ pub fn router(
             )
             .into_response()
         })
-        .layer(middleware::from_fn(e2b::error::shape_errors))
+        .layer(middleware::from_fn(
+            sandboxd_facade_e2b::error::shape_errors,
+        ))
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
         .layer(middleware::from_fn_with_state(
             proxy,
             sandboxd_proxy::middleware,
         ))
         .layer(middleware::from_fn_with_state(forwarding, cluster::forward))
-        .layer(middleware::from_fn(e2b::unroute_control_calls))
+        .layer(middleware::from_fn(
+            sandboxd_facade_e2b::unroute_control_calls,
+        ))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! `/` or `:`.
 
 use crate::error::{parse_json, Error};
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,11 +14,8 @@ use sandboxd_service::builds::BuildSpec;
 use sandboxd_service::sandboxes::rfc3339;
 use sandboxd_service::templates::{template_to_api, StartCommands, TemplateSource};
 use sandboxd_service::Service;
-use sandboxd_store::{LogLine, TemplateState};
-use std::time::Duration;
-
-/// How often a followed log looks for new lines.
-const FOLLOW_POLL: Duration = Duration::from_millis(200);
+use sandboxd_store::LogLine;
+use sandboxd_surface::logs::log_stream;
 
 /// Create a template from an image or a Dockerfile; answers at once, while it builds.
 #[utoipa::path(post, path = "/v1/templates", request_body = api::CreateTemplate,
@@ -168,49 +165,6 @@ pub async fn logs(
         log_stream(service, name, offset, follow, ndjson),
     )
         .into_response())
-}
-
-/// Template `name`'s build log from line `offset` on, each line as `render` writes it; with
-/// `follow` the stream stays open until the build has ended and every line was sent.
-pub fn log_stream(
-    service: Service,
-    name: String,
-    offset: u64,
-    follow: bool,
-    render: fn(&LogLine) -> Vec<u8>,
-) -> Body {
-    let stream = futures::stream::unfold(
-        (service, name, offset, false),
-        move |(service, name, offset, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                // Read the state first: lines written before a build ended are all there then.
-                let ended = match service.get_template(&name).await {
-                    Ok(t) => t.state != TemplateState::Building,
-                    Err(_) => true,
-                };
-                let lines = service
-                    .template_log(&name, offset, 500)
-                    .await
-                    .unwrap_or_default();
-                if !lines.is_empty() {
-                    let next = lines.last().map_or(offset, |l| l.seq + 1);
-                    let chunk: Vec<u8> = lines.iter().flat_map(render).collect();
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(Bytes::from(chunk)),
-                        (service, name, next, false),
-                    ));
-                }
-                if !follow || ended {
-                    return None;
-                }
-                tokio::time::sleep(FOLLOW_POLL).await;
-            }
-        },
-    );
-    Body::from_stream(stream)
 }
 
 /// Turn a sandbox's filesystem into a template.

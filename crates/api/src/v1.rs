@@ -14,6 +14,7 @@ use sandboxd_service::sandboxes::random_id;
 use sandboxd_service::sandboxes::to_api;
 use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::{SandboxFilter, SandboxState};
+use sandboxd_surface::routes::{CreateRoute, ListRoute, ListShape, SurfaceRoutes};
 
 fn query_pairs(raw: &Option<String>) -> Vec<(String, String)> {
     raw.as_deref()
@@ -79,10 +80,29 @@ pub async fn create(
     .await
 }
 
-/// The id of the caller's API key, whose limits its creates count against (`""` without one).
-pub(crate) fn key_id(caller: Option<&Extension<Caller>>) -> String {
-    caller.map_or_else(String::new, |Extension(c)| c.key.id.0.clone())
-}
+pub(crate) use sandboxd_surface::key_id;
+
+/// `/v1`'s sandbox routes, for the cluster's forwarding layer.
+pub const CLUSTER_ROUTES: SurfaceRoutes = SurfaceRoutes {
+    sandbox_roots: &["/v1/sandboxes"],
+    not_sandboxes: &[],
+    creates: &[CreateRoute {
+        path: "/v1/sandboxes",
+        template_field: "template",
+        fingerprint: None,
+    }],
+    lists: &[ListRoute {
+        path: "/v1/sandboxes",
+        shape: LIST_SHAPE,
+    }],
+};
+
+/// How a `/v1` list answers.
+pub const LIST_SHAPE: ListShape = ListShape::Envelope {
+    items: "sandboxes",
+    created: "createdAt",
+    id: "id",
+};
 
 /// A handler's outcome as a storable response.
 pub(crate) fn json_response<T: serde::Serialize>(

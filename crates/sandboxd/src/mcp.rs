@@ -4,7 +4,7 @@
 //! Contract: this process holds no sandbox and no tool of its own. It is an MCP server on stdio that
 //! relays `tools/list` and `tools/call` to the daemon's `/mcp` endpoint (Streamable HTTP, with the
 //! API key as bearer) through the SDK's client, so there is one implementation of the tools: the
-//! daemon's ([`sandboxd_api::mcp`]). When the daemon cannot be reached or refuses the key, the stdio
+//! daemon's (`sandboxd_mcp`). When the daemon cannot be reached or refuses the key, the stdio
 //! server still starts and answers every call with an MCP error saying why, which is what an agent
 //! shows its user.
 

@@ -5,13 +5,14 @@
 //!   forwarded); a member that does not answer, or answers an error, is left out and logged. An error
 //!   of this node's own is the answer (a bad query is refused the same everywhere).
 //! - **Pages.** Every node lists in the order of `(creation time, id)` and its cursor is that pair
-//!   (`sandboxd_store`'s keyset cursor), which any node understands. For `/v1/sandboxes`, E2B's
-//!   `/v2/sandboxes` and Daytona's `/api/sandbox` the merged page is cut so that it is exactly the cluster's next page: a node that
+//!   (`sandboxd_store`'s keyset cursor), which any node understands. For a keyed list (as its
+//!   surface declares it: `/v1/sandboxes`, E2B's `/v2/sandboxes`, Daytona's `/api/sandbox`) the
+//!   merged page is cut so that it is exactly the cluster's next page: a node that
 //!   has more stops being complete at its own next cursor, so the page keeps only what lies at or
 //!   before the smallest such cursor, sorted, at most `limit` of it; the next cursor is the last kept
 //!   item's (or that smallest cursor, when `limit` did not cut). No sandbox is skipped or repeated
 //!   across pages.
-//! - E2B's `/sandboxes` is a whole list: its items are concatenated.
+//! - A whole list (E2B's `/sandboxes`): its items are concatenated.
 //! - A `/v1` list also shows the sandboxes lost with their nodes (state `lost`, from the log), as
 //!   the query filters them: a lost node answers no list of its own.
 
@@ -24,6 +25,7 @@ use http::{HeaderValue, StatusCode};
 use sandboxd_api_types as api;
 use sandboxd_cluster::NodeId;
 use sandboxd_store::{SandboxFilter, SandboxState};
+use sandboxd_surface::routes::{ListRoute, ListShape};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -34,44 +36,19 @@ const DEFAULT_LIMIT: usize = 100;
 /// E2B's header for the next page's token.
 const NEXT_TOKEN: &str = "x-next-token";
 
-/// How a list's pages look.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    /// `/v1/sandboxes`: `{sandboxes: [...], nextCursor}`, items keyed by `createdAt` and `id`.
-    V1,
-    /// Daytona's `/api/sandbox`: `{items: [...], nextCursor}`, items keyed by `createdAt` and `id`.
-    Daytona,
-    /// E2B `/v2/sandboxes`: an array, `x-next-token`, items keyed by `startedAt` and `sandboxID`.
-    E2bV2,
-    /// A whole list (E2B's `/sandboxes`): an array.
-    Whole,
-}
-
-impl Shape {
-    /// The field of the envelope that holds the items (`None`: the body is the array).
-    fn envelope(self) -> Option<&'static str> {
-        match self {
-            Shape::V1 => Some("sandboxes"),
-            Shape::Daytona => Some("items"),
-            Shape::E2bV2 | Shape::Whole => None,
-        }
-    }
-
-    /// The fields of an item holding its creation time and its id.
-    fn key_fields(self) -> (&'static str, &'static str) {
-        match self {
-            Shape::V1 | Shape::Daytona => ("createdAt", "id"),
-            Shape::E2bV2 | Shape::Whole => ("startedAt", "sandboxID"),
-        }
+/// The field of the envelope that holds the items (`None`: the body is the array).
+fn envelope(shape: ListShape) -> Option<&'static str> {
+    match shape {
+        ListShape::Envelope { items, .. } => Some(items),
+        ListShape::Paged { .. } | ListShape::Whole => None,
     }
 }
 
-fn shape_of(path: &str) -> Shape {
-    match path.trim_end_matches('/') {
-        "/v1/sandboxes" => Shape::V1,
-        "/api/sandbox" => Shape::Daytona,
-        "/v2/sandboxes" => Shape::E2bV2,
-        _ => Shape::Whole,
+/// The fields of an item holding its creation time and its id.
+fn key_fields(shape: ListShape) -> (&'static str, &'static str) {
+    match shape {
+        ListShape::Envelope { created, id, .. } | ListShape::Paged { created, id } => (created, id),
+        ListShape::Whole => ("", ""),
     }
 }
 
@@ -82,9 +59,9 @@ struct Page {
 }
 
 /// The middleware's list branch: see the module doc.
-pub(super) async fn merge(f: &Forwarding, req: Request, next: Next) -> Response {
+pub(super) async fn merge(f: &Forwarding, list: &ListRoute, req: Request, next: Next) -> Response {
     let (parts, _) = req.into_parts();
-    let shape = shape_of(parts.uri.path());
+    let shape = list.shape;
     let me = f.cluster.id();
     let others: Vec<NodeId> = f
         .cluster
@@ -127,7 +104,7 @@ pub(super) async fn merge(f: &Forwarding, req: Request, next: Next) -> Response 
             None => tracing::warn!(node_id = node, "a member's list did not parse; left out"),
         }
     }
-    if shape == Shape::V1 {
+    if list.path == crate::v1::CLUSTER_ROUTES.lists[0].path {
         // The answer above was this node's own, so the query is a valid one.
         if let Ok(filter) = crate::v1::list_filter(&parts.uri.query().map(str::to_string)) {
             let lost = lost_page(f.service.lost_sandboxes(), &filter, &pages);
@@ -136,7 +113,7 @@ pub(super) async fn merge(f: &Forwarding, req: Request, next: Next) -> Response 
     }
     let limit = query_limit(parts.uri.query()).unwrap_or(DEFAULT_LIMIT);
     let merged = match shape {
-        Shape::Whole => Page {
+        ListShape::Whole => Page {
             items: pages.into_iter().flat_map(|p| p.items).collect(),
             next: None,
         },
@@ -144,7 +121,7 @@ pub(super) async fn merge(f: &Forwarding, req: Request, next: Next) -> Response 
     };
     head.headers.remove(http::header::CONTENT_LENGTH);
     head.headers.remove(NEXT_TOKEN);
-    let body = match shape.envelope() {
+    let body = match envelope(shape) {
         Some(field) => {
             let mut body = serde_json::json!({ field: merged.items });
             if let Some(next) = &merged.next {
@@ -191,16 +168,20 @@ fn lost_page(lost: Vec<api::Sandbox>, filter: &SandboxFilter, pages: &[Page]) ->
         .iter()
         .filter(|s| wanted(s))
         .filter_map(|s| serde_json::to_value(s).ok())
-        .filter(|item| after.as_ref().is_none_or(|a| key_of(Shape::V1, item) > *a))
+        .filter(|item| {
+            after
+                .as_ref()
+                .is_none_or(|a| key_of(crate::v1::LIST_SHAPE, item) > *a)
+        })
         .collect();
     Page { items, next: None }
 }
 
 /// A member's answer as a page.
-async fn read_page(shape: Shape, headers: &http::HeaderMap, body: Body) -> Option<Page> {
+async fn read_page(shape: ListShape, headers: &http::HeaderMap, body: Body) -> Option<Page> {
     let bytes = axum::body::to_bytes(body, LIST_LIMIT).await.ok()?;
     let value: Value = serde_json::from_slice(&bytes).ok()?;
-    match (shape.envelope(), value) {
+    match (envelope(shape), value) {
         (Some(field), Value::Object(mut body)) => Some(Page {
             items: match body.remove(field) {
                 Some(Value::Array(items)) => items,
@@ -233,8 +214,8 @@ fn query_limit(query: Option<&str>) -> Option<usize> {
 /// The keyset position `(creation ms, id)` of an item, or of a cursor.
 type Key = (i64, String);
 
-fn key_of(shape: Shape, item: &Value) -> Key {
-    let (at, id) = shape.key_fields();
+fn key_of(shape: ListShape, item: &Value) -> Key {
+    let (at, id) = key_fields(shape);
     let ms = item[at]
         .as_str()
         .and_then(sandboxd_service::e2b::parse_timestamp)
@@ -248,7 +229,7 @@ fn cursor_key(cursor: &str) -> Option<Key> {
 }
 
 /// The cluster's page out of every member's: see the module doc.
-fn cut(shape: Shape, pages: Vec<Page>, limit: usize) -> Page {
+fn cut(shape: ListShape, pages: Vec<Page>, limit: usize) -> Page {
     let bound = pages
         .iter()
         .filter_map(|p| p.next.as_deref().and_then(cursor_key))
@@ -277,6 +258,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const V1: ListShape = crate::v1::LIST_SHAPE;
+
+    fn shape_of(path: &str) -> Option<ListShape> {
+        crate::SURFACES
+            .iter()
+            .find_map(|s| s.list(path))
+            .map(|l| l.shape)
+    }
+
     fn item(at_ms: i64, id: &str) -> Value {
         json!({"createdAt": sandboxd_service::sandboxes::rfc3339(at_ms), "id": id})
     }
@@ -303,11 +293,11 @@ mod tests {
         let page_of = |all: &[Value], after: Option<&Key>, limit: usize| {
             let rest: Vec<Value> = all
                 .iter()
-                .filter(|i| after.is_none_or(|k| key_of(Shape::V1, i) > *k))
+                .filter(|i| after.is_none_or(|k| key_of(V1, i) > *k))
                 .cloned()
                 .collect();
             let next = (rest.len() > limit).then(|| {
-                let (at, id) = key_of(Shape::V1, &rest[limit - 1]);
+                let (at, id) = key_of(V1, &rest[limit - 1]);
                 format!("{at}:{id}")
             });
             Page {
@@ -322,7 +312,7 @@ mod tests {
                 page_of(&a, cursor.as_ref(), 2),
                 page_of(&b, cursor.as_ref(), 2),
             ];
-            let page = cut(Shape::V1, pages, 2);
+            let page = cut(V1, pages, 2);
             assert!(page.items.len() <= 2);
             seen.extend(ids(&page).into_iter().map(str::to_string));
             match page.next.as_deref().and_then(cursor_key) {
@@ -381,12 +371,25 @@ mod tests {
                 next: None,
             },
         ];
-        let page = cut(Shape::V1, pages, 100);
+        let page = cut(V1, pages, 100);
         assert_eq!(ids(&page), ["a", "b"]);
         assert_eq!(page.next, None);
         assert_eq!(query_limit(Some("state=running&limit=7")), Some(7));
-        assert_eq!(shape_of("/v2/sandboxes"), Shape::E2bV2);
-        assert_eq!(shape_of("/api/sandbox"), Shape::Daytona);
-        assert_eq!(shape_of("/sandboxes"), Shape::Whole);
+        assert_eq!(
+            shape_of("/v2/sandboxes"),
+            Some(ListShape::Paged {
+                created: "startedAt",
+                id: "sandboxID"
+            })
+        );
+        assert_eq!(
+            shape_of("/api/sandbox"),
+            Some(ListShape::Envelope {
+                items: "items",
+                created: "createdAt",
+                id: "id"
+            })
+        );
+        assert_eq!(shape_of("/sandboxes"), Some(ListShape::Whole));
     }
 }

@@ -1,9 +1,12 @@
 //! Cluster mode at the HTTP edge: every call served on the node that owns its sandbox, forwarded once.
 //!
-//! Contract ([`forward`], a middleware outside the sandbox proxy, on every surface):
+//! Contract ([`forward`], a middleware outside the sandbox proxy, in front of every surface; the
+//! layer knows no surface by name: each declares its sandbox routes as a
+//! [`SurfaceRoutes`](sandboxd_surface::routes::SurfaceRoutes) — `/v1` in [`crate::v1`], the facades in
+//! their crates — and [`crate::SURFACES`] lists those mounted):
 //! - A request carrying [`FORWARDED_HEADER`] is served here, whatever it names: a request is
 //!   forwarded at most once and never in a loop.
-//! - A per-sandbox call — `/v1/sandboxes/{key}/…`, E2B `/sandboxes/{id}/…` and `/v2/sandboxes/{id}/…`,
+//! - A per-sandbox call — under a declared root: `/v1/sandboxes/{key}/…`, E2B `/sandboxes/{id}/…` and `/v2/sandboxes/{id}/…`,
 //!   Daytona `/api/sandbox/{key}/…` and `/api/toolbox/{id}/…`, and proxy requests (`{port}-{id}.{domain}`
 //!   hosts, signed preview links, `E2b-Sandbox-Id` headers, custom hostnames, and envd calls that carry only their
 //!   `X-Access-Token`, found by its digest in the log) — whose sandbox the log places on another node
@@ -11,9 +14,11 @@
 //!   upgrades streamed. A key this node does not know is looked up again once it has caught up with
 //!   the leader ([`Cluster::catch_up`]), so a sandbox or name acknowledged through one node is found
 //!   through every other at once; a key still unknown is served here (and answers 404 here).
-//! - A create (`POST /v1/sandboxes`, E2B `POST /sandboxes`, Daytona `POST /api/sandbox`) is placed
-//!   ([`sandboxd_cluster::placement`]) and forwarded to the chosen node, which reserves and creates.
-//! - A list (`GET` of those roots) is asked of every member and merged ([`lists`]): pages of `/v1` and
+//! - A declared create (`POST /v1/sandboxes`, E2B `POST /sandboxes`, Daytona `POST /api/sandbox`) is
+//!   placed ([`sandboxd_cluster::placement`]) by the template its surface's field names and forwarded
+//!   to the chosen node, which reserves and creates; one its surface routes by fingerprint (E2B's) goes
+//!   where the log routes the fingerprint.
+//! - A declared list (`GET` of those roots) is asked of every member and merged ([`lists`]): pages of `/v1` and
 //!   E2B's `/v2` lists are cut from the merged order with a cursor every node understands; a member
 //!   that does not answer is left out (and logged).
 //! - The owner authenticates every forwarded call itself: forwarding grants nothing.
@@ -30,6 +35,7 @@ use sandboxd_cluster::placement::{self, Need};
 use sandboxd_cluster::{Cluster, NodeId};
 use sandboxd_proxy::{Proxy, ProxyError, Resolver, RouteError, Target, Upstream};
 use sandboxd_service::Service;
+use sandboxd_surface::routes::{CreateRoute, ListRoute, SurfaceRoutes};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -45,11 +51,19 @@ pub struct Forwarding {
     sandboxes: Arc<Proxy>,
     /// Sends requests to members' APIs.
     nodes: Arc<Proxy>,
+    /// The sandbox routes of every surface mounted behind the layer.
+    surfaces: Vec<&'static SurfaceRoutes>,
 }
 
 impl Forwarding {
-    /// Forwarding for `cluster`; `sandboxes` is the daemon's sandbox proxy.
-    pub fn new(cluster: Cluster, service: Service, sandboxes: Arc<Proxy>) -> Self {
+    /// Forwarding for `cluster` in front of the surfaces whose routes are `surfaces`; `sandboxes` is
+    /// the daemon's sandbox proxy.
+    pub fn new(
+        cluster: Cluster,
+        service: Service,
+        sandboxes: Arc<Proxy>,
+        surfaces: Vec<&'static SurfaceRoutes>,
+    ) -> Self {
         let nodes = Arc::new(Proxy::new(
             sandboxes.domain().to_string(),
             Arc::new(Members(cluster.clone())),
@@ -59,6 +73,7 @@ impl Forwarding {
             service,
             sandboxes,
             nodes,
+            surfaces,
         }
     }
 }
@@ -102,53 +117,32 @@ impl Resolver for Members {
 }
 
 /// Where a request is served.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum Route {
     Here,
     Owner(String),
-    Place,
-    Merge,
+    Place(&'static CreateRoute),
+    Merge(&'static ListRoute),
 }
 
-const SANDBOX_ROOTS: [&str; 5] = [
-    "/v1/sandboxes",
-    "/sandboxes",
-    "/v2/sandboxes",
-    "/api/sandbox",
-    "/api/toolbox",
-];
-const CREATE_ROOTS: [&str; 4] = [
-    "/v1/sandboxes",
-    "/sandboxes",
-    "/v2/sandboxes",
-    "/api/sandbox",
-];
-const LIST_ROOTS: [&str; 4] = [
-    "/v1/sandboxes",
-    "/sandboxes",
-    "/v2/sandboxes",
-    "/api/sandbox",
-];
-
-/// The route of a request by its method and path alone (proxy requests are found before).
-fn route_of(method: &Method, path: &str) -> Route {
+/// The route of a request by its method and path alone (proxy requests are found before), as the
+/// surfaces declare their routes.
+fn route_of(surfaces: &[&'static SurfaceRoutes], method: &Method, path: &str) -> Route {
     let path = path.trim_end_matches('/');
-    if *method == Method::POST && CREATE_ROOTS.contains(&path) {
-        return Route::Place;
-    }
-    if *method == Method::GET && LIST_ROOTS.contains(&path) {
-        return Route::Merge;
-    }
-    for root in SANDBOX_ROOTS {
-        if let Some(rest) = path.strip_prefix(root).and_then(|r| r.strip_prefix('/')) {
-            let key = rest.split('/').next().unwrap_or_default();
-            // Daytona's `/api/sandbox/paginated` and the like are lists, not sandboxes.
-            if !key.is_empty() && key != "paginated" {
-                return Route::Owner(key.to_string());
-            }
+    if *method == Method::POST {
+        if let Some(create) = surfaces.iter().find_map(|s| s.create(path)) {
+            return Route::Place(create);
         }
     }
-    Route::Here
+    if *method == Method::GET {
+        if let Some(list) = surfaces.iter().find_map(|s| s.list(path)) {
+            return Route::Merge(list);
+        }
+    }
+    match surfaces.iter().find_map(|s| s.sandbox_key(path)) {
+        Some(key) => Route::Owner(key.to_string()),
+        None => Route::Here,
+    }
 }
 
 /// The middleware: see the module doc.
@@ -163,7 +157,7 @@ pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Ne
         Some(target) => Route::Owner(target.sandbox_id),
         None => bound_sandbox(&f.cluster, &req)
             .map(Route::Owner)
-            .unwrap_or_else(|| route_of(req.method(), req.uri().path())),
+            .unwrap_or_else(|| route_of(&f.surfaces, req.method(), req.uri().path())),
     };
     let me = f.cluster.id();
     match route {
@@ -187,8 +181,8 @@ pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Ne
                 _ => next.run(req).await,
             }
         }
-        Route::Place => place(&f, req, next).await,
-        Route::Merge => lists::merge(&f, req, next).await,
+        Route::Place(create) => place(&f, create, req, next).await,
+        Route::Merge(list) => lists::merge(&f, list, req, next).await,
     }
 }
 
@@ -218,17 +212,15 @@ fn owner_of(cluster: &Cluster, key: &str) -> Option<NodeId> {
     })
 }
 
-/// E2B's create paths: their creates are routed by fingerprint.
-const E2B_CREATES: [&str; 2] = ["/sandboxes", "/v2/sandboxes"];
-
 /// How many nodes a create is offered to before it answers 503.
 const PLACE_ATTEMPTS: usize = 3;
 
 /// Places a create and serves it there. The body is read first (a create is small JSON), so a node
-/// found unreachable before anything was sent is left out and the next choice tried. An E2B create
-/// goes where the log routes its fingerprint ([`Service::route_fingerprint`]): every duplicate must
-/// meet the first there, so it is not retried elsewhere.
-async fn place(f: &Forwarding, req: Request, next: Next) -> Response {
+/// found unreachable before anything was sent is left out and the next choice tried. A create its
+/// surface routes by fingerprint (E2B's) goes where the log routes that fingerprint
+/// ([`Service::route_fingerprint`]): every duplicate must meet the first there, so it is not retried
+/// elsewhere.
+async fn place(f: &Forwarding, create: &CreateRoute, req: Request, next: Next) -> Response {
     let me = f.cluster.id();
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, crate::JSON_LIMIT).await {
@@ -242,13 +234,10 @@ async fn place(f: &Forwarding, req: Request, next: Next) -> Response {
             .into_response()
         }
     };
-    let fingerprint = E2B_CREATES
-        .contains(&parts.uri.path().trim_end_matches('/'))
-        .then(|| {
-            crate::e2b::handlers::create_fingerprint(&bytes, f.service.config().default_timeout)
-        })
-        .flatten();
-    let need = need_of(parts.uri.path(), &bytes);
+    let fingerprint = create
+        .fingerprint
+        .and_then(|fp| (fp.of)(&bytes, f.service.config().default_timeout).map(|of| (of, fp)));
+    let need = need_of(create, &bytes);
     if let Some(template) = need.template.as_deref() {
         // A template made a moment ago through another node may not be applied here yet.
         let known = f.cluster.read(|s| s.templates.contains_key(template));
@@ -267,9 +256,9 @@ async fn place(f: &Forwarding, req: Request, next: Next) -> Response {
             .read(|s| placement::choose(s, &need, now, &tried))
             .unwrap_or(me);
         let owner = match &fingerprint {
-            Some(fp) => match f.service.route_fingerprint(fp, chosen).await {
+            Some((of, fp)) => match f.service.route_fingerprint(of, chosen).await {
                 Ok(owner) => owner,
-                Err(e) => return crate::e2b::error::E2bError::from(e).into_response(),
+                Err(e) => return (fp.refusal)(e),
             },
             None => chosen,
         };
@@ -296,15 +285,11 @@ async fn place(f: &Forwarding, req: Request, next: Next) -> Response {
     }
 }
 
-/// What a create body asks of its node, as far as placement cares: the template it names (`/v1`'s
-/// `template`, E2B's `templateID`, Daytona's `snapshot`). A body that does not parse asks nothing
-/// (the node it lands on refuses it).
-fn need_of(path: &str, body: &[u8]) -> Need {
-    let field = match path.trim_end_matches('/') {
-        "/v1/sandboxes" => "template",
-        "/api/sandbox" => "snapshot",
-        _ => "templateID",
-    };
+/// What a create body asks of its node, as far as placement cares: the template it names in its
+/// surface's field (`/v1`'s `template`, E2B's `templateID`, Daytona's `snapshot`). A body that does
+/// not parse asks nothing (the node it lands on refuses it).
+fn need_of(create: &CreateRoute, body: &[u8]) -> Need {
+    let field = create.template_field;
     let template = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v.get(field)?.as_str().map(str::to_string))
@@ -392,9 +377,16 @@ fn unreachable_owner(node: NodeId, e: ProxyError) -> Response {
 mod tests {
     use super::*;
 
+    fn create(path: &str) -> &'static CreateRoute {
+        crate::SURFACES
+            .iter()
+            .find_map(|s| s.create(path))
+            .unwrap_or_else(|| panic!("{path} is no create"))
+    }
+
     #[test]
     fn a_create_names_its_template_in_each_surfaces_field() {
-        let template = |path: &str, body: &str| need_of(path, body.as_bytes()).template;
+        let template = |path: &str, body: &str| need_of(create(path), body.as_bytes()).template;
         for (path, body) in [
             ("/v1/sandboxes", r#"{"template":"py"}"#),
             ("/sandboxes", r#"{"templateID":"py"}"#),
@@ -409,31 +401,49 @@ mod tests {
         assert_eq!(template("/api/sandbox", r#"{"template":"py"}"#), None);
     }
 
+    /// A route as the tests compare it.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Seen {
+        Here,
+        Owner(String),
+        Place,
+        Merge,
+    }
+
+    fn route(method: &Method, path: &str) -> Seen {
+        match route_of(&crate::SURFACES, method, path) {
+            Route::Here => Seen::Here,
+            Route::Owner(key) => Seen::Owner(key),
+            Route::Place(_) => Seen::Place,
+            Route::Merge(_) => Seen::Merge,
+        }
+    }
+
     #[test]
     fn routes_follow_the_surfaces_paths() {
         let get = Method::GET;
         let post = Method::POST;
-        assert_eq!(route_of(&post, "/v1/sandboxes"), Route::Place);
-        assert_eq!(route_of(&post, "/sandboxes"), Route::Place);
-        assert_eq!(route_of(&post, "/api/sandbox"), Route::Place);
-        assert_eq!(route_of(&get, "/v1/sandboxes"), Route::Merge);
-        assert_eq!(route_of(&get, "/v2/sandboxes"), Route::Merge);
-        assert_eq!(route_of(&get, "/api/sandbox"), Route::Merge);
+        assert_eq!(route(&post, "/v1/sandboxes"), Seen::Place);
+        assert_eq!(route(&post, "/sandboxes"), Seen::Place);
+        assert_eq!(route(&post, "/api/sandbox"), Seen::Place);
+        assert_eq!(route(&get, "/v1/sandboxes"), Seen::Merge);
+        assert_eq!(route(&get, "/v2/sandboxes"), Seen::Merge);
+        assert_eq!(route(&get, "/api/sandbox"), Seen::Merge);
         assert_eq!(
-            route_of(&get, "/v1/sandboxes/sb1/files"),
-            Route::Owner("sb1".into())
+            route(&get, "/v1/sandboxes/sb1/files"),
+            Seen::Owner("sb1".into())
         );
         assert_eq!(
-            route_of(&post, "/sandboxes/sb2/timeout"),
-            Route::Owner("sb2".into())
+            route(&post, "/sandboxes/sb2/timeout"),
+            Seen::Owner("sb2".into())
         );
         assert_eq!(
-            route_of(&get, "/api/toolbox/sb3/toolbox/files"),
-            Route::Owner("sb3".into())
+            route(&get, "/api/toolbox/sb3/toolbox/files"),
+            Seen::Owner("sb3".into())
         );
-        assert_eq!(route_of(&get, "/api/sandbox/paginated"), Route::Here);
-        assert_eq!(route_of(&get, "/v1/images"), Route::Here);
-        assert_eq!(route_of(&get, "/v1/sandboxesx"), Route::Here);
-        assert_eq!(route_of(&get, "/health"), Route::Here);
+        assert_eq!(route(&get, "/api/sandbox/paginated"), Seen::Here);
+        assert_eq!(route(&get, "/v1/images"), Seen::Here);
+        assert_eq!(route(&get, "/v1/sandboxesx"), Seen::Here);
+        assert_eq!(route(&get, "/health"), Seen::Here);
     }
 }

@@ -1,7 +1,7 @@
 //! The Daytona API, served under `/api` on the daemon's listener, so that the real Daytona SDKs
 //! (`daytona` on PyPI, `@daytonaio/sdk`) work unmodified with `DAYTONA_API_URL=http://HOST:PORT/api`
 //! and `DAYTONA_API_KEY` set to a daemon API key, admin or user (sent as `Authorization: Bearer`,
-//! checked by [`crate::auth::authenticate`], refused in Daytona's error shape; Daytona's
+//! checked by [`sandboxd_surface::auth::authenticate`], refused in Daytona's error shape; Daytona's
 //! organization headers are accepted and ignored).
 //!
 //! What is served so far (the rest of Daytona's surface answers 404 or, where a route exists but
@@ -53,16 +53,36 @@ pub mod toolbox;
 pub mod toolbox_error;
 pub mod transfer;
 
-use crate::auth::{self, Auth};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{middleware, Router};
 use sandboxd_service::Service;
+use sandboxd_surface::auth::{self, Auth};
+use sandboxd_surface::routes::{CreateRoute, ListRoute, ListShape, SurfaceRoutes};
 
 /// Largest JSON body accepted.
 const JSON_LIMIT: usize = 1024 * 1024;
+
+/// This API's sandbox routes, for the cluster's forwarding layer.
+pub const CLUSTER_ROUTES: SurfaceRoutes = SurfaceRoutes {
+    sandbox_roots: &["/api/sandbox", "/api/toolbox"],
+    not_sandboxes: &["paginated"],
+    creates: &[CreateRoute {
+        path: "/api/sandbox",
+        template_field: "snapshot",
+        fingerprint: None,
+    }],
+    lists: &[ListRoute {
+        path: "/api/sandbox",
+        shape: ListShape::Envelope {
+            items: "items",
+            created: "createdAt",
+            id: "id",
+        },
+    }],
+};
 
 /// The Daytona routes, authenticated, to merge into the daemon's router.
 pub fn router(service: Service, auth: Auth) -> Router {

@@ -1,6 +1,6 @@
 //! The Daytona surface's error shape, `{"statusCode": <HTTP status>, "message": "...", "code":
 //! "<kind>"}`, and the one place service errors become it. Statuses are the native API's
-//! ([`crate::error::Error`]'s mapping), so every surface agrees on what each service error means.
+//! ([`sandboxd_surface::error::Error`]'s mapping), so every surface agrees on what each service error means.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -36,12 +36,12 @@ impl DaytonaError {
 
 impl From<ServiceError> for DaytonaError {
     fn from(e: ServiceError) -> Self {
-        crate::error::Error::from(e).into()
+        sandboxd_surface::error::Error::from(e).into()
     }
 }
 
-impl From<crate::error::Error> for DaytonaError {
-    fn from(native: crate::error::Error) -> Self {
+impl From<sandboxd_surface::error::Error> for DaytonaError {
+    fn from(native: sandboxd_surface::error::Error) -> Self {
         Self {
             status: native.status,
             code: native.code,
@@ -58,6 +58,9 @@ impl IntoResponse for DaytonaError {
             "message": self.message,
             "code": self.code,
         });
-        crate::error::with_retry_after((self.status, Json(body)).into_response(), self.retry_after)
+        sandboxd_surface::error::with_retry_after(
+            (self.status, Json(body)).into_response(),
+            self.retry_after,
+        )
     }
 }

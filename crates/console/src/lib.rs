@@ -4,7 +4,7 @@
 //! Contract: the assets are public (they hold no data); everything the page shows comes from the
 //! API it calls with the key the user signs in with, which the page keeps in the browser session's
 //! storage only. Without a key the page shows the sign-in and nothing else. Its terminal is the
-//! `/v1` terminal WebSocket, the key offered as a subprotocol ([`crate::auth::WEBSOCKET_BEARER`]).
+//! `/v1` terminal WebSocket, the key offered as a subprotocol (`sandboxd_surface::auth::WEBSOCKET_BEARER`).
 //! The page may load nothing but its own assets (`Content-Security-Policy`).
 
 use axum::extract::Path;
@@ -15,37 +15,33 @@ use axum::Router;
 
 /// `(name, content type, bytes)` of every asset under `/console/assets/`.
 const ASSETS: &[(&str, &str, &[u8])] = &[
-    ("app.js", JS, include_bytes!("../console/app.js")),
-    ("api.js", JS, include_bytes!("../console/api.js")),
-    ("ui.js", JS, include_bytes!("../console/ui.js")),
-    (
-        "sandboxes.js",
-        JS,
-        include_bytes!("../console/sandboxes.js"),
-    ),
-    ("sandbox.js", JS, include_bytes!("../console/sandbox.js")),
-    ("admin.js", JS, include_bytes!("../console/admin.js")),
-    ("app.css", CSS, include_bytes!("../console/app.css")),
+    ("app.js", JS, include_bytes!("../assets/app.js")),
+    ("api.js", JS, include_bytes!("../assets/api.js")),
+    ("ui.js", JS, include_bytes!("../assets/ui.js")),
+    ("sandboxes.js", JS, include_bytes!("../assets/sandboxes.js")),
+    ("sandbox.js", JS, include_bytes!("../assets/sandbox.js")),
+    ("admin.js", JS, include_bytes!("../assets/admin.js")),
+    ("app.css", CSS, include_bytes!("../assets/app.css")),
     (
         "vendor/xterm.js",
         JS,
-        include_bytes!("../console/vendor/xterm.js"),
+        include_bytes!("../assets/vendor/xterm.js"),
     ),
     (
         "vendor/addon-fit.js",
         JS,
-        include_bytes!("../console/vendor/addon-fit.js"),
+        include_bytes!("../assets/vendor/addon-fit.js"),
     ),
     (
         "vendor/xterm.css",
         CSS,
-        include_bytes!("../console/vendor/xterm.css"),
+        include_bytes!("../assets/vendor/xterm.css"),
     ),
 ];
 
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
-const INDEX: &[u8] = include_bytes!("../console/index.html");
+const INDEX: &[u8] = include_bytes!("../assets/index.html");
 
 /// Only the console's own assets; xterm.js sets styles inline; the API and its WebSockets are
 /// same-origin.

@@ -256,7 +256,7 @@ pub async fn build_logs(
     let follow = follow_of(&query)?;
     let template = service.get_template(&name).await?;
     let text = |l: &LogLine| format!("{}\n", l.line).into_bytes();
-    let body = crate::templates::log_stream(service, template.name, 0, follow, text);
+    let body = sandboxd_surface::logs::log_stream(service, template.name, 0, follow, text);
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
 
@@ -294,7 +294,7 @@ pub async fn of_sandbox(
 /// its resources, labels and idle policy ([`Service::fork`]); answers once it runs.
 pub async fn fork(
     State(service): State<Service>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    caller: Option<axum::Extension<sandboxd_surface::auth::Caller>>,
     Path(key): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -302,7 +302,7 @@ pub async fn fork(
     let req: NameOnly = super::control::parse(&body)?;
     let source = service.get(&key).await?;
     let idle = service.idle_policy(&source.id).await?;
-    let owner = crate::v1::key_id(caller.as_ref());
+    let owner = sandboxd_surface::key_id(caller.as_ref());
     let name = req.name.filter(|n| !n.is_empty());
     let forked = service.fork(&source.id, &owner, name).await?;
     if let Some(policy) = idle {

@@ -108,6 +108,6 @@ pub async fn build_logs(
         return Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "").into_response());
     }
     let text = |l: &LogLine| format!("{}\n", l.line).into_bytes();
-    let body = crate::templates::log_stream(service, template, 0, follow, text);
+    let body = sandboxd_surface::logs::log_stream(service, template, 0, follow, text);
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }

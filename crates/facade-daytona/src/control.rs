@@ -75,7 +75,7 @@ fn single_from(dockerfile: &str) -> Option<&str> {
 /// `POST /api/sandbox`.
 pub async fn create(
     State(service): State<Service>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    caller: Option<axum::Extension<sandboxd_surface::auth::Caller>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
@@ -164,7 +164,7 @@ pub async fn create(
         }),
         ..Default::default()
     };
-    let owner = crate::v1::key_id(caller.as_ref());
+    let owner = sandboxd_surface::key_id(caller.as_ref());
     if building {
         let pending = service
             .create_when_built(&owner, create, Some(idle))

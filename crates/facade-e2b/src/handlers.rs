@@ -4,7 +4,6 @@ use super::error::E2bError;
 use super::models::{
     e2b_state, ConnectRequest, Metric, NewSandbox, PauseRequest, SandboxBody, TimeoutRequest,
 };
-use crate::auth::Caller;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -15,6 +14,7 @@ use sandboxd_service::idempotency::Replayable;
 use sandboxd_service::sandboxes::rfc3339;
 use sandboxd_service::Service;
 use sandboxd_store::{unix_millis_now, Sandbox, SandboxFilter, SandboxState};
+use sandboxd_surface::auth::Caller;
 use std::time::Duration;
 
 type Result<T> = std::result::Result<T, E2bError>;
@@ -58,10 +58,7 @@ fn detail(service: &Service, sandbox: &Sandbox) -> SandboxBody {
 
 /// The dedupe fingerprint of an E2B create body ([`sandboxd_service::e2b::E2bCreate::fingerprint`]),
 /// or `None` for a body the create would refuse.
-pub(crate) fn create_fingerprint(
-    body: &[u8],
-    default_timeout: std::time::Duration,
-) -> Option<String> {
+pub fn create_fingerprint(body: &[u8], default_timeout: std::time::Duration) -> Option<String> {
     let req = parse::<NewSandbox>(body).ok()?.into_create().ok()?;
     Some(req.normalized(default_timeout).fingerprint())
 }
@@ -75,7 +72,7 @@ pub async fn create(
     body: Bytes,
 ) -> Result<Response> {
     let mut req = parse::<NewSandbox>(&body)?.into_create()?;
-    req.owner = crate::v1::key_id(caller.as_ref());
+    req.owner = sandboxd_surface::key_id(caller.as_ref());
     let work = |_stale: Option<String>| async {
         let created = service.e2b_create(req).await;
         match created {
@@ -121,7 +118,10 @@ pub async fn create(
             .headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
-    Ok(crate::error::with_retry_after(response, answer.retry_after))
+    Ok(sandboxd_surface::error::with_retry_after(
+        response,
+        answer.retry_after,
+    ))
 }
 
 /// `GET /sandboxes/{id}`.

@@ -1,7 +1,5 @@
-//! The MCP tools, each a translation onto a service flow (see the module contract in [`super`]).
+//! The MCP tools, each a translation onto a service flow (see the crate contract in [`crate`]).
 
-use crate::auth::Caller;
-use crate::error::Error;
 use futures::StreamExt;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
@@ -12,6 +10,8 @@ use sandboxd_service::code::code_lines;
 use sandboxd_service::sandboxes::to_api;
 use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::SandboxFilter;
+use sandboxd_surface::auth::Caller;
+use sandboxd_surface::error::Error;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

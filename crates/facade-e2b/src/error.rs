@@ -52,11 +52,11 @@ impl E2bError {
     }
 }
 
-/// Statuses are the native API's ([`crate::error::Error`]'s mapping), so both surfaces agree on what
+/// Statuses are the native API's ([`sandboxd_surface::error::Error`]'s mapping), so both surfaces agree on what
 /// each service error means; only the shape differs.
 impl From<ServiceError> for E2bError {
     fn from(e: ServiceError) -> Self {
-        let native = crate::error::Error::from(e);
+        let native = sandboxd_surface::error::Error::from(e);
         Self {
             status: native.status,
             message: native.message,
@@ -183,11 +183,14 @@ mod tests {
     async fn every_error_leaves_as_code_and_message() {
         use serde_json::json;
         let plain = (StatusCode::PAYLOAD_TOO_LARGE, "length limit exceeded").into_response();
-        let native =
-            crate::error::Error::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid token")
-                .into_response();
+        let native = sandboxd_surface::error::Error::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "invalid token",
+        )
+        .into_response();
         let mut in_flight =
-            crate::error::Error::new(StatusCode::CONFLICT, "request_in_flight", "wait");
+            sandboxd_surface::error::Error::new(StatusCode::CONFLICT, "request_in_flight", "wait");
         in_flight.retry_after = Some(3);
         let empty = StatusCode::METHOD_NOT_ALLOWED.into_response();
         let own = E2bError::not_found("sandbox x not found").into_response();

@@ -1,7 +1,7 @@
 //! The E2B control API, served at the root of the daemon's listener beside `/v1`, so that the real E2B
 //! SDKs work unmodified with `E2B_API_URL` and `E2B_SANDBOX_URL` pointed at the daemon and
 //! `E2B_API_KEY` set to a daemon API key, admin or user — minted ones are `e2b_` + 40 hex digits, as
-//! E2B's are (sent as `X-API-KEY`, checked by [`crate::auth::require`]).
+//! E2B's are (sent as `X-API-KEY`, checked by [`sandboxd_surface::auth::require`]).
 //!
 //! Routes (as the SDKs' generated clients call them):
 //! - `POST /v2/sandboxes`, `POST /sandboxes` (older SDKs): create → 201 `Sandbox`; identical bodies
@@ -34,18 +34,60 @@ pub mod handlers;
 pub mod models;
 pub mod templates;
 
-use crate::auth::{self, Auth};
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{middleware, Router};
 use sandboxd_proxy::{SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
 use sandboxd_service::ports::AGENT_PORT;
-use sandboxd_service::Service;
+use sandboxd_service::{Service, ServiceError};
+use sandboxd_surface::auth::{self, Auth};
+use sandboxd_surface::routes::{CreateRoute, Fingerprint, ListRoute, ListShape, SurfaceRoutes};
 
 /// Largest JSON body accepted.
-const JSON_LIMIT: usize = 1024 * 1024;
+const JSON_LIMIT: usize = sandboxd_surface::JSON_LIMIT;
+
+/// This API's sandbox routes, for the cluster's forwarding layer: creates are routed by their
+/// dedupe fingerprint, so every duplicate meets the first on one node.
+pub const CLUSTER_ROUTES: SurfaceRoutes = SurfaceRoutes {
+    sandbox_roots: &["/sandboxes", "/v2/sandboxes"],
+    not_sandboxes: &[],
+    creates: &[
+        CreateRoute {
+            path: "/sandboxes",
+            template_field: "templateID",
+            fingerprint: Some(FINGERPRINT),
+        },
+        CreateRoute {
+            path: "/v2/sandboxes",
+            template_field: "templateID",
+            fingerprint: Some(FINGERPRINT),
+        },
+    ],
+    lists: &[
+        ListRoute {
+            path: "/v2/sandboxes",
+            shape: ListShape::Paged {
+                created: "startedAt",
+                id: "sandboxID",
+            },
+        },
+        ListRoute {
+            path: "/sandboxes",
+            shape: ListShape::Whole,
+        },
+    ],
+};
+
+const FINGERPRINT: Fingerprint = Fingerprint {
+    of: handlers::create_fingerprint,
+    refusal: refuse,
+};
+
+fn refuse(e: ServiceError) -> Response {
+    error::E2bError::from(e).into_response()
+}
 
 /// The E2B routes, authenticated. Merge into the daemon's router and layer [`error::shape_errors`]
 /// over the whole of it, so that what other layers answer on these paths has the E2B shape too.
