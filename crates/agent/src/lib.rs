@@ -12,6 +12,9 @@
 //! [`interpreter`] is a third, separate job of the same binary: E2B's code interpreter on Jupyter
 //! kernels, started inside a sandbox by the templates that carry it.
 //!
+//! [`tool`] is the small file machinery the daemon's sessions run with this binary inside a sandbox,
+//! so that they need nothing of the image.
+//!
 //! [`init`] is the PID 1 loop that ties them together: it reaps every zombie and forwards termination
 //! signals to the server. [`confine`] holds the seccomp filter and capability set every sandbox process
 //! runs under.
@@ -22,3 +25,4 @@ pub mod confine;
 pub mod init;
 pub mod interpreter;
 pub mod server;
+pub mod tool;

@@ -6,6 +6,9 @@
 //! - `sandboxd-agent interpreter` serves the code interpreter (port 49999) inside a sandbox; with
 //!   `--probe` it only checks that one answers (a template's ready command).
 //!
+//! - `sandboxd-agent tool OP …` is a file operation of the daemon's session machinery inside a sandbox
+//!   (`sandboxd_agent::tool`); it is not for people.
+//!
 //! Logs go to stderr (the sandbox's boot log under `boot`), filtered by `RUST_LOG` (default `info`;
 //! the runtime sets it from `SANDBOXD_AGENT_LOG`).
 
@@ -44,12 +47,22 @@ enum Command {
         #[arg(long)]
         probe: bool,
     },
+    /// A file operation of the daemon's session machinery (run inside a sandbox by the daemon).
+    #[command(hide = true)]
+    Tool {
+        #[command(subcommand)]
+        op: sandboxd_agent::tool::Op,
+    },
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let Command::Tool { op } = &cli.command {
+        std::process::exit(sandboxd_agent::tool::run(op));
+    }
     init_logging();
     match cli.command {
+        Command::Tool { .. } => unreachable!("handled above"),
         Command::Boot => sandboxd_agent::boot::run(),
         Command::Interpreter { listen, probe } => {
             let code = if probe {

@@ -11,10 +11,14 @@
 //! Contract:
 //! - Session ids are 1–64 of `[A-Za-z0-9._-]`; creating one that exists is a conflict.
 //! - A command runs in the session's shell itself (not a subshell), its stdin its FIFO (opened read
-//!   and write by the shell, so it never sees an end of input; where `mkfifo` is missing, an empty
-//!   file); commands of one session run in order. [`Service::session_exec`] answers once the command
-//!   is handed to the shell; [`Service::session_wait`] waits for its end;
-//!   [`Service::session_input`] writes to its stdin while it runs.
+//!   and write by the shell, so it never sees an end of input); commands of one session run in order.
+//!   [`Service::session_exec`] answers once the command is handed to the shell;
+//!   [`Service::session_wait`] waits for its end; [`Service::session_input`] writes to its stdin
+//!   while it runs.
+//! - The machinery needs nothing of the image but `/bin/bash`: its directory is made through the
+//!   agent's file API, and the FIFO, the exit code and the input are the agent's own binary's work
+//!   (`/.sandboxd/agent tool`, `sandboxd_agent::tool`), the script around a command uses only bash's
+//!   builtins besides it. No wait outlives the session: a shell that is gone ends the wait at once.
 //! - Deleting a session kills its shell (and what it runs) and removes its files.
 
 use crate::exec::agent_error;
@@ -84,16 +88,22 @@ pub fn validate_id(what: &str, id: &str) -> Result<(), ServiceError> {
     }
 }
 
-/// The shell text that runs `command` as command `cid` of the session in `dir`.
+/// The shell text that runs `command` as command `cid` of the session in `dir`: bash's builtins and
+/// the agent's binary only.
 fn script(dir: &str, cid: &str, command: &str) -> String {
     let base = format!("{dir}/{cid}");
     // The newline before `}` ends a trailing comment of the command.
     format!(
-        "mkfifo '{base}.in' 2>/dev/null || : >'{base}.in'; \
-         {{ {command}\n}} <>'{base}.in' >'{base}.out' 2>'{base}.err'; __sandboxd_rc=$?; rm -f '{base}.in'; \
-         echo $__sandboxd_rc >'{base}.exit.tmp'; mv '{base}.exit.tmp' '{base}.exit'\n"
+        "'{AGENT}' tool fifo '{base}.in'; \
+         {{ {command}\n}} <>'{base}.in' >'{base}.out' 2>'{base}.err'; __sandboxd_rc=$?; \
+         '{AGENT}' tool ended '{base}' $__sandboxd_rc\n"
     )
 }
+
+/// The agent's binary inside every sandbox.
+const AGENT: &str = sandboxd_runtime::namespace::rootfs::AGENT_PATH;
+/// How often a waiter checks that the session's shell is still there.
+const ALIVE_EVERY: u32 = 25;
 
 impl Service {
     /// Starts session `session` in sandbox `key`.
@@ -115,14 +125,14 @@ impl Service {
             tag: Some(tag(session)),
             stdin: Some(true),
         };
+        match client.make_dir(&dir(session)).await.map_err(agent_error) {
+            Ok(_) | Err(ServiceError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
         // The shell outlives this call; its events are not needed.
         let started = client.start(request).await.map_err(agent_error)?;
         drop(started);
-        let setup = format!("mkdir -p '{}'\n", dir(session));
-        client
-            .send_stdin(ProcessSelector::Tag(tag(session)), Bytes::from(setup))
-            .await
-            .map_err(agent_error)
+        Ok(())
     }
 
     /// The sessions of sandbox `key`, by id.
@@ -309,18 +319,27 @@ impl Service {
         data: Bytes,
     ) -> Result<SessionInput, ServiceError> {
         let (client, base) = self.command_files(key, session, cid).await?;
-        // A process of the sandbox copies its stdin into the FIFO, which is there while the
-        // command runs (`test -p`); the agent kills it past the deadline.
+        // A command handed to the shell a moment ago may not have its FIFO yet: wait (bounded) for
+        // it, or for the command's end.
+        let started = tokio::time::Instant::now();
+        while client.stat(&format!("{base}.in")).await.is_err() {
+            if self.exit_code(&client, session, cid).await?.is_some() {
+                return Ok(SessionInput::Ended);
+            }
+            if started.elapsed() >= INPUT_DEADLINE {
+                return Err(ServiceError::Conflict(format!(
+                    "command {cid} has not opened its input after {INPUT_DEADLINE:?}: is its session's shell busy with an earlier command?"
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        // A process of the sandbox (the agent's binary) copies its stdin into the FIFO, which is
+        // there while the command runs; the agent kills it past the deadline.
         let writer = crate::sandboxes::random_id("input:", 12);
         let request = StartRequest {
             process: ProcessConfig {
-                cmd: "/bin/sh".into(),
-                args: vec![
-                    "-c".into(),
-                    r#"test -p "$1" && exec cat >"$1""#.into(),
-                    "sh".into(),
-                    format!("{base}.in"),
-                ],
+                cmd: AGENT.into(),
+                args: vec!["tool".into(), "feed".into(), format!("{base}.in")],
                 ..Default::default()
             },
             pty: None,
@@ -352,7 +371,7 @@ impl Service {
         timeout: Duration,
     ) -> Result<CommandOutput, ServiceError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        for round in 0u32.. {
             let output = self.session_output(key, session, cid).await?;
             if output.exit_code.is_some() {
                 return Ok(output);
@@ -362,8 +381,22 @@ impl Service {
                     "command {cid} still runs after {timeout:?}"
                 )));
             }
+            if round % ALIVE_EVERY == ALIVE_EVERY - 1 {
+                let (_, client) = self.agent(key, None).await?;
+                if !self.session_exists(&client, session).await? {
+                    // The shell may have written the end just before it went.
+                    let output = self.session_output(key, session, cid).await?;
+                    if output.exit_code.is_some() {
+                        return Ok(output);
+                    }
+                    return Err(ServiceError::Conflict(format!(
+                        "session {session:?} ended before command {cid} did: its shell is gone"
+                    )));
+                }
+            }
             tokio::time::sleep(POLL).await;
         }
+        unreachable!("the rounds end by returning")
     }
 
     /// Kills session `session`'s shell and removes its files.
@@ -406,15 +439,17 @@ mod tests {
     #[test]
     fn a_command_runs_in_the_shell_itself_and_its_exit_code_lands_whole() {
         let s = script("/d", "c1", "cd /tmp # a comment");
-        assert!(s.starts_with("mkfifo '/d/c1.in'"), "{s}");
+        assert!(
+            s.starts_with("'/.sandboxd/agent' tool fifo '/d/c1.in'"),
+            "{s}"
+        );
         assert!(s.contains("{ cd /tmp # a comment\n}"), "{s}");
         assert!(s.contains("<>'/d/c1.in' >'/d/c1.out' 2>'/d/c1.err'"));
-        // The FIFO goes before the exit code lands: an exit code means no stdin is left.
-        let (fifo_gone, exit) = (
-            s.find("rm -f '/d/c1.in'").unwrap(),
-            s.find(".exit'").unwrap(),
-        );
-        assert!(fifo_gone < exit, "{s}");
-        assert!(s.ends_with("mv '/d/c1.exit.tmp' '/d/c1.exit'\n"));
+        // The agent removes the FIFO, then writes the exit code whole (its own unit tests).
+        assert!(s.ends_with("'/.sandboxd/agent' tool ended '/d/c1' $__sandboxd_rc\n"));
+        // Nothing of the image but bash: no external command besides the agent.
+        for tool in ["mkfifo ", "rm ", "mv ", "cat ", "mkdir "] {
+            assert!(!s.contains(tool), "{tool}in {s}");
+        }
     }
 }

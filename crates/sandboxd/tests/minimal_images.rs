@@ -1,0 +1,115 @@
+//! Sandboxes from images that hold almost nothing: the daemon's own machinery inside a sandbox needs
+//! nothing of the image but what the caller's command needs itself.
+//!
+//! - Daytona's sessions in an image of a static `bash` and `busybox` without its `mkfifo`, `mkdir`,
+//!   `rm`, `mv` and `cat` links: a command answers with its output and exit code, the session keeps
+//!   its state between commands, input reaches a running command, and a command that ends the
+//!   session's shell is answered at once (a clear error), never a wait.
+
+mod common;
+mod e2b_support;
+
+use e2b_support::{call, e2b_test};
+use reqwest::Method;
+use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
+use serde_json::json;
+use std::time::Duration;
+
+/// The static bash Debian's `bash-static` installs.
+const STATIC_BASH: &str = "/bin/bash-static";
+/// Longest any one call of this test may take: none may hang.
+const CALL_DEADLINE: Duration = Duration::from_secs(30);
+
+async fn within<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(CALL_DEADLINE, call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not answer within {CALL_DEADLINE:?}"))
+}
+
+#[test]
+fn sessions_run_in_an_image_without_the_tools_of_a_distribution() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    assert!(
+        std::path::Path::new(STATIC_BASH).exists(),
+        "{STATIC_BASH} is missing: apt-get install bash-static (scripts/test installs it)"
+    );
+    e2b_test(async {
+        let registry = TestRegistry::start();
+        let image = ImageBuilder::busybox()
+            .layer(|root| {
+                for gone in ["mkfifo", "mkdir", "rm", "mv", "cat"] {
+                    std::fs::remove_file(root.join("bin").join(gone)).unwrap();
+                }
+                std::fs::copy(STATIC_BASH, root.join("bin/bash")).unwrap();
+            })
+            .build();
+        registry.push(&image, "team/minimal:v1");
+        let mut setup = e2b_support::setup();
+        setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
+        let d = common::Daemon::start_setup(setup).await;
+        let id = common::id_of(&d.create(json!({ "image": "team/minimal:v1" })).await);
+        let t = format!("/api/toolbox/{id}/process/session");
+
+        let (status, answer) = within(
+            "create_session",
+            call(&d, Method::POST, &t, Some(json!({ "sessionId": "s1" }))),
+        )
+        .await;
+        assert!(status < 300, "create_session: {status} {answer}");
+        let exec_path = format!("{t}/s1/exec");
+        let exec = |command: &str, run_async: bool| {
+            let body = json!({ "command": command, "runAsync": run_async });
+            call(&d, Method::POST, &exec_path, Some(body))
+        };
+
+        let (status, answer) = within("echo", exec("echo hi", false)).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["stdout"], "hi\n", "{answer}");
+        assert_eq!(answer["exitCode"], 0, "{answer}");
+
+        // The session's own shell keeps its state.
+        let (status, answer) = within("cd", exec("cd /tmp; X=5; false", false)).await;
+        assert_eq!((status, &answer["exitCode"]), (200, &json!(1)), "{answer}");
+        let (_, answer) = within("state", exec("echo $X $PWD", false)).await;
+        assert_eq!(answer["stdout"], "5 /tmp\n", "{answer}");
+
+        // Input reaches a command while it runs.
+        let (status, answer) = within("read", exec("read line; echo got $line", true)).await;
+        assert_eq!(status, 202, "{answer}");
+        let cid = answer["cmdId"].as_str().expect("a command id").to_string();
+        let input = format!("{t}/s1/command/{cid}/input");
+        let (status, answer) = within(
+            "input",
+            call(&d, Method::POST, &input, Some(json!({ "data": "word\n" }))),
+        )
+        .await;
+        assert!(status < 300, "input: {status} {answer}");
+        let logs = format!("{t}/s1/command/{cid}/logs");
+        let mut said = json!(null);
+        for _ in 0..100 {
+            said = within("logs", call(&d, Method::GET, &logs, None)).await.1;
+            if said["stdout"] == "got word\n" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(said["stdout"], "got word\n", "{said}");
+        let (status, _) = within(
+            "late input",
+            call(&d, Method::POST, &input, Some(json!({ "data": "more\n" }))),
+        )
+        .await;
+        assert_eq!(status, 410, "input after the command ended");
+
+        // A command that ends the shell itself is answered, not waited for forever.
+        let (status, answer) = within("exit", exec("exit 3", false)).await;
+        assert_eq!(status, 409, "{answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(message.contains("shell is gone"), "{answer}");
+
+        let (status, _) = call(&d, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
+        assert!(status < 300, "delete: {status}");
+    });
+}
