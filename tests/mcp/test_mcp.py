@@ -30,13 +30,26 @@ async def call(session, tool, args):
     return result.structured_content
 
 
-async def expect_error(session, tool, args, words):
+async def expect_error(session, tool, args, words, code, status):
+    """A failing tool answers a result with isError (not a protocol error), so the model sees the
+    API's message; its structured content keeps the API's code and status."""
+    result = await session.call_tool(tool, args)
+    assert result.is_error, f"{tool} {args}: expected a failed tool result, got {result}"
+    text = " ".join(c.text for c in result.content if getattr(c, "text", None))
+    assert words in text, f"{tool}: {text}"
+    failure = result.structured_content
+    assert failure["code"] == code and failure["status"] == status, f"{tool}: {failure}"
+    assert words in failure["message"], f"{tool}: {failure}"
+    return result
+
+
+async def expect_protocol_error(session, tool, args):
+    """An unknown tool stays a protocol error."""
     try:
         result = await session.call_tool(tool, args)
     except MCPError as e:
-        assert words in str(e), f"{tool}: {e}"
         return e
-    raise AssertionError(f"{tool} {args}: expected an MCP error, got {result}")
+    raise AssertionError(f"{tool} {args}: expected a protocol error, got {result}")
 
 
 async def exercise(session, via):
@@ -57,13 +70,17 @@ async def exercise(session, via):
     sandboxes = await call(session, "list_sandboxes", {})
     assert sid in [s["id"] for s in sandboxes["sandboxes"]], sandboxes
 
-    # The API's messages, as MCP errors.
-    await expect_error(session, "run_command", {"sandbox": "no-such-sandbox", "command": "true"}, "not found")
-    await expect_error(session, "read_file", {"sandbox": sid, "path": "relative/path"}, "absolute")
-    await expect_error(session, "run_code", {"sandbox": sid, "code": "1+1"}, "interpreter")
+    # The API's messages, as failed tool results the model can read.
+    await expect_error(session, "run_command", {"sandbox": "no-such-sandbox", "command": "true"},
+                       "not found", "not_found", 404)
+    await expect_error(session, "read_file", {"sandbox": sid, "path": "relative/path"},
+                       "absolute", "invalid_request", 400)
+    await expect_error(session, "run_code", {"sandbox": sid, "code": "1+1"}, "interpreter",
+                       "conflict", 409)
+    await expect_protocol_error(session, "no_such_tool", {})
 
     await call(session, "delete_sandbox", {"sandbox": sid})
-    await expect_error(session, "delete_sandbox", {"sandbox": sid}, "not found")
+    await expect_error(session, "delete_sandbox", {"sandbox": sid}, "not found", "not_found", 404)
     print(f"{via}: ok")
 
 

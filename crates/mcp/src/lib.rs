@@ -9,8 +9,9 @@
 //!   answered 401 before any MCP message is read.
 //! - The server is stateless (no MCP session is kept between requests; answers are plain JSON), so a
 //!   daemon restart loses nothing a client holds.
-//! - A tool's failure is an MCP error carrying the API's message; its `data` holds the API's `code`
-//!   and HTTP `status` (`invalid_params` for the caller's mistakes, `internal_error` otherwise).
+//! - A tool's failure is a tool result with `isError: true`, as the MCP specification asks, so the
+//!   model sees it and can correct itself: its text is the API's message, its structured content
+//!   the API's `{code, status, message}`. An unknown tool is a protocol error.
 
 pub mod tools;
 

@@ -2,8 +2,9 @@
 
 use futures::StreamExt;
 use rmcp::handler::server::tool::Extension;
+use rmcp::handler::server::tool::IntoCallToolResult;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler};
 use sandboxd_api_types as api;
 use sandboxd_service::code::code_lines;
@@ -102,21 +103,46 @@ pub struct ExposePortArgs {
     pub protocol: Option<String>,
 }
 
-/// A service failure as an MCP error with the API's message, code and status.
-fn mcp_error(e: ServiceError) -> ErrorData {
-    let e = Error::from(e);
-    let data = Some(json!({ "code": e.code, "status": e.status.as_u16() }));
-    if e.status.is_client_error() {
-        ErrorData::invalid_params(e.message, data)
-    } else {
-        ErrorData::internal_error(e.message, data)
+/// A tool that failed: the model sees a result with `isError` (not a protocol error), its text the
+/// API's message and its structured content the API's `{code, status, message}`, so that it can
+/// correct itself. An unknown tool stays a protocol error (rmcp's own).
+#[derive(Debug)]
+pub struct ToolFailure(Error);
+
+impl IntoCallToolResult for ToolFailure {
+    fn into_call_tool_result(self) -> Result<CallToolResponse, ErrorData> {
+        let Error {
+            status,
+            code,
+            message,
+            ..
+        } = self.0;
+        let mut result = CallToolResult::structured_error(json!({
+            "code": code,
+            "status": status.as_u16(),
+            "message": message,
+        }));
+        result.content = vec![rmcp::model::ContentBlock::text(message)];
+        Ok(result.into())
     }
 }
 
-fn structured(value: impl serde::Serialize) -> Result<CallToolResult, ErrorData> {
+/// What a tool answers.
+type Answer = Result<CallToolResult, ToolFailure>;
+
+/// A service failure as the tool's failure.
+fn mcp_error(e: ServiceError) -> ToolFailure {
+    ToolFailure(Error::from(e))
+}
+
+fn structured(value: impl serde::Serialize) -> Answer {
     serde_json::to_value(value)
         .map(CallToolResult::structured)
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+        .map_err(|e| {
+            mcp_error(ServiceError::InvalidRequest(format!(
+                "unserializable answer: {e}"
+            )))
+        })
 }
 
 #[tool_router]
@@ -132,7 +158,7 @@ impl SandboxTools {
         &self,
         Extension(http): Extension<http::request::Parts>,
         Parameters(a): Parameters<CreateSandboxArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Answer {
         // The daemon's authentication put the caller on the request before it reached MCP.
         let owner = http
             .extensions
@@ -157,7 +183,7 @@ impl SandboxTools {
     }
 
     #[tool(description = "List the sandboxes.")]
-    async fn list_sandboxes(&self) -> Result<CallToolResult, ErrorData> {
+    async fn list_sandboxes(&self) -> Answer {
         let filter = SandboxFilter {
             limit: 1000,
             ..Default::default()
@@ -168,10 +194,7 @@ impl SandboxTools {
     }
 
     #[tool(description = "Delete a sandbox and everything in it.")]
-    async fn delete_sandbox(
-        &self,
-        Parameters(a): Parameters<SandboxArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn delete_sandbox(&self, Parameters(a): Parameters<SandboxArgs>) -> Answer {
         self.service.delete(&a.sandbox).await.map_err(mcp_error)?;
         structured(json!({ "deleted": a.sandbox }))
     }
@@ -179,10 +202,7 @@ impl SandboxTools {
     #[tool(
         description = "Run a shell command in a sandbox and wait for it; returns its exit code, stdout and stderr."
     )]
-    async fn run_command(
-        &self,
-        Parameters(a): Parameters<RunCommandArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn run_command(&self, Parameters(a): Parameters<RunCommandArgs>) -> Answer {
         let req = api::ExecRequest {
             cmd: vec!["sh".into(), "-c".into(), a.command],
             env: a.env,
@@ -201,10 +221,7 @@ impl SandboxTools {
     #[tool(
         description = "Run code in a sandbox's code interpreter (Jupyter kernels; state is kept between calls); returns its output lines: stdout, stderr, results (text, images, charts) and an error if it raised."
     )]
-    async fn run_code(
-        &self,
-        Parameters(a): Parameters<RunCodeArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn run_code(&self, Parameters(a): Parameters<RunCodeArgs>) -> Answer {
         let req = api::RunCode {
             code: a.code,
             context_id: None,
@@ -231,10 +248,7 @@ impl SandboxTools {
     }
 
     #[tool(description = "Read a text file from a sandbox (at most 4 MiB).")]
-    async fn read_file(
-        &self,
-        Parameters(a): Parameters<PathArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn read_file(&self, Parameters(a): Parameters<PathArgs>) -> Answer {
         let mut chunks = std::pin::pin!(self
             .service
             .read_file(&a.sandbox, &a.path, None)
@@ -245,32 +259,31 @@ impl SandboxTools {
             let chunk = chunk.map_err(|e| mcp_error(sandboxd_service::exec::agent_error(e)))?;
             content.extend_from_slice(&chunk);
             if content.len() > MAX_READ_BYTES {
-                return Err(ErrorData::invalid_params(
+                return Err(ToolFailure(Error::new(
+                    http::StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
                     format!(
                         "{} is larger than 4 MiB: download it with GET /v1/sandboxes/{{id}}/files",
                         a.path
                     ),
-                    Some(json!({ "code": "too_large", "status": 413 })),
-                ));
+                )));
             }
         }
         let text = String::from_utf8(content).map_err(|_| {
-            ErrorData::invalid_params(
+            ToolFailure(Error::new(
+                http::StatusCode::BAD_REQUEST,
+                "not_text",
                 format!(
                     "{} is not UTF-8 text: download it with GET /v1/sandboxes/{{id}}/files",
                     a.path
                 ),
-                Some(json!({ "code": "not_text", "status": 400 })),
-            )
+            ))
         })?;
         structured(json!({ "path": a.path, "content": text }))
     }
 
     #[tool(description = "Write a text file in a sandbox, creating parent directories.")]
-    async fn write_file(
-        &self,
-        Parameters(a): Parameters<WriteFileArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn write_file(&self, Parameters(a): Parameters<WriteFileArgs>) -> Answer {
         let bytes = a.content.len();
         let body = futures::stream::iter([Ok(bytes::Bytes::from(a.content))]);
         self.service
@@ -281,10 +294,7 @@ impl SandboxTools {
     }
 
     #[tool(description = "List a directory of a sandbox.")]
-    async fn list_files(
-        &self,
-        Parameters(a): Parameters<PathArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn list_files(&self, Parameters(a): Parameters<PathArgs>) -> Answer {
         let list = self
             .service
             .list_files(&a.sandbox, &a.path)
@@ -296,10 +306,7 @@ impl SandboxTools {
     #[tool(
         description = "Expose a port a server in the sandbox listens on; returns its public URL."
     )]
-    async fn expose_port(
-        &self,
-        Parameters(a): Parameters<ExposePortArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn expose_port(&self, Parameters(a): Parameters<ExposePortArgs>) -> Answer {
         let req = api::ExposePort {
             port: a.port,
             protocol: a.protocol.unwrap_or_else(|| "http".into()),

@@ -11,7 +11,8 @@ use serde_json::json;
 
 /// Invariant: every MCP call is authenticated with an API key, on both transports; the nine tools
 /// create, run, read, write, list and delete through the daemon's own flows, and their failures are
-/// MCP errors carrying the API's message.
+/// tool results with `isError` carrying the API's message, code and status (an unknown tool is a
+/// protocol error).
 #[test]
 fn the_official_mcp_client_drives_the_tools_over_stdio_and_http() {
     e2b_test(async {
