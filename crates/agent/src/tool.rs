@@ -8,10 +8,11 @@
 //!   not), then writes `CODE` to `BASE.exit` whole (written aside, renamed into place), so a reader
 //!   that sees an exit code sees no stdin left.
 //! - `feed PATH`: copies standard input into the FIFO at `PATH` while the command that reads it runs;
-//!   exit 3 when `PATH` is no FIFO (the command ended), never creating a file there.
+//!   exit 3 when `PATH` is no FIFO or the command ended before it took the input, never creating a
+//!   file there.
 
 use nix::sys::stat::Mode;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -72,11 +73,42 @@ fn feed(path: &str) -> i32 {
         Ok(f) => f,
         Err(_) => return NO_FIFO,
     };
-    match std::io::copy(&mut std::io::stdin().lock(), &mut fifo).and_then(|_| fifo.flush()) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("sandboxd-agent tool: feed {path}: {e}");
-            1
+    // The agent hands its children the ends of non-blocking pipes: a read that found nothing yet
+    // would fail instead of waiting for the rest of the input.
+    blocking_stdin();
+    // A plain read-and-write loop, not `io::copy`: its splice fails at once once the command has
+    // closed the FIFO, even when all there was to give had reached it.
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stdin.read(&mut buf) {
+            Ok(0) => return 0,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                eprintln!("sandboxd-agent tool: feed {path}: reading the input: {e}");
+                return 1;
+            }
+        };
+        match fifo.write_all(&buf[..n]) {
+            Ok(()) => {}
+            // The command ended before it took this.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return NO_FIFO,
+            Err(e) => {
+                eprintln!("sandboxd-agent tool: feed {path}: {e}");
+                return 1;
+            }
+        }
+    }
+}
+
+/// Clears `O_NONBLOCK` on standard input.
+fn blocking_stdin() {
+    // SAFETY: fcntl on fd 0 with F_GETFL/F_SETFL reads and sets its status flags; no memory is passed.
+    unsafe {
+        let flags = libc::fcntl(0, libc::F_GETFL);
+        if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+            libc::fcntl(0, libc::F_SETFL, flags & !libc::O_NONBLOCK);
         }
     }
 }
