@@ -5,6 +5,7 @@
 //!   `rm`, `mv` and `cat` links: a command answers with its output and exit code, the session keeps
 //!   its state between commands, input reaches a running command, and a command that ends the
 //!   session's shell is answered at once (a clear error), never a wait.
+//! - An image whose `WorkingDir` is missing from its files: commands start there all the same.
 
 mod common;
 mod e2b_support;
@@ -109,6 +110,30 @@ fn sessions_run_in_an_image_without_the_tools_of_a_distribution() {
         let message = answer["message"].as_str().unwrap_or_default();
         assert!(message.contains("shell is gone"), "{answer}");
 
+        let (status, _) = call(&d, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
+        assert!(status < 300, "delete: {status}");
+    });
+}
+
+/// An image whose configuration names a `WorkingDir` it does not hold (as `umoci config
+/// --workingdir` leaves it): commands start there, made as Docker and runc make it at start (root's,
+/// 0755).
+#[test]
+fn a_working_directory_the_image_lacks_is_made_at_start() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2b_test(async {
+        let registry = TestRegistry::start();
+        let image = ImageBuilder::busybox().workdir("/srv/app").build();
+        registry.push(&image, "team/nowork:v1");
+        let mut setup = e2b_support::setup();
+        setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
+        let d = common::Daemon::start_setup(setup).await;
+        let id = common::id_of(&d.create(json!({ "image": "team/nowork:v1" })).await);
+        let pwd = within("pwd", d.exec(&id, &["sh", "-c", "pwd; stat -c '%a %u' ."])).await;
+        assert_eq!(pwd.exit_code, 0, "{pwd:?}");
+        assert_eq!(pwd.stdout, "/srv/app\n755 0\n", "{pwd:?}");
         let (status, _) = call(&d, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
         assert!(status < 300, "delete: {status}");
     });

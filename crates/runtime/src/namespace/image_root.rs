@@ -9,7 +9,11 @@
 //!   links on the way, see `sandboxd_agent::boot`);
 //! - the default user: the image's `/etc/passwd` and `/etc/group` with `user` (uid and gid 1000)
 //!   added when the image lacks it, and `/home/user` owned by it; `root` is added too if missing;
-//! - a world-writable `/tmp`.
+//! - a world-writable `/tmp`;
+//! - the image's `WorkingDir` when the image lacks it (images made with `umoci`/`buildah config
+//!   --workingdir` often do): made as Docker and runc make it at start, owned by root, mode 0755 —
+//!   only its missing part, and only where every part the image has is a real directory (a working
+//!   directory under a link or a file is left as the image has it: nothing is made through a link).
 //!
 //! The image's files are read, never followed out of their layer: only regular files at paths whose
 //! every component is a real directory count.
@@ -21,7 +25,7 @@ use std::os::unix::fs::{lchown, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the top layer's layout changes, so old ones are rebuilt.
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 
 /// Builds (once) and returns the top layer for `image` under `dir`, owned as the sandbox's ids
 /// starting at `id_base` say.
@@ -41,8 +45,117 @@ pub fn ensure_top(dir: &Path, image: &ImageRoot, id_base: u32) -> Result<PathBuf
         }
     }
     let top = dir.join(format!("{hex}-v{LAYOUT_VERSION}-{id_base}"));
-    super::rootfs::build_once(&top, |staging| build(staging, &image.layers, id_base))?;
+    super::rootfs::build_once(&top, |staging| {
+        build(staging, &image.layers, id_base)?;
+        match image.workdir.as_deref() {
+            Some(workdir) => make_workdir(staging, &image.layers, workdir, id_base),
+            None => Ok(()),
+        }
+    })?;
     Ok(top)
+}
+
+/// Makes in the top layer `root` the part of `workdir` the merged `layers` lack (see the module doc).
+/// The image's directories on the way are carried up into the top layer with their own mode and
+/// owner (the top layer's copy is what the sandbox sees of them), so only the missing part is new.
+fn make_workdir(
+    root: &Path,
+    layers: &[PathBuf],
+    workdir: &str,
+    id_base: u32,
+) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::MetadataExt;
+    let parts: Vec<&str> = workdir
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    if !workdir.starts_with('/') || parts.contains(&"..") {
+        return Ok(());
+    }
+    let mut rel = PathBuf::new();
+    let mut plan = Vec::new();
+    for part in parts {
+        rel.push(part);
+        let kind = match plan.last() {
+            Some((_, Merged::Absent)) => Merged::Absent,
+            _ => merged_kind(layers, &rel),
+        };
+        if kind == Merged::Other {
+            return Ok(());
+        }
+        plan.push((rel.clone(), kind));
+    }
+    if !plan.iter().any(|(_, k)| *k == Merged::Absent) {
+        return Ok(());
+    }
+    for (rel, kind) in plan {
+        let path = root.join(&rel);
+        match std::fs::symlink_metadata(&path) {
+            // One of the top layer's own directories (`/home`, `/tmp`, …): kept as it is.
+            Ok(meta) if meta.is_dir() => continue,
+            Ok(_) => return Ok(()),
+            Err(_) => {}
+        }
+        let (mode, uid, gid) = match &kind {
+            Merged::Dir(image) => {
+                let meta =
+                    std::fs::symlink_metadata(image).map_err(RuntimeError::io("stat", image))?;
+                (meta.mode() & 0o7777, meta.uid(), meta.gid())
+            }
+            _ => (0o755, id_base, id_base),
+        };
+        std::fs::create_dir(&path).map_err(RuntimeError::io("create", &path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(RuntimeError::io("chmod", &path))?;
+        lchown(&path, Some(uid), Some(gid)).map_err(RuntimeError::io("chown", &path))?;
+    }
+    Ok(())
+}
+
+/// What the merged image has at a path.
+#[derive(Debug, PartialEq, Eq)]
+enum Merged {
+    /// A directory: the highest layer's.
+    Dir(PathBuf),
+    Absent,
+    /// A file, a link, a device: nothing is made at or under it.
+    Other,
+}
+
+/// What the merged `layers` show at `rel` (whose parents the caller found to be directories): the
+/// highest layer that has an entry there decides; a whiteout hides what is below.
+fn merged_kind(layers: &[PathBuf], rel: &Path) -> Merged {
+    use std::os::unix::fs::FileTypeExt;
+    let depth = rel.iter().count();
+    for layer in layers.iter().rev() {
+        // Walk one component at a time: a layer's link is never followed.
+        let mut at = layer.clone();
+        let mut kind = None;
+        for (i, part) in rel.iter().enumerate() {
+            at.push(part);
+            let Ok(meta) = std::fs::symlink_metadata(&at) else {
+                break;
+            };
+            let t = meta.file_type();
+            if t.is_char_device() {
+                kind = Some(Merged::Absent);
+                break;
+            }
+            if i + 1 == depth {
+                kind = Some(if t.is_dir() {
+                    Merged::Dir(at.clone())
+                } else {
+                    Merged::Other
+                });
+            } else if !t.is_dir() {
+                break;
+            }
+        }
+        if let Some(kind) = kind {
+            return kind;
+        }
+    }
+    Merged::Absent
 }
 
 fn build(root: &Path, layers: &[PathBuf], id_base: u32) -> Result<(), RuntimeError> {
@@ -264,6 +377,66 @@ mod tests {
             ensure_top(&dir.path().join("tops"), &image, uid).unwrap(),
             top
         );
+    }
+
+    /// An image's `WorkingDir` that the image lacks is made (its missing part only, root's, 0755);
+    /// one under a link or a file is left alone, and so is one the image has.
+    #[test]
+    fn a_missing_working_directory_is_made_and_never_through_a_link() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let layer = dir.path().join("l1");
+        std::fs::create_dir_all(layer.join("opt/app")).unwrap();
+        std::os::unix::fs::symlink("/etc", layer.join("srvlink")).unwrap();
+        std::fs::write(layer.join("afile"), "x").unwrap();
+        let uid = nix::unistd::getuid().as_raw();
+        let top_for = |digit: char, workdir: &str| {
+            let image = ImageRoot {
+                digest: format!("sha256:{}", digit.to_string().repeat(64)),
+                layers: vec![layer.clone()],
+                workdir: Some(workdir.into()),
+                on_base: false,
+            };
+            ensure_top(&dir.path().join("tops"), &image, uid).unwrap()
+        };
+        let top = top_for('1', "/srv/www/");
+        let made = std::fs::symlink_metadata(top.join("srv/www")).unwrap();
+        assert!(made.is_dir());
+        assert_eq!((made.mode() & 0o7777, made.uid()), (0o755, uid));
+        std::fs::set_permissions(
+            layer.join("opt/app"),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .unwrap();
+        let top = top_for('2', "/opt/app/data");
+        assert!(top.join("opt/app/data").is_dir());
+        let carried = std::fs::symlink_metadata(top.join("opt/app")).unwrap();
+        assert_eq!(
+            carried.mode() & 0o7777,
+            0o700,
+            "the image's directory as the image has it"
+        );
+        let top = top_for('7', "/opt/app");
+        assert!(
+            !top.join("opt").exists(),
+            "nothing made for a directory the image has"
+        );
+        let top = top_for('3', "/srvlink/x");
+        assert!(
+            std::fs::symlink_metadata(top.join("srvlink")).is_err(),
+            "nothing under a link"
+        );
+        let top = top_for('4', "/afile/x");
+        assert!(
+            std::fs::symlink_metadata(top.join("afile")).is_err(),
+            "nothing under a file"
+        );
+        let top = top_for('5', "/tmp/work");
+        let tmp = std::fs::symlink_metadata(top.join("tmp")).unwrap();
+        assert_eq!(tmp.mode() & 0o7777, 0o1777, "the top layer's /tmp is kept");
+        assert!(top.join("tmp/work").is_dir());
+        let top = top_for('6', "/../escape");
+        assert!(!top.join("escape").exists());
     }
 
     /// Many creates of one image at once (one per thread) all get the same complete top layer.
