@@ -1,113 +1,7 @@
-//! What the E2B facade's template and snapshot endpoints need beyond the existing flows: a store
-//! for the files `Template.build` uploads, the translation of E2B's template JSON onto the
-//! Dockerfile builder ([`crate::builds`]), and the views E2B asks for (build status, snapshots).
-//! Nothing here builds: a translated template goes to [`Service::create_template`] as a
-//! [`TemplateSource::Dockerfile`], a snapshot to [`Service::snapshot`].
-//!
-//! Guarantees:
-//! - **Uploaded files are content-addressed by the SDK's hash**, under
-//!   `<data-dir>/images/e2b-files/<hash>`; a file is present only once its whole upload arrived
-//!   (written to a temporary name, checked to be a tar or tar.gz, then renamed). An upload needs a URL
-//!   this daemon signed ([`Service::e2b_upload_path`]: HMAC-SHA256 of the hash and an expiry with a
-//!   per-daemon secret kept in `<data-dir>/images/e2b-upload-secret`, mode 0600); a wrong or expired
-//!   signature stores nothing. Uploads are capped at [`MAX_UPLOAD_BYTES`].
-//! - **A template JSON becomes one Dockerfile and one context** ([`dockerfile_of`]): each COPY's
-//!   uploaded tar is extracted under `step-<n>/` of the context and copied from there; ENV, WORKDIR,
-//!   USER and RUN become those instructions (RUN `[cmd, user]` is bracketed by `USER user` and a
-//!   `USER` back); steps run as `user` unless told otherwise, as E2B's do. Every step's lines follow a
-//!   `# e2b step <n>` comment, so a failing Dockerfile line maps back to the E2B step the SDK names.
-//!   `force` (skip the cache) enters as an `ARG` with a fresh value before the step (and a fresh
-//!   context directory for a COPY), so that step and the ones after miss the build cache.
-//!   `startCmd` and `readyCmd` become the template's start commands (run in every sandbox made
-//!   from it, see [`crate::templates::StartCommands`]); `startCmd` is recorded as the image's `Cmd`
-//!   too.
-//! - `fromImage: e2bdev/base` (the SDK's `from_base_image()` and default) builds on the built-in
-//!   `base`, which is what E2B's `base` template is here.
-//! - **A build id is a function of the template's name** (an HMAC with the daemon's secret), so the
-//!   facade keeps no state between `POST /v3/templates` and the build's start, and a daemon restart
-//!   loses nothing. A rebuild after a failure reuses the id.
-//!
-//! Proven by the unit tests below (translation parsed back by the Dockerfile parser, signatures,
-//! context assembly) and `crates/sandboxd/tests/e2b_templates.rs` (the real SDK end to end).
+//! A template JSON translated onto the Dockerfile builder and its build started, polled and
+//! reported as E2B asks (see the module contract in [`super`]).
 
-use crate::builds::context::MAX_CONTEXT_BYTES;
-use crate::builds::BuildSpec;
-use crate::templates::TemplateSource;
-use crate::{Service, ServiceError};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use hmac::{Hmac, Mac};
-use sandboxd_store::{LogLine, TemplateRecord, TemplateState};
-use sha2::Sha256;
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use subtle::ConstantTimeEq;
-
-/// Largest upload accepted, bytes (as sent: compressed when gzip).
-pub const MAX_UPLOAD_BYTES: u64 = 256 << 20;
-/// How long an upload URL stays valid, seconds.
-pub const UPLOAD_URL_TTL_SECS: i64 = 3600;
-/// The image the SDK's `from_base_image()` names: built on the built-in `base` here.
-const E2B_BASE_IMAGES: [&str; 4] = [
-    "e2bdev/base",
-    "e2bdev/base:latest",
-    "docker.io/e2bdev/base",
-    "docker.io/e2bdev/base:latest",
-];
-const FILES_DIR: &str = "e2b-files";
-const SECRET_FILE: &str = "e2b-upload-secret";
-
-/// Why an upload or a file lookup was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum FileError {
-    /// The hash is not a SHA-256 in lowercase hex.
-    #[error("files hash {0:?} must be 64 lowercase hex digits")]
-    BadHash(String),
-    /// The URL's signature is not this daemon's for this hash and expiry.
-    #[error("the upload URL's signature is invalid")]
-    BadSignature,
-    /// The URL's expiry has passed.
-    #[error("the upload URL has expired; ask for a new one")]
-    Expired,
-    /// The body is larger than [`MAX_UPLOAD_BYTES`].
-    #[error("the upload is larger than {MAX_UPLOAD_BYTES} bytes")]
-    TooLarge,
-    /// The body is neither a tar nor a gzip-compressed tar.
-    #[error("the upload is not a tar or tar.gz archive: {0}")]
-    NotATar(String),
-    /// The body stopped arriving.
-    #[error("the upload was cut short: {0}")]
-    Incomplete(String),
-    /// The daemon has no image store, so nowhere to keep files.
-    #[error("no image store is configured")]
-    NoStore,
-    /// Reading or writing the file store.
-    #[error("{what}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> FileError {
-    let what = what.into();
-    move |source| FileError::Io { what, source }
-}
-
-/// Whether `hash` is what the SDK sends: a SHA-256 as 64 lowercase hex digits.
-pub fn valid_hash(hash: &str) -> bool {
-    hash.len() == 64
-        && hash
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-fn now_secs() -> i64 {
-    sandboxd_store::unix_millis_now() / 1000
-}
+use super::*;
 
 /// Where a template build starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,13 +44,13 @@ pub struct Translated {
     pub copies: Vec<(String, String)>,
 }
 
-fn bad(message: impl Into<String>) -> ServiceError {
+pub(super) fn bad(message: impl Into<String>) -> ServiceError {
     ServiceError::InvalidRequest(message.into())
 }
 
 /// `value` as a Dockerfile double-quoted word that substitutes nothing; a line break cannot be
 /// written in one instruction, so it is refused.
-fn quoted(what: &str, value: &str) -> Result<String, ServiceError> {
+pub(super) fn quoted(what: &str, value: &str) -> Result<String, ServiceError> {
     if value.contains(['\n', '\r']) {
         return Err(bad(format!("{what} must not contain a line break")));
     }
@@ -173,7 +67,7 @@ fn quoted(what: &str, value: &str) -> Result<String, ServiceError> {
 }
 
 /// A JSON-array (exec form) argument list; `$` escaped, since COPY substitutes even there.
-fn json_words(words: &[String], escape_dollar: bool) -> String {
+pub(super) fn json_words(words: &[String], escape_dollar: bool) -> String {
     let words: Vec<String> = words
         .iter()
         .map(|w| {
@@ -187,7 +81,7 @@ fn json_words(words: &[String], escape_dollar: bool) -> String {
     serde_json::to_string(&words).unwrap_or_else(|_| "[]".into())
 }
 
-fn plain_word(what: &str, value: &str) -> Result<String, ServiceError> {
+pub(super) fn plain_word(what: &str, value: &str) -> Result<String, ServiceError> {
     if value.is_empty()
         || value
             .chars()
@@ -200,7 +94,7 @@ fn plain_word(what: &str, value: &str) -> Result<String, ServiceError> {
     Ok(value.replace('$', "\\$"))
 }
 
-fn env_key_ok(key: &str) -> bool {
+pub(super) fn env_key_ok(key: &str) -> bool {
     let mut bytes = key.bytes();
     bytes
         .next()
@@ -375,68 +269,7 @@ pub struct E2bBuildStatus {
     pub reason: Option<(String, String)>,
 }
 
-/// The name a snapshot gets when the request names none.
-fn snapshot_name(sandbox: &str, n: usize) -> String {
-    format!("snapshot-{sandbox}-{n}")
-}
-
 impl Service {
-    fn e2b_root(&self) -> Result<PathBuf, FileError> {
-        self.config()
-            .images
-            .as_ref()
-            .map(|s| s.layers.root().to_path_buf())
-            .ok_or(FileError::NoStore)
-    }
-
-    fn e2b_files_dir(&self) -> Result<PathBuf, FileError> {
-        let dir = self.e2b_root()?.join(FILES_DIR);
-        std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-        Ok(dir)
-    }
-
-    /// The per-daemon secret upload URLs and build ids are signed with (made on first use).
-    fn e2b_secret(&self) -> Result<Vec<u8>, FileError> {
-        let path = self.e2b_root()?.join(SECRET_FILE);
-        if let Ok(secret) = std::fs::read(&path) {
-            if secret.len() >= 32 {
-                return Ok(secret);
-            }
-        }
-        let secret: [u8; 32] = rand::random();
-        use std::os::unix::fs::OpenOptionsExt;
-        let created = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path);
-        match created {
-            Ok(mut file) => {
-                file.write_all(&secret)
-                    .map_err(io(format!("writing {}", path.display())))?;
-                Ok(secret.to_vec())
-            }
-            // Another request made it first.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                std::fs::read(&path).map_err(io(format!("reading {}", path.display())))
-            }
-            Err(e) => Err(io(format!("creating {}", path.display()))(e)),
-        }
-    }
-
-    fn e2b_mac(&self, message: &str) -> Result<Vec<u8>, FileError> {
-        let secret = self.e2b_secret()?;
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(&secret).map_err(|_| FileError::BadSignature)?;
-        mac.update(message.as_bytes());
-        Ok(mac.finalize().into_bytes().to_vec())
-    }
-
-    fn e2b_upload_signature(&self, hash: &str, expires: i64) -> Result<String, FileError> {
-        let mac = self.e2b_mac(&format!("e2b-files-v1:{hash}:{expires}"))?;
-        Ok(format!("v1_{}", URL_SAFE_NO_PAD.encode(mac)))
-    }
-
     /// The build id of template `name` (a UUID-shaped HMAC of the name).
     pub fn e2b_build_id(&self, name: &str) -> Result<String, FileError> {
         let h = hex::encode(&self.e2b_mac(&format!("e2b-build-v1:{name}"))?[..16]);
@@ -448,86 +281,6 @@ impl Service {
             &h[16..20],
             &h[20..32]
         ))
-    }
-
-    /// Whether a file of `hash` was uploaded.
-    pub fn e2b_file_present(&self, hash: &str) -> Result<bool, FileError> {
-        if !valid_hash(hash) {
-            return Err(FileError::BadHash(hash.into()));
-        }
-        Ok(self.e2b_files_dir()?.join(hash).is_file())
-    }
-
-    /// The path and query of the URL the SDK uploads `hash`'s files to (valid for
-    /// [`UPLOAD_URL_TTL_SECS`]).
-    pub fn e2b_upload_path(&self, hash: &str) -> Result<String, FileError> {
-        if !valid_hash(hash) {
-            return Err(FileError::BadHash(hash.into()));
-        }
-        let expires = now_secs() + UPLOAD_URL_TTL_SECS;
-        let signature = self.e2b_upload_signature(hash, expires)?;
-        Ok(format!(
-            "/e2b/files/{hash}?expires={expires}&signature={signature}"
-        ))
-    }
-
-    /// Stores an upload of `hash`'s files if `signature` is this daemon's for it and `expires`
-    /// has not passed; the file is present only once all of `body` arrived and it is a tar(.gz).
-    pub async fn e2b_store_file<S, E>(
-        &self,
-        hash: &str,
-        expires: i64,
-        signature: &str,
-        body: S,
-    ) -> Result<(), FileError>
-    where
-        S: Stream<Item = Result<Bytes, E>> + Send,
-        E: std::fmt::Display,
-    {
-        if !valid_hash(hash) {
-            return Err(FileError::BadHash(hash.into()));
-        }
-        let expected = self.e2b_upload_signature(hash, expires)?;
-        if !bool::from(expected.as_bytes().ct_eq(signature.as_bytes())) {
-            return Err(FileError::BadSignature);
-        }
-        if expires < now_secs() {
-            return Err(FileError::Expired);
-        }
-        let dir = self.e2b_files_dir()?;
-        let tmp = dir.join(format!(".{hash}.{}", crate::sandboxes::random_id("", 8)));
-        let written = async {
-            let mut file = tokio::fs::File::create(&tmp)
-                .await
-                .map_err(io(format!("creating {}", tmp.display())))?;
-            let mut size = 0u64;
-            let mut body = std::pin::pin!(body);
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| FileError::Incomplete(e.to_string()))?;
-                size += chunk.len() as u64;
-                if size > MAX_UPLOAD_BYTES {
-                    return Err(FileError::TooLarge);
-                }
-                tokio::io::AsyncWriteExt::write_all(&mut file, &chunk)
-                    .await
-                    .map_err(io(format!("writing {}", tmp.display())))?;
-            }
-            tokio::io::AsyncWriteExt::flush(&mut file)
-                .await
-                .map_err(io(format!("writing {}", tmp.display())))?;
-            let check = tmp.clone();
-            tokio::task::spawn_blocking(move || check_archive(&check))
-                .await
-                .map_err(|e| FileError::NotATar(e.to_string()))??;
-            tokio::fs::rename(&tmp, dir.join(hash))
-                .await
-                .map_err(io(format!("storing {}", tmp.display())))
-        }
-        .await;
-        if written.is_err() {
-            let _ = tokio::fs::remove_file(&tmp).await;
-        }
-        written
     }
 
     /// Starts the build of template `name` from E2B's template JSON: translated, its uploaded
@@ -565,7 +318,7 @@ impl Service {
     }
 
     /// A 404 unless `build_id` is template `name`'s.
-    fn e2b_check_build(&self, name: &str, build_id: &str) -> Result<(), ServiceError> {
+    pub(super) fn e2b_check_build(&self, name: &str, build_id: &str) -> Result<(), ServiceError> {
         let expected = self.e2b_build_id(name).map_err(|e| bad(e.to_string()))?;
         if !bool::from(expected.as_bytes().ct_eq(build_id.as_bytes())) {
             return Err(ServiceError::NotFound(format!(
@@ -627,117 +380,16 @@ impl Service {
             reason,
         })
     }
-
-    /// Snapshots sandbox `sandbox` as template `name`, or as `snapshot-<id>-<n>` (the first free
-    /// `n`) when it names none.
-    pub async fn e2b_snapshot(
-        &self,
-        sandbox: &str,
-        name: Option<&str>,
-    ) -> Result<TemplateRecord, ServiceError> {
-        if let Some(name) = name {
-            return self.snapshot(sandbox, name).await;
-        }
-        let id = self.get(sandbox).await?.id;
-        let taken = self
-            .list_templates()
-            .await?
-            .iter()
-            .filter(|t| t.source["snapshotOf"] == id.as_str())
-            .count();
-        let mut n = taken + 1;
-        loop {
-            match self.snapshot(&id, &snapshot_name(&id, n)).await {
-                Err(ServiceError::Conflict(m))
-                    if m.contains("already exists") && n < taken + 64 =>
-                {
-                    n += 1
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Ready snapshots (templates with `source.snapshotOf`), oldest first, of `sandbox` and named
-    /// `name` when given; one page of `limit` after `cursor` (`<createdAt>:<name>`), and the
-    /// cursor of the next page.
-    pub async fn e2b_snapshots(
-        &self,
-        sandbox: Option<&str>,
-        name: Option<&str>,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<(Vec<TemplateRecord>, Option<String>), ServiceError> {
-        let after = match cursor {
-            Some(c) => {
-                let (at, n) = c
-                    .split_once(':')
-                    .and_then(|(at, n)| Some((at.parse::<i64>().ok()?, n.to_string())))
-                    .ok_or_else(|| bad("invalid nextToken"))?;
-                Some((at, n))
-            }
-            None => None,
-        };
-        let mut all: Vec<TemplateRecord> = self
-            .list_templates()
-            .await?
-            .into_iter()
-            .filter(|t| t.state == TemplateState::Ready)
-            .filter(|t| t.source["snapshotOf"].is_string())
-            .filter(|t| sandbox.is_none_or(|s| t.source["snapshotOf"] == s))
-            .filter(|t| name.is_none_or(|n| t.name == n))
-            .filter(|t| {
-                after
-                    .as_ref()
-                    .is_none_or(|(at, n)| (t.created_at, &t.name) > (*at, n))
-            })
-            .collect();
-        all.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
-        let next = (all.len() > limit)
-            .then(|| {
-                all.get(limit - 1)
-                    .map(|t| format!("{}:{}", t.created_at, t.name))
-            })
-            .flatten();
-        all.truncate(limit);
-        Ok((all, next))
-    }
-}
-
-/// Checks that the file at `path` is a tar, plain or gzip-compressed (every header readable).
-fn check_archive(path: &Path) -> Result<(), FileError> {
-    let mut archive = open_archive(path)?;
-    let entries = archive
-        .entries()
-        .map_err(|e| FileError::NotATar(e.to_string()))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|e| FileError::NotATar(e.to_string()))?;
-        std::io::copy(&mut entry, &mut std::io::sink())
-            .map_err(|e| FileError::NotATar(e.to_string()))?;
-    }
-    Ok(())
-}
-
-fn open_archive(path: &Path) -> Result<tar::Archive<Box<dyn Read>>, FileError> {
-    let mut file = std::fs::File::open(path).map_err(io(format!("opening {}", path.display())))?;
-    let mut magic = [0u8; 2];
-    let n = file
-        .read(&mut magic)
-        .map_err(io(format!("reading {}", path.display())))?;
-    let file = std::fs::File::open(path).map_err(io(format!("opening {}", path.display())))?;
-    let reader: Box<dyn Read> = if n == 2 && magic == [0x1f, 0x8b] {
-        Box::new(flate2::read::GzDecoder::new(file))
-    } else {
-        Box::new(file)
-    };
-    Ok(tar::Archive::new(reader))
 }
 
 use crate::builds::context::clean;
 
 /// The build context: each (directory, hash) upload's members re-rooted under that directory
 /// (files, directories and symlinks; other kinds are left out), at most [`MAX_CONTEXT_BYTES`].
-fn assemble_context(dir: &Path, copies: &[(String, String)]) -> Result<Vec<u8>, ServiceError> {
+pub(super) fn assemble_context(
+    dir: &Path,
+    copies: &[(String, String)],
+) -> Result<Vec<u8>, ServiceError> {
     let mut out = tar::Builder::new(Vec::new());
     let mut total = 0usize;
     let too_big = || {
@@ -812,7 +464,3 @@ fn assemble_context(dir: &Path, copies: &[(String, String)]) -> Result<Vec<u8>, 
     out.into_inner()
         .map_err(|e| bad(format!("assembling the build context: {e}")))
 }
-
-#[cfg(test)]
-#[path = "e2b_templates_tests.rs"]
-mod tests;
