@@ -25,9 +25,7 @@ fn the_daytona_sdk_makes_sandboxes_and_snapshots_from_images_and_builds() {
         let python = e2b_support::daytona_python();
         let registry =
             e2b_support::registry_with_app_image(&["library/python:3.12-slim", "team/app:v1"]);
-        let mut setup = e2b_support::setup();
-        setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
-        let d = common::Daemon::start_setup(setup).await;
+        let d = e2b_support::start_with_mirror(&registry).await;
 
         // The caller's snapshot mistakes.
         let post = reqwest::Method::POST;

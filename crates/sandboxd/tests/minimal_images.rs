@@ -47,9 +47,7 @@ fn sessions_run_in_an_image_without_the_tools_of_a_distribution() {
             })
             .build();
         registry.push(&image, "team/minimal:v1");
-        let mut setup = e2b_support::setup();
-        setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
-        let d = common::Daemon::start_setup(setup).await;
+        let d = e2b_support::start_with_mirror(&registry).await;
         let id = common::id_of(&d.create(json!({ "image": "team/minimal:v1" })).await);
         let t = format!("/api/toolbox/{id}/process/session");
 
@@ -127,9 +125,7 @@ fn a_working_directory_the_image_lacks_is_made_at_start() {
         let registry = TestRegistry::start();
         let image = ImageBuilder::busybox().workdir("/srv/app").build();
         registry.push(&image, "team/nowork:v1");
-        let mut setup = e2b_support::setup();
-        setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
-        let d = common::Daemon::start_setup(setup).await;
+        let d = e2b_support::start_with_mirror(&registry).await;
         let id = common::id_of(&d.create(json!({ "image": "team/nowork:v1" })).await);
         let pwd = within("pwd", d.exec(&id, &["sh", "-c", "pwd; stat -c '%a %u' ."])).await;
         assert_eq!(pwd.exit_code, 0, "{pwd:?}");

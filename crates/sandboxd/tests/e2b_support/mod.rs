@@ -35,6 +35,14 @@ pub async fn start() -> Daemon {
     Daemon::start_setup(setup()).await
 }
 
+/// [`start`], with `registry` as the daemon's mirror of Docker Hub (so `team/app:v1` is pulled
+/// from it).
+pub async fn start_with_mirror(registry: &sandboxd_test_support::registry::TestRegistry) -> Daemon {
+    let mut setup = setup();
+    setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
+    Daemon::start_setup(setup).await
+}
+
 /// Runs one E2B test: serially with the other tests of its binary (two shared cores, and timing
 /// assertions that must not measure another test's load), on its own two-thread runtime. Skipped only
 /// when root tests are explicitly skipped; without root it panics.
