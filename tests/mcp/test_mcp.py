@@ -21,6 +21,8 @@ BIN = os.environ["SANDBOXD_BIN"]
 TOOLS = {
     "create_sandbox", "run_command", "run_code", "read_file", "write_file",
     "list_files", "expose_port", "list_sandboxes", "delete_sandbox",
+    "git_clone", "git_status", "git_add", "git_commit", "git_branches", "git_checkout", "git_push",
+    "git_pull",
 }
 
 
@@ -70,6 +72,8 @@ async def exercise(session, via):
     sandboxes = await call(session, "list_sandboxes", {})
     assert sid in [s["id"] for s in sandboxes["sandboxes"]], sandboxes
 
+    await exercise_git(session, sid)
+
     # The API's messages, as failed tool results the model can read.
     await expect_error(session, "run_command", {"sandbox": "no-such-sandbox", "command": "true"},
                        "not found", "not_found", 404)
@@ -82,6 +86,36 @@ async def exercise(session, via):
     await call(session, "delete_sandbox", {"sandbox": sid})
     await expect_error(session, "delete_sandbox", {"sandbox": sid}, "not found", "not_found", 404)
     print(f"{via}: ok")
+
+
+async def exercise_git(session, sid):
+    """Git through the tools, on repositories inside the sandbox (a local path is a remote too)."""
+    home = "/home/user"
+    made = await call(session, "run_command", {"sandbox": sid, "command": f"git init -q -b main {home}/origin"})
+    assert made["exitCode"] == 0, made
+    await call(session, "write_file", {"sandbox": sid, "path": f"{home}/origin/a.txt", "content": "a\n"})
+    status = await call(session, "git_status", {"sandbox": sid, "path": "origin"})
+    assert status["fileStatus"] == [
+        {"name": "a.txt", "staging": "Untracked", "worktree": "Untracked", "extra": ""}
+    ], status
+    await call(session, "git_add", {"sandbox": sid, "path": "origin", "files": ["."]})
+    commit = {"sandbox": sid, "path": "origin", "message": "first", "author": "A", "email": "a@example.com"}
+    sha = (await call(session, "git_commit", commit))["hash"]
+    head = await call(session, "run_command", {"sandbox": sid, "command": f"git -C {home}/origin rev-parse HEAD"})
+    assert head["stdout"].strip() == sha, (head, sha)
+    cloned = await call(session, "git_clone", {"sandbox": sid, "url": f"{home}/origin", "path": "clone"})
+    assert cloned["path"] == f"{home}/clone", cloned
+    await call(session, "git_checkout", {"sandbox": sid, "path": "clone", "branch": "feature", "create": True})
+    branches = await call(session, "git_branches", {"sandbox": sid, "path": "clone"})
+    assert branches == {"branches": ["feature", "main"], "current": "feature"}, branches
+    await call(session, "git_push", {"sandbox": sid, "path": "clone", "set_upstream": True})
+    pushed = await call(session, "run_command", {"sandbox": sid, "command": f"git -C {home}/origin rev-parse feature"})
+    assert pushed["stdout"].strip() == sha, pushed
+    await call(session, "git_pull", {"sandbox": sid, "path": "clone"})
+    await expect_error(session, "git_status", {"sandbox": sid, "path": home}, "not a git repository",
+                       "git_repo_not_found", 404)
+    await expect_error(session, "git_checkout", {"sandbox": sid, "path": "clone", "branch": "-D"},
+                       "invalid branch", "invalid_request", 400)
 
 
 def stdio_params(token):

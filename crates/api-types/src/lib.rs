@@ -8,7 +8,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
+mod git;
 mod terminal;
+pub use git::{
+    GitAdd, GitBranches, GitCheckout, GitClone, GitCloned, GitCommit, GitCommitted,
+    GitCreateBranch, GitFileStatus, GitPull, GitPush, GitStatus, Secret,
+};
 pub use terminal::{TerminalControl, TerminalNotice};
 
 /// `POST /v1/sandboxes`.

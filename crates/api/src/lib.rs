@@ -18,6 +18,7 @@ pub mod callbacks;
 pub mod cluster;
 pub mod domains;
 pub mod files;
+pub mod git;
 pub mod images;
 pub mod keys;
 pub mod metrics;
@@ -51,7 +52,9 @@ use utoipa::OpenApi;
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
           callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune,
           templates::create, templates::list, templates::get, templates::delete, templates::logs,
-          templates::snapshot, cluster::status),
+          templates::snapshot, cluster::status,
+          git::clone, git::status, git::add, git::commit, git::branches, git::create_branch,
+          git::delete_branch, git::checkout, git::push, git::pull),
     components(schemas(sandboxd_api_types::ApiError)),
     modifiers(&BearerAuth, &SharedResponses)
 )]
@@ -151,6 +154,7 @@ pub fn router(
             "/sandboxes/{id}/domains/{hostname}",
             axum::routing::delete(domains::unbind),
         )
+        .merge(git::router())
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
         .route(
             "/sandboxes/{id}/files",

@@ -29,7 +29,7 @@ fn query_param(raw: &Option<String>, key: &str) -> Option<String> {
         .map(|(_, v)| v)
 }
 
-fn required_path(raw: &Option<String>) -> Result<String, Error> {
+pub(crate) fn required_path(raw: &Option<String>) -> Result<String, Error> {
     query_param(raw, "path").ok_or_else(|| Error::invalid("query parameter `path` is required"))
 }
 

@@ -12,7 +12,7 @@
 //!
 //! The calls live beside the resource they touch: [`sandboxes`] (create/list/get/delete),
 //! [`exec`] (collected and streamed commands), [`files`] (upload/download/list), [`ports`],
-//! [`api_keys`].
+//! [`api_keys`], [`git`] (git in a sandbox).
 
 pub mod api_keys;
 pub mod cluster;
@@ -20,6 +20,7 @@ pub mod code;
 mod error;
 pub mod exec;
 pub mod files;
+pub mod git;
 pub mod images;
 pub mod ndjson;
 pub mod ports;

@@ -27,23 +27,12 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// Where relative paths start: the home of the sandbox's user.
-pub const HOME: &str = "/home/user";
-
-type Params = Query<BTreeMap<String, String>>;
+pub const HOME: &str = sandboxd_service::pty::USER_HOME;
 
 /// `path` made absolute: relative to [`HOME`]; `""` and `.` are [`HOME`] itself.
-pub fn absolute(path: &str) -> String {
-    let path = path.trim();
-    if path.starts_with('/') {
-        return path.to_string();
-    }
-    let rest = path.trim_start_matches("./");
-    if rest.is_empty() || rest == "." {
-        HOME.to_string()
-    } else {
-        format!("{HOME}/{rest}")
-    }
-}
+pub use sandboxd_service::files::absolute;
+
+type Params = Query<BTreeMap<String, String>>;
 
 /// A required query parameter.
 fn required<'a>(q: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, ToolboxError> {
@@ -275,15 +264,6 @@ pub async fn replace(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn relative_paths_start_at_home() {
-        assert_eq!(absolute("/etc/x"), "/etc/x");
-        assert_eq!(absolute("a/b"), "/home/user/a/b");
-        assert_eq!(absolute("./a"), "/home/user/a");
-        assert_eq!(absolute(""), "/home/user");
-        assert_eq!(absolute("."), "/home/user");
-    }
 
     #[test]
     fn mod_times_read_as_go_prints_them() {

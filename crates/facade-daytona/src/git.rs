@@ -1,7 +1,7 @@
-//! Daytona's toolbox git (`/api/toolbox/{id}/git/…`; bodies snake_case as the SDK sends them),
-//! each call one or two `git` commands in the sandbox ([`super::git_cmd`]: credentials through a
-//! one-command helper, failures with the daemon's git codes). Paths are the repository's
-//! directory, relative ones from the user's home.
+//! Daytona's toolbox git (`/api/toolbox/{id}/git/…`; bodies snake_case as the SDK sends them):
+//! each route parses Daytona's request, calls the service's git flow ([`sandboxd_service::git`]:
+//! credentials through a one-command helper, paths relative to the user's home) and renders
+//! Daytona's answer; failures get the daemon's git codes in [`super::toolbox_error`].
 //!
 //! - `POST /git/clone {url, path, branch?, commit_id?, depth?, insecure_skip_tls?, username?,
 //!   password?}` → 200: `git clone` (`--branch`, `--depth`), then a detached checkout of
@@ -18,14 +18,12 @@
 //!   password?}` → 200, fast-forward only (a diverged branch is a 409 `GIT_MERGE_CONFLICT`).
 //! - The rest of the SDK's `Git` ([`super::git_more`]): init, remotes, reset, restore, config.
 
-use super::files::absolute;
-use super::git_cmd::{strip_userinfo, Credentials, GitRun};
-use super::git_status::{parse_status, GitStatus};
 use super::toolbox_error::ToolboxError;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
+use sandboxd_service::git::{Credentials, GitClone, GitCommit, GitStatus, GitSync};
 use sandboxd_service::Service;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -38,30 +36,9 @@ pub fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ToolboxError> {
         .map_err(|e| ToolboxError::bad_request(format!("invalid JSON body: {e}")))
 }
 
-/// The repository directory of a request, absolute.
-pub fn repo_path(path: &str) -> Result<String, ToolboxError> {
-    let path = absolute(path);
-    sandboxd_service::files::checked(&path)?;
-    Ok(path)
-}
-
-/// A branch, remote or revision name: not empty, not an option, no whitespace or control
-/// characters (git checks the rest).
-pub fn ref_name(what: &str, name: &str) -> Result<(), ToolboxError> {
-    let ok = !name.is_empty()
-        && !name.starts_with('-')
-        && !name.chars().any(|c| c.is_whitespace() || c.is_control());
-    if ok {
-        Ok(())
-    } else {
-        Err(ToolboxError::bad_request(format!(
-            "invalid {what} {name:?}"
-        )))
-    }
-}
-
-fn path_query(q: &BTreeMap<String, String>) -> Result<String, ToolboxError> {
-    repo_path(q.get("path").map(String::as_str).unwrap_or_default())
+/// The `path` query parameter (`""` when absent: the user's home).
+pub fn path_query(q: &BTreeMap<String, String>) -> &str {
+    q.get("path").map(String::as_str).unwrap_or_default()
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,35 +66,16 @@ pub async fn clone(
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
     let req: CloneRequest = body(&bytes)?;
-    let target = repo_path(&req.path)?;
-    if req.url.is_empty() || req.url.starts_with('-') || req.url.contains(char::is_control) {
-        return Err(ToolboxError::bad_request("url must be a repository URL"));
-    }
-    let (url, in_url) = strip_userinfo(&req.url);
-    let credentials = Credentials::of(req.username.as_deref(), req.password.as_deref()).or(in_url);
-    let mut args = vec!["clone".to_string(), "--quiet".to_string()];
-    if let Some(branch) = req.branch.as_deref().filter(|b| !b.is_empty()) {
-        ref_name("branch", branch)?;
-        args.extend(["--branch".into(), branch.into()]);
-    }
-    if let Some(depth) = req.depth.filter(|d| *d > 0) {
-        args.extend(["--depth".into(), depth.to_string()]);
-    }
-    args.extend(["--".into(), url, target.clone()]);
-    let mut run = GitRun::new("/", &[]);
-    run.args = args;
-    run.credentials = credentials.as_ref();
-    run.network = true;
-    if req.insecure_skip_tls == Some(true) {
-        run.config.push("http.sslVerify=false".into());
-    }
-    run.run(&service, &id).await?;
-    if let Some(commit) = req.commit_id.as_deref().filter(|c| !c.is_empty()) {
-        ref_name("commit", commit)?;
-        GitRun::new(&target, &["checkout", "--quiet", "--detach", commit])
-            .run(&service, &id)
-            .await?;
-    }
+    let clone = GitClone {
+        credentials: Credentials::of(req.username.as_deref(), req.password.as_deref()),
+        url: req.url,
+        path: req.path,
+        branch: req.branch,
+        commit: req.commit_id,
+        depth: req.depth,
+        insecure_skip_tls: req.insecure_skip_tls == Some(true),
+    };
+    service.git_clone(&id, clone).await?;
     Ok(StatusCode::OK)
 }
 
@@ -127,11 +85,7 @@ pub async fn status(
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> Result<Json<GitStatus>, ToolboxError> {
-    let repo = path_query(&q)?;
-    let out = GitRun::new(&repo, &["status", "--porcelain=v2", "--branch", "-z"])
-        .run(&service, &id)
-        .await?;
-    Ok(Json(parse_status(&out)))
+    Ok(Json(service.git_status(&id, path_query(&q)).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,15 +101,7 @@ pub async fn add(
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
     let req: AddRequest = body(&bytes)?;
-    let repo = repo_path(&req.path)?;
-    if req.files.is_empty() {
-        return Err(ToolboxError::bad_request(
-            "files must name at least one file",
-        ));
-    }
-    let mut run = GitRun::new(&repo, &["add", "-A", "--"]);
-    run.args.extend(req.files);
-    run.run(&service, &id).await?;
+    service.git_add(&id, &req.path, req.files).await?;
     Ok(StatusCode::OK)
 }
 
@@ -176,27 +122,15 @@ pub async fn commit(
     bytes: Bytes,
 ) -> Result<Json<Value>, ToolboxError> {
     let req: CommitRequest = body(&bytes)?;
-    let repo = repo_path(&req.path)?;
-    if req.author.trim().is_empty() || req.email.trim().is_empty() {
-        return Err(ToolboxError::bad_request("author and email are required"));
-    }
-    let mut run = GitRun::new(&repo, &["commit", "--quiet", "-m", &req.message]);
-    if req.allow_empty == Some(true) {
-        run.args.push("--allow-empty".into());
-    }
-    for (var, value) in [
-        ("GIT_AUTHOR_NAME", &req.author),
-        ("GIT_COMMITTER_NAME", &req.author),
-        ("GIT_AUTHOR_EMAIL", &req.email),
-        ("GIT_COMMITTER_EMAIL", &req.email),
-    ] {
-        run.env.insert(var.into(), value.clone());
-    }
-    run.run(&service, &id).await?;
-    let hash = GitRun::new(&repo, &["rev-parse", "HEAD"])
-        .run(&service, &id)
-        .await?;
-    Ok(Json(json!({ "hash": hash.trim() })))
+    let commit = GitCommit {
+        path: req.path,
+        message: req.message,
+        author: req.author,
+        email: req.email,
+        allow_empty: req.allow_empty == Some(true),
+    };
+    let hash = service.git_commit(&id, commit).await?;
+    Ok(Json(json!({ "hash": hash })))
 }
 
 /// `GET /git/branches`.
@@ -205,28 +139,10 @@ pub async fn branches(
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> Result<Json<Value>, ToolboxError> {
-    let repo = path_query(&q)?;
-    let out = GitRun::new(
-        &repo,
-        &[
-            "for-each-ref",
-            "--format=%(HEAD)%(refname:short)",
-            "refs/heads",
-        ],
-    )
-    .run(&service, &id)
-    .await?;
-    let (mut branches, mut current) = (Vec::new(), String::new());
-    for line in out.lines() {
-        let (head, name) = line.split_at(line.len().min(1));
-        if head == "*" {
-            current = name.to_string();
-        }
-        if !name.is_empty() {
-            branches.push(name.to_string());
-        }
-    }
-    Ok(Json(json!({ "branches": branches, "current": current })))
+    let listed = service.git_branches(&id, path_query(&q)).await?;
+    Ok(Json(
+        json!({ "branches": listed.branches, "current": listed.current }),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -235,29 +151,14 @@ struct BranchRequest {
     name: String,
 }
 
-/// Runs `git <verb…> <name>` for the branch a request names.
-async fn branch_command(
-    service: &Service,
-    id: &str,
-    bytes: &Bytes,
-    verb: &[&str],
-) -> Result<(), ToolboxError> {
-    let req: BranchRequest = body(bytes)?;
-    let repo = repo_path(&req.path)?;
-    ref_name("branch", &req.name)?;
-    let mut args = verb.to_vec();
-    args.push(&req.name);
-    GitRun::new(&repo, &args).run(service, id).await?;
-    Ok(())
-}
-
 /// `POST /git/branches` → 201 (the new branch is checked out, as Daytona does).
 pub async fn create_branch(
     State(service): State<Service>,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
-    branch_command(&service, &id, &bytes, &["checkout", "--quiet", "-b"]).await?;
+    let req: BranchRequest = body(&bytes)?;
+    service.git_create_branch(&id, &req.path, &req.name).await?;
     Ok(StatusCode::CREATED)
 }
 
@@ -267,7 +168,8 @@ pub async fn delete_branch(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
-    branch_command(&service, &id, &bytes, &["branch", "--quiet", "-D"]).await?;
+    let req: BranchRequest = body(&bytes)?;
+    service.git_delete_branch(&id, &req.path, &req.name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -284,11 +186,7 @@ pub async fn checkout(
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
     let req: CheckoutRequest = body(&bytes)?;
-    let repo = repo_path(&req.path)?;
-    ref_name("branch", &req.branch)?;
-    GitRun::new(&repo, &["checkout", "--quiet", &req.branch, "--"])
-        .run(&service, &id)
-        .await?;
+    service.git_checkout(&id, &req.path, &req.branch).await?;
     Ok(StatusCode::OK)
 }
 
@@ -307,17 +205,16 @@ struct SyncRequest {
     password: Option<String>,
 }
 
-/// The remote and branch of a push or pull, checked.
-fn remote_and_branch(req: &SyncRequest) -> Result<(Option<&str>, Option<&str>), ToolboxError> {
-    let remote = req.remote.as_deref().filter(|r| !r.is_empty());
-    let branch = req.branch.as_deref().filter(|b| !b.is_empty());
-    if let Some(r) = remote {
-        ref_name("remote", r)?;
+impl From<SyncRequest> for GitSync {
+    fn from(req: SyncRequest) -> Self {
+        GitSync {
+            credentials: Credentials::of(req.username.as_deref(), req.password.as_deref()),
+            path: req.path,
+            remote: req.remote,
+            branch: req.branch,
+            set_upstream: req.set_upstream == Some(true),
+        }
     }
-    if let Some(b) = branch {
-        ref_name("branch", b)?;
-    }
-    Ok((remote, branch))
 }
 
 /// `POST /git/push`.
@@ -327,18 +224,7 @@ pub async fn push(
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
     let req: SyncRequest = body(&bytes)?;
-    let repo = repo_path(&req.path)?;
-    let (remote, branch) = remote_and_branch(&req)?;
-    let credentials = Credentials::of(req.username.as_deref(), req.password.as_deref());
-    let mut run = GitRun::new(&repo, &["push", "--quiet"]);
-    if req.set_upstream == Some(true) {
-        run.args.push("--set-upstream".into());
-    }
-    run.args.push(remote.unwrap_or("origin").into());
-    run.args.push(branch.unwrap_or("HEAD").into());
-    run.credentials = credentials.as_ref();
-    run.network = true;
-    run.run(&service, &id).await?;
+    service.git_push(&id, req.into()).await?;
     Ok(StatusCode::OK)
 }
 
@@ -349,36 +235,6 @@ pub async fn pull(
     bytes: Bytes,
 ) -> Result<StatusCode, ToolboxError> {
     let req: SyncRequest = body(&bytes)?;
-    let repo = repo_path(&req.path)?;
-    let (remote, branch) = remote_and_branch(&req)?;
-    let credentials = Credentials::of(req.username.as_deref(), req.password.as_deref());
-    let mut run = GitRun::new(&repo, &["pull", "--quiet", "--ff-only"]);
-    match (remote, branch) {
-        (None, None) => {}
-        (remote, branch) => {
-            run.args.push(remote.unwrap_or("origin").into());
-            if let Some(b) = branch {
-                run.args.push(b.into());
-            }
-        }
-    }
-    run.credentials = credentials.as_ref();
-    run.network = true;
-    run.run(&service, &id).await?;
+    service.git_pull(&id, req.into()).await?;
     Ok(StatusCode::OK)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_that_would_be_options_are_refused() {
-        ref_name("branch", "feature/x").unwrap();
-        for bad in ["", "-D", "a b", "a\nb"] {
-            assert!(ref_name("branch", bad).is_err(), "{bad:?}");
-        }
-        assert_eq!(repo_path("repo").unwrap(), "/home/user/repo");
-        assert!(repo_path("/a/../b").is_err());
-    }
 }

@@ -20,7 +20,7 @@
 //! - Toolbox file system ([`files`], [`transfer`]) at `/api/toolbox/{id}/files…`: list, `info`,
 //!   `folder`, delete, `move`, `permissions`, `find`, `search`, `replace`, `bulk-upload`,
 //!   `bulk-download` (multipart, [`multipart`]), `download`, `upload-v2`.
-//! - Toolbox git ([`git`], [`git_more`], run by [`git_cmd`], read by [`git_status`]) at `/api/toolbox/{id}/git/…`:
+//! - Toolbox git ([`git`], [`git_more`], on the service's git flow) at `/api/toolbox/{id}/git/…`:
 //!   `clone`, `status`, `add`, `commit`, `branches` (list, create, delete), `checkout`, `push`,
 //!   `pull`, `init`, `remotes`, `reset`, `restore`, `config`, `config/user`, `credentials`.
 //! - Signed file URLs ([`file_urls`]): `GET …/signing-key`, `POST …/signing-key/rotate`; a
@@ -37,9 +37,7 @@ pub mod error;
 pub mod file_urls;
 pub mod files;
 pub mod git;
-pub mod git_cmd;
 pub mod git_more;
-pub mod git_status;
 pub mod lifecycle;
 pub mod models;
 pub mod multipart;

@@ -8,6 +8,7 @@ use rmcp::model::{CallToolResponse, CallToolResult};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler};
 use sandboxd_api_types as api;
 use sandboxd_service::code::code_lines;
+use sandboxd_service::git::{clone_dir, Credentials, GitClone, GitCommit, GitSync};
 use sandboxd_service::sandboxes::to_api;
 use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::SandboxFilter;
@@ -101,6 +102,102 @@ pub struct ExposePortArgs {
     pub port: u16,
     /// `http` (default: a URL through the daemon's proxy) or `tcp` (a host port).
     pub protocol: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GitRepoArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// The repository: absolute, or relative to the user's home.
+    pub path: String,
+}
+
+// No `Debug`: these carry a password.
+#[derive(Deserialize, schemars::JsonSchema)]
+pub struct GitCloneArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// The repository's URL.
+    pub url: String,
+    /// Where to clone: absolute, or relative to the user's home (default the URL's last segment
+    /// without `.git`).
+    pub path: Option<String>,
+    /// The branch to check out (default the remote's HEAD).
+    pub branch: Option<String>,
+    /// A shallow clone of this many commits.
+    pub depth: Option<u32>,
+    /// User name for the remote (default `x-access-token` when only a password is given).
+    pub username: Option<String>,
+    /// Password or token for the remote: used for this command only, never stored.
+    pub password: Option<String>,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+pub struct GitSyncArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// The repository: absolute, or relative to the user's home.
+    pub path: String,
+    /// The remote (push: default `origin`; pull: default the upstream's).
+    pub remote: Option<String>,
+    /// The branch (push: default the checked-out one; pull: default the upstream's).
+    pub branch: Option<String>,
+    /// Push only: make the pushed branch the upstream.
+    pub set_upstream: Option<bool>,
+    /// User name for the remote (default `x-access-token` when only a password is given).
+    pub username: Option<String>,
+    /// Password or token for the remote: used for this command only, never stored.
+    pub password: Option<String>,
+}
+
+impl GitSyncArgs {
+    /// The sandbox and the service's push or pull.
+    fn into_sync(self) -> (String, GitSync) {
+        let sync = GitSync {
+            credentials: Credentials::of(self.username.as_deref(), self.password.as_deref()),
+            path: self.path,
+            remote: self.remote,
+            branch: self.branch,
+            set_upstream: self.set_upstream == Some(true),
+        };
+        (self.sandbox, sync)
+    }
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GitAddArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// The repository: absolute, or relative to the user's home.
+    pub path: String,
+    /// Paths in the repository to stage (`.` for all), deletions included.
+    pub files: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GitCommitArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// The repository: absolute, or relative to the user's home.
+    pub path: String,
+    /// The commit message.
+    pub message: String,
+    /// Author (and committer) name.
+    pub author: String,
+    /// Author (and committer) email.
+    pub email: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GitCheckoutArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// The repository: absolute, or relative to the user's home.
+    pub path: String,
+    /// A branch, or any revision (checked out detached).
+    pub branch: String,
+    /// Create the branch at HEAD first.
+    pub create: Option<bool>,
 }
 
 /// A tool that failed: the model sees a result with `isError` (not a protocol error), its text the
@@ -319,10 +416,149 @@ impl SandboxTools {
             .map_err(mcp_error)?;
         structured(exposed)
     }
+
+    #[tool(
+        description = "Clone a git repository into a sandbox; returns the clone's path. Credentials serve this command only and are never written to the sandbox's disk."
+    )]
+    async fn git_clone(
+        &self,
+        Parameters(a): Parameters<GitCloneArgs>,
+    ) -> Answer {
+        let clone = GitClone {
+            credentials: Credentials::of(a.username.as_deref(), a.password.as_deref()),
+            path: a.path.unwrap_or_else(|| clone_dir(&a.url)),
+            url: a.url,
+            branch: a.branch,
+            depth: a.depth,
+            ..Default::default()
+        };
+        let path = self
+            .service
+            .git_clone(&a.sandbox, clone)
+            .await
+            .map_err(mcp_error)?;
+        structured(json!({ "path": path }))
+    }
+
+    #[tool(
+        description = "A git repository's status in a sandbox: its branch, upstream, ahead/behind, and every changed file with its staged and worktree state."
+    )]
+    async fn git_status(
+        &self,
+        Parameters(a): Parameters<GitRepoArgs>,
+    ) -> Answer {
+        let status = self
+            .service
+            .git_status(&a.sandbox, &a.path)
+            .await
+            .map_err(mcp_error)?;
+        structured(api::GitStatus::from(status))
+    }
+
+    #[tool(description = "Stage files of a git repository in a sandbox (`.` for all).")]
+    async fn git_add(
+        &self,
+        Parameters(a): Parameters<GitAddArgs>,
+    ) -> Answer {
+        self.service
+            .git_add(&a.sandbox, &a.path, a.files.clone())
+            .await
+            .map_err(mcp_error)?;
+        structured(json!({ "added": a.files }))
+    }
+
+    #[tool(
+        description = "Commit what is staged in a git repository of a sandbox; returns the commit's hash."
+    )]
+    async fn git_commit(
+        &self,
+        Parameters(a): Parameters<GitCommitArgs>,
+    ) -> Answer {
+        let commit = GitCommit {
+            path: a.path,
+            message: a.message,
+            author: a.author,
+            email: a.email,
+            allow_empty: false,
+        };
+        let hash = self
+            .service
+            .git_commit(&a.sandbox, commit)
+            .await
+            .map_err(mcp_error)?;
+        structured(json!({ "hash": hash }))
+    }
+
+    #[tool(
+        description = "The local branches of a git repository in a sandbox, and the checked-out one."
+    )]
+    async fn git_branches(
+        &self,
+        Parameters(a): Parameters<GitRepoArgs>,
+    ) -> Answer {
+        let branches = self
+            .service
+            .git_branches(&a.sandbox, &a.path)
+            .await
+            .map_err(mcp_error)?;
+        structured(branches)
+    }
+
+    #[tool(
+        description = "Check out a branch or revision of a git repository in a sandbox; with `create`, create the branch at HEAD first."
+    )]
+    async fn git_checkout(
+        &self,
+        Parameters(a): Parameters<GitCheckoutArgs>,
+    ) -> Answer {
+        let done = if a.create == Some(true) {
+            self.service
+                .git_create_branch(&a.sandbox, &a.path, &a.branch)
+                .await
+        } else {
+            self.service
+                .git_checkout(&a.sandbox, &a.path, &a.branch)
+                .await
+        };
+        done.map_err(mcp_error)?;
+        structured(json!({ "checkedOut": a.branch }))
+    }
+
+    #[tool(
+        description = "Push a branch of a git repository in a sandbox to its remote. Credentials serve this command only and are never written to the sandbox's disk."
+    )]
+    async fn git_push(
+        &self,
+        Parameters(a): Parameters<GitSyncArgs>,
+    ) -> Answer {
+        let (sandbox, push) = a.into_sync();
+        let path = push.path.clone();
+        self.service
+            .git_push(&sandbox, push)
+            .await
+            .map_err(mcp_error)?;
+        structured(json!({ "pushed": path }))
+    }
+
+    #[tool(
+        description = "Pull (fast-forward only) into a git repository in a sandbox. Credentials serve this command only and are never written to the sandbox's disk."
+    )]
+    async fn git_pull(
+        &self,
+        Parameters(a): Parameters<GitSyncArgs>,
+    ) -> Answer {
+        let (sandbox, pull) = a.into_sync();
+        let path = pull.path.clone();
+        self.service
+            .git_pull(&sandbox, pull)
+            .await
+            .map_err(mcp_error)?;
+        structured(json!({ "pulled": path }))
+    }
 }
 
 #[tool_handler(
     name = "sandboxd",
-    instructions = "Sandboxes are isolated Linux machines: create one, run commands or code in it, move files, expose a port, delete it."
+    instructions = "Sandboxes are isolated Linux machines: create one, run commands or code in it, move files, work with git repositories, expose a port, delete it."
 )]
 impl ServerHandler for SandboxTools {}

@@ -9,10 +9,10 @@ use e2b_support::{e2b_test, run_script};
 use sandboxd_test_support::workspace_root;
 use serde_json::json;
 
-/// Invariant: every MCP call is authenticated with an API key, on both transports; the nine tools
-/// create, run, read, write, list and delete through the daemon's own flows, and their failures are
-/// tool results with `isError` carrying the API's message, code and status (an unknown tool is a
-/// protocol error).
+/// Invariant: every MCP call is authenticated with an API key, on both transports; the tools
+/// create, run, read, write, list, delete and drive git through the daemon's own flows, and their
+/// failures are tool results with `isError` carrying the API's message, code and status (an unknown
+/// tool is a protocol error).
 #[test]
 fn the_official_mcp_client_drives_the_tools_over_stdio_and_http() {
     e2b_test(async {

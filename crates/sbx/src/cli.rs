@@ -128,6 +128,137 @@ pub enum Command {
         /// The template's name.
         name: String,
     },
+    /// Git in a sandbox: clone, status, add, commit, branches, branch, checkout, push, pull. A
+    /// repository's PATH is absolute or relative to the sandbox user's home (/home/user).
+    Git(GitArgs),
+}
+
+/// `sbx git ID …`.
+#[derive(Debug, Args)]
+pub struct GitArgs {
+    /// Sandbox id or name.
+    pub id: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: GitCommand,
+}
+
+/// `sbx git ID …`'s subcommands.
+#[derive(Debug, Subcommand)]
+pub enum GitCommand {
+    /// Clone a repository into the sandbox; prints the clone's path.
+    Clone {
+        /// The repository's URL.
+        url: String,
+        /// Where to clone [default: the URL's last segment without .git, in the user's home].
+        path: Option<String>,
+        /// The branch to check out [default: the remote's HEAD].
+        #[arg(long)]
+        branch: Option<String>,
+        /// A shallow clone of this many commits [default: the whole history].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        depth: Option<u32>,
+        /// Credentials for the remote.
+        #[command(flatten)]
+        auth: GitAuth,
+    },
+    /// Show a repository's branch, upstream and changed files.
+    Status {
+        /// The repository [default: `.`, the user's home].
+        #[arg(default_value = ".")]
+        path: String,
+    },
+    /// Stage files (deletions included).
+    Add {
+        /// The repository.
+        path: String,
+        /// Paths in the repository (`.` for all).
+        #[arg(required = true)]
+        files: Vec<String>,
+    },
+    /// Commit what is staged (author and committer both); prints the commit's hash.
+    Commit {
+        /// The repository.
+        path: String,
+        /// The commit message.
+        #[arg(short, long)]
+        message: String,
+        /// Author name.
+        #[arg(long)]
+        author: String,
+        /// Author email.
+        #[arg(long)]
+        email: String,
+        /// Commit even when nothing is staged.
+        #[arg(long)]
+        allow_empty: bool,
+    },
+    /// List the local branches (`*` marks the checked-out one).
+    Branches {
+        /// The repository.
+        path: String,
+    },
+    /// Create a branch at HEAD and check it out (with --delete: delete it).
+    Branch {
+        /// The repository.
+        path: String,
+        /// The branch.
+        name: String,
+        /// Delete the branch, merged or not, instead of creating it.
+        #[arg(short, long)]
+        delete: bool,
+    },
+    /// Check out a branch, or any revision (detached).
+    Checkout {
+        /// The repository.
+        path: String,
+        /// A branch or revision.
+        branch: String,
+    },
+    /// Push a branch to a remote.
+    Push {
+        /// The repository.
+        path: String,
+        /// The remote [default: origin].
+        #[arg(long)]
+        remote: Option<String>,
+        /// The branch [default: the checked-out one].
+        #[arg(long)]
+        branch: Option<String>,
+        /// Make the pushed branch the local one's upstream.
+        #[arg(long)]
+        set_upstream: bool,
+        /// Credentials for the remote.
+        #[command(flatten)]
+        auth: GitAuth,
+    },
+    /// Pull, fast-forward only (a diverged branch is an error).
+    Pull {
+        /// The repository.
+        path: String,
+        /// The remote [default: the branch's upstream's, else origin].
+        #[arg(long)]
+        remote: Option<String>,
+        /// The remote branch [default: the upstream's].
+        #[arg(long)]
+        branch: Option<String>,
+        /// Credentials for the remote.
+        #[command(flatten)]
+        auth: GitAuth,
+    },
+}
+
+/// Credentials for a remote, used for that one command and never stored. The password is never a
+/// flag's value (which `ps` would show): it comes from --password-stdin, else SBX_GIT_PASSWORD.
+#[derive(Debug, Args)]
+pub struct GitAuth {
+    /// User name for the remote [default with only a password: x-access-token].
+    #[arg(long)]
+    pub username: Option<String>,
+    /// Read the password or token from the first line of stdin [default: SBX_GIT_PASSWORD, when
+    /// set].
+    #[arg(long)]
+    pub password_stdin: bool,
 }
 
 /// `sbx cluster …`.

@@ -100,14 +100,19 @@ pub async fn run(client: &Client, out: Output, cmd: ImagesCommand) -> Result<Exi
     }
 }
 
+/// The first line of stdin, without its line end: a password given with `--password-stdin`.
+pub(crate) fn password_from_stdin() -> Result<String, SbxError> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| SbxError::Usage(format!("reading the password from stdin: {e}")))?;
+    Ok(line.trim_end_matches(['\n', '\r']).to_string())
+}
+
 /// The password for `--username`: from stdin with `--password-stdin`, else `SB_REGISTRY_PASSWORD`.
 fn read_password(from_stdin: bool) -> Result<String, SbxError> {
     if from_stdin {
-        let mut line = String::new();
-        std::io::stdin()
-            .read_line(&mut line)
-            .map_err(|e| SbxError::Usage(format!("reading the password from stdin: {e}")))?;
-        return Ok(line.trim_end_matches(['\n', '\r']).to_string());
+        return password_from_stdin();
     }
     std::env::var("SB_REGISTRY_PASSWORD").map_err(|_| {
         SbxError::Usage("--username needs --password-stdin or SB_REGISTRY_PASSWORD".into())

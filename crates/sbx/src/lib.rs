@@ -16,6 +16,7 @@ pub mod code;
 pub mod cp;
 mod error;
 pub mod exec;
+pub mod git;
 pub mod images;
 pub mod login;
 pub mod output;
@@ -91,5 +92,6 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Images(cmd) => images::run(&client()?, out, cmd).await,
         Command::Templates(cmd) => templates::run(&client()?, out, cmd).await,
         Command::Snapshot { id, name } => templates::snapshot(&client()?, out, &id, &name).await,
+        Command::Git(args) => git::run(&client()?, out, args).await,
     }
 }

@@ -81,6 +81,10 @@ pub enum ServiceError {
     /// The build-context store could not do its part.
     #[error("build context store")]
     Objects(#[source] sandboxd_objects::ObjectError),
+    /// Git in the sandbox refused or failed, or the request could not be given to it
+    /// ([`crate::git`]).
+    #[error(transparent)]
+    Git(#[from] crate::git::GitError),
 }
 
 impl From<sandboxd_images::RegistryError> for ServiceError {

@@ -67,6 +67,22 @@ pub fn path_error(e: sandboxd_envd::Error) -> FileError {
     }
 }
 
+/// `path` made absolute: relative to the home of the sandbox's user ([`crate::pty::USER_HOME`]);
+/// `""` and `.` are the home itself.
+pub fn absolute(path: &str) -> String {
+    let home = crate::pty::USER_HOME;
+    let path = path.trim();
+    if path.starts_with('/') {
+        return path.to_string();
+    }
+    let rest = path.trim_start_matches("./");
+    if rest.is_empty() || rest == "." {
+        home.to_string()
+    } else {
+        format!("{home}/{rest}")
+    }
+}
+
 /// `path` is absolute, without `..` or NUL.
 pub fn checked(path: &str) -> Result<(), FileError> {
     if path.is_empty() {
@@ -341,6 +357,15 @@ mod tests {
         for bad in ["", "-rf", "a b", "a:b", "x;y", &"u".repeat(33)] {
             assert!(check_principal("owner", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn relative_paths_start_at_home() {
+        assert_eq!(absolute("/etc/x"), "/etc/x");
+        assert_eq!(absolute("a/b"), "/home/user/a/b");
+        assert_eq!(absolute("./a"), "/home/user/a");
+        assert_eq!(absolute(""), "/home/user");
+        assert_eq!(absolute("."), "/home/user");
     }
 
     #[test]

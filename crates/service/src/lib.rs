@@ -6,7 +6,8 @@
 //! (adoption at start-up, expiry), [`readiness`] (the agent's call-home and the creates waiting for
 //! it), [`reconcile`] (the sweeps that resolve records stuck in a
 //! transitional state), [`pause`] (freezing and thawing in place, usage), [`e2b`] (the E2B facade's
-//! create dedupe, timeouts and connect), [`api_keys`] (the keys every surface accepts).
+//! create dedupe, timeouts and connect), [`api_keys`] (the keys every surface accepts), [`git`] (git
+//! in a sandbox, for every surface that offers it).
 //!
 //! Authority: the store says what was promised (which sandboxes exist, their names, slots and ports);
 //! the runtime says what runs. Every write goes through the store's single writer.
@@ -28,6 +29,7 @@ pub mod failpoints;
 pub mod file_urls;
 pub mod files;
 pub mod forwarders;
+pub mod git;
 pub mod idempotency;
 pub mod idle;
 pub mod images;

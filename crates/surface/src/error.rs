@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sandboxd_api_types::ApiError;
 use sandboxd_service::error::chain;
+use sandboxd_service::git::GitFailure;
 use sandboxd_service::ServiceError;
 
 /// An error response of the native API.
@@ -67,6 +68,7 @@ impl From<ServiceError> for Error {
                 (S::INTERNAL_SERVER_ERROR, "internal")
             }
             ServiceError::Image(e) => image_status(e),
+            ServiceError::Git(e) => git_status(e.kind),
         };
         if status.is_server_error() {
             tracing::error!(error = %chain(&e), "request failed");
@@ -110,6 +112,29 @@ fn image_status(e: &sandboxd_images::ImageError) -> (StatusCode, &'static str) {
         | I::UnsupportedDigest(_) => (S::UNPROCESSABLE_ENTITY, "image_invalid"),
         I::Read { .. } => (S::BAD_GATEWAY, "registry_unavailable"),
         I::Io { .. } | I::Task(_) | I::Pack(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}
+
+/// A git failure's status and code: the status Daytona's toolbox answers for the same failure, a
+/// `git_*` code of the native API's own (a request git cannot be given is `invalid_request`).
+fn git_status(kind: GitFailure) -> (StatusCode, &'static str) {
+    use GitFailure as G;
+    use StatusCode as S;
+    match kind {
+        G::Invalid | G::InvalidPath => (S::BAD_REQUEST, "invalid_request"),
+        G::AuthFailed => (S::UNAUTHORIZED, "git_auth_failed"),
+        G::Forbidden => (S::FORBIDDEN, "git_forbidden"),
+        G::RemoteRejected => (S::UNPROCESSABLE_ENTITY, "git_remote_rejected"),
+        G::PushRejected => (S::CONFLICT, "git_push_rejected"),
+        G::RepoNotFound => (S::NOT_FOUND, "git_repo_not_found"),
+        G::BranchExists => (S::CONFLICT, "git_branch_exists"),
+        G::BranchNotFound => (S::NOT_FOUND, "git_branch_not_found"),
+        G::FileNotFound => (S::NOT_FOUND, "git_file_not_found"),
+        G::DirtyWorktree => (S::CONFLICT, "git_dirty_worktree"),
+        G::MergeConflict => (S::CONFLICT, "git_merge_conflict"),
+        G::Conflict => (S::CONFLICT, "git_conflict"),
+        G::TransportFailed => (S::BAD_GATEWAY, "git_transport_failed"),
+        G::Refused => (S::BAD_REQUEST, "git_refused"),
     }
 }
 
@@ -272,6 +297,88 @@ mod tests {
         );
         let ok = (StatusCode::OK, "plain success").into_response();
         assert_eq!(reshaped(ok).await.0, StatusCode::OK);
+    }
+
+    /// What git said becomes the native API's git codes, with the statuses Daytona's toolbox
+    /// answers; git's words are the message, not wrapped.
+    #[test]
+    fn git_failures_get_the_native_git_codes() {
+        use sandboxd_service::git::classify;
+        let native = |said: &str| Error::from(ServiceError::from(classify(said, 128)));
+        let cases = [
+            (
+                "fatal: Authentication failed for 'http://h/r'",
+                401,
+                "git_auth_failed",
+            ),
+            (
+                "error: The requested URL returned error: 403",
+                403,
+                "git_forbidden",
+            ),
+            (
+                " ! [remote rejected] main -> main (hook declined)",
+                422,
+                "git_remote_rejected",
+            ),
+            (
+                " ! [rejected] main -> main (fetch first)",
+                409,
+                "git_push_rejected",
+            ),
+            (
+                "fatal: repository 'http://h/x.git/' not found",
+                404,
+                "git_repo_not_found",
+            ),
+            (
+                "fatal: a branch named 'x' already exists",
+                409,
+                "git_branch_exists",
+            ),
+            (
+                "error: pathspec 'x' did not match any file(s) known to git",
+                404,
+                "git_branch_not_found",
+            ),
+            (
+                "fatal: pathspec 'x' did not match any files",
+                404,
+                "git_file_not_found",
+            ),
+            (
+                "error: Your local changes would be overwritten by checkout",
+                409,
+                "git_dirty_worktree",
+            ),
+            (
+                "fatal: Not possible to fast-forward, aborting.",
+                409,
+                "git_merge_conflict",
+            ),
+            ("nothing to commit, working tree clean", 409, "git_conflict"),
+            (
+                "fatal: unable to access 'http://h/': Connection refused",
+                502,
+                "git_transport_failed",
+            ),
+            ("fatal: bad thing", 400, "git_refused"),
+        ];
+        for (said, status, code) in cases {
+            let e = native(said);
+            assert_eq!((e.status.as_u16(), e.code), (status, code), "{said:?}");
+        }
+        assert_eq!(
+            native("hint: x\nfatal: bad thing").message,
+            "fatal: bad thing"
+        );
+        let invalid = Error::from(ServiceError::from(
+            sandboxd_service::git::ref_name("branch", "-D").unwrap_err(),
+        ));
+        assert_eq!(
+            (invalid.status.as_u16(), invalid.code),
+            (400, "invalid_request")
+        );
     }
 
     /// A body is an object (never a struct spelt as an array of its fields), and `512.0` is the

@@ -14,6 +14,8 @@
 //!   `cut` ends the body without a terminal event, `hold` waits for [`FakeDaemonForTests::release`],
 //!   any other word is echoed on stdout; without a terminal word the script ends with `exit:0`. The NDJSON body is sent in 7-byte chunks
 //!   with a pause between them, so lines are split across chunk boundaries on the wire.
+//! - `POST /v1/sandboxes/{id}/git/{op}` records `(op, body)` in [`FakeState::git_calls`] and
+//!   answers a clone with 201 `{"path": "/home/user/cloned"}`, anything else with 204.
 #![allow(dead_code)] // each test crate uses a different part of the double
 
 use axum::body::{Body, Bytes};
@@ -55,6 +57,8 @@ pub struct FakeState {
     pub list_queries: Vec<String>,
     /// Page size of listings.
     pub page_size: usize,
+    /// Git calls: the operation (`clone`, `push`, …) and its JSON body.
+    pub git_calls: Vec<(String, serde_json::Value)>,
     next_id: u32,
 }
 
@@ -171,8 +175,30 @@ fn router(shared: App) -> Router {
         .route("/v1/sandboxes/{id}/files/list", get(list_files))
         .route("/v1/sandboxes/{id}/ports", post(expose).get(ports))
         .route("/v1/sandboxes/{id}/ports/{port}", delete(unexpose))
+        .route("/v1/sandboxes/{id}/git/{op}", post(git_call))
         .layer(middleware::from_fn(auth))
         .with_state(shared)
+}
+
+async fn git_call(
+    State(app): State<App>,
+    Path((_id, op)): Path<(String, String)>,
+    Json(body): Json<serde_json::Value>,
+) -> Response {
+    let answer = match op.as_str() {
+        "clone" => (
+            StatusCode::CREATED,
+            Json(serde_json::json!({"path": "/home/user/cloned"})),
+        )
+            .into_response(),
+        _ => StatusCode::NO_CONTENT.into_response(),
+    };
+    app.state
+        .lock()
+        .expect("fake state lock")
+        .git_calls
+        .push((op, body));
+    answer
 }
 
 fn api_error(status: StatusCode, code: &str, message: &str) -> Response {

@@ -1,23 +1,19 @@
-//! `git` run inside a sandbox for the toolbox's git routes ([`super::git`]), through the service's
-//! exec (so it is the sandbox's own `git`, as the sandbox's `user`), and what its output means.
+//! One `git` command in a sandbox, run through [`Service::exec`] (the sandbox's own `git`, as the
+//! sandbox's `user`), and the credentials it may carry.
 //!
 //! - Every run is `git -C <repo> …` with `GIT_TERMINAL_PROMPT=0` (a missing credential fails at
-//!   once instead of waiting for a terminal) and `LC_ALL=C` (messages are classified by their text).
+//!   once instead of waiting for a terminal) and `LC_ALL=C` (messages are classified by their text,
+//!   [`super::classify()`]).
 //! - Credentials ([`Credentials`]) reach git only through a credential helper given with `-c` for
 //!   that one command, which prints `username=`/`password=` from two environment variables of that
 //!   command: nothing is written to the repository's config, the URL, the command line or a log.
 //!   Other configured helpers are cleared for the command. [`strip_userinfo`] moves credentials
 //!   written into an `http(s)://user:pass@` URL into the helper the same way.
-//! - A failure becomes a [`ToolboxError`] with the daemon's git codes ([`classify`]): 401
-//!   `GIT_AUTH_FAILED`, 404 `GIT_REPO_NOT_FOUND` / `GIT_BRANCH_NOT_FOUND`, 409 `GIT_BRANCH_EXISTS`
-//!   / `GIT_PUSH_REJECTED` / `GIT_DIRTY_WORKTREE` / `GIT_MERGE_CONFLICT`, 422
-//!   `GIT_REMOTE_REJECTED`, 502 `GIT_TRANSPORT_FAILED`; anything else git refused is a 400 with
-//!   git's words (a password, if one was given, never among them).
+//! - What git says is returned with the password, if one was given, masked (`***`).
 
-use super::toolbox_error::ToolboxError;
-use axum::http::StatusCode;
+use super::classify::classify;
+use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
-use sandboxd_service::Service;
 use std::collections::BTreeMap;
 
 /// Longest a network operation (clone, push, pull) may run.
@@ -58,6 +54,15 @@ impl Credentials {
                 password: p.unwrap_or_default().to_string(),
             }),
         }
+    }
+}
+
+/// `text` with `password` (when there is one) masked.
+pub(super) fn masked(text: String, password: &str) -> String {
+    if password.is_empty() {
+        text
+    } else {
+        text.replace(password, "***")
     }
 }
 
@@ -109,12 +114,12 @@ impl<'a> GitRun<'a> {
     }
 
     /// Runs it; its stdout when it succeeds.
-    pub async fn run(&self, service: &Service, id: &str) -> Result<String, ToolboxError> {
+    pub async fn run(&self, service: &Service, id: &str) -> Result<String, ServiceError> {
         let (exit_code, stdout, said) = self.output(service, id).await?;
         if exit_code == 0 {
             Ok(stdout)
         } else {
-            Err(classify(&said, exit_code))
+            Err(classify(&said, exit_code).into())
         }
     }
 
@@ -123,7 +128,7 @@ impl<'a> GitRun<'a> {
         &self,
         service: &Service,
         id: &str,
-    ) -> Result<(i32, String, String), ToolboxError> {
+    ) -> Result<(i32, String, String), ServiceError> {
         let (cmd, env) = self.command();
         let timeout = if self.network {
             NETWORK_TIMEOUT_MS
@@ -142,103 +147,9 @@ impl<'a> GitRun<'a> {
             )
             .await?;
         let said = format!("{}\n{}", result.stderr, result.stdout);
-        let said = match self.credentials {
-            Some(c) if !c.password.is_empty() => said.replace(&c.password, "***"),
-            _ => said,
-        };
-        Ok((result.exit_code, result.stdout, said))
+        let password = self.credentials.map_or("", |c| c.password.as_str());
+        Ok((result.exit_code, result.stdout, masked(said, password)))
     }
-}
-
-/// What a failed git said, as an error.
-pub fn classify(said: &str, exit_code: i32) -> ToolboxError {
-    let lower = said.to_ascii_lowercase();
-    let has = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
-    let (status, code) = if has(&[
-        "authentication failed",
-        "could not read username",
-        "could not read password",
-        "terminal prompts disabled",
-        "invalid username or password",
-        "returned error: 401",
-    ]) {
-        (StatusCode::UNAUTHORIZED, "GIT_AUTH_FAILED")
-    } else if has(&["returned error: 403"]) {
-        (StatusCode::FORBIDDEN, "FORBIDDEN")
-    } else if has(&["remote rejected"]) {
-        (StatusCode::UNPROCESSABLE_ENTITY, "GIT_REMOTE_REJECTED")
-    } else if has(&["[rejected]", "non-fast-forward", "failed to push some refs"]) {
-        (StatusCode::CONFLICT, "GIT_PUSH_REJECTED")
-    } else if has(&[
-        "repository not found",
-        "does not appear to be a git repository",
-        "not a git repository",
-        "cannot change to",
-        "returned error: 404",
-        "no such repository",
-    ]) || (lower.contains("repository '") && lower.contains("' not found"))
-    {
-        (StatusCode::NOT_FOUND, "GIT_REPO_NOT_FOUND")
-    } else if has(&["already exists and is not an empty directory"]) {
-        (StatusCode::CONFLICT, "CONFLICT")
-    } else if lower.contains("a branch named") && lower.contains("already exists") {
-        (StatusCode::CONFLICT, "GIT_BRANCH_EXISTS")
-    } else if has(&[
-        "known to git",
-        "invalid reference",
-        "couldn't find remote ref",
-        "unknown revision",
-        "remote branch",
-    ]) || (lower.contains("branch '") && lower.contains("not found"))
-    {
-        (StatusCode::NOT_FOUND, "GIT_BRANCH_NOT_FOUND")
-    } else if has(&["did not match any files"]) {
-        (StatusCode::NOT_FOUND, "FILE_NOT_FOUND")
-    } else if has(&["would be overwritten", "commit your changes or stash them"]) {
-        (StatusCode::CONFLICT, "GIT_DIRTY_WORKTREE")
-    } else if has(&[
-        "not possible to fast-forward",
-        "diverging",
-        "merge conflict",
-        "conflict (",
-    ]) {
-        (StatusCode::CONFLICT, "GIT_MERGE_CONFLICT")
-    } else if has(&["nothing to commit", "no changes added to commit"]) {
-        (StatusCode::CONFLICT, "CONFLICT")
-    } else if has(&[
-        "could not resolve host",
-        "connection refused",
-        "unable to access",
-        "failed to connect",
-        "connection timed out",
-        "unable to connect",
-        "early eof",
-        "could not read from remote repository",
-    ]) {
-        (StatusCode::BAD_GATEWAY, "GIT_TRANSPORT_FAILED")
-    } else {
-        (StatusCode::BAD_REQUEST, "BAD_REQUEST")
-    };
-    ToolboxError::new(status, code, summary(said, exit_code))
-}
-
-/// git's complaint: its `fatal:`/`error:` lines when it has some, else all it said (capped).
-fn summary(said: &str, exit_code: i32) -> String {
-    let lines: Vec<&str> = said
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("fatal:") || l.starts_with("error:") || l.starts_with("! ["))
-        .collect();
-    let text = if lines.is_empty() {
-        said.trim().to_string()
-    } else {
-        lines.join("\n")
-    };
-    let mut text: String = text.chars().take(4096).collect();
-    if text.is_empty() {
-        text = format!("git exited with status {exit_code}");
-    }
-    text
 }
 
 /// `url` without the `user:password@` of an `http(s)://` URL, and those credentials.
@@ -273,58 +184,6 @@ pub fn strip_userinfo(url: &str) -> (String, Option<Credentials>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failures_get_the_daemons_git_codes() {
-        let code = |said: &str| classify(said, 128).code;
-        assert_eq!(
-            code("fatal: could not read Username for 'http://h': terminal prompts disabled"),
-            "GIT_AUTH_FAILED"
-        );
-        assert_eq!(
-            code("fatal: Authentication failed for 'http://h/r'"),
-            "GIT_AUTH_FAILED"
-        );
-        assert_eq!(
-            code("fatal: repository 'http://h/nope.git/' not found"),
-            "GIT_REPO_NOT_FOUND"
-        );
-        assert_eq!(
-            code("fatal: not a git repository (or any of the parent directories): .git"),
-            "GIT_REPO_NOT_FOUND"
-        );
-        assert_eq!(
-            code("error: pathspec 'nope' did not match any file(s) known to git"),
-            "GIT_BRANCH_NOT_FOUND"
-        );
-        assert_eq!(
-            code("fatal: a branch named 'x' already exists"),
-            "GIT_BRANCH_EXISTS"
-        );
-        assert_eq!(
-            code(
-                " ! [rejected]        main -> main (fetch first)\nerror: failed to push some refs"
-            ),
-            "GIT_PUSH_REJECTED"
-        );
-        assert_eq!(
-            code("fatal: Not possible to fast-forward, aborting."),
-            "GIT_MERGE_CONFLICT"
-        );
-        assert_eq!(
-            code("fatal: unable to connect to 10.0.0.1:\n10.0.0.1[0: 10.0.0.1]: errno=Connection refused"),
-            "GIT_TRANSPORT_FAILED"
-        );
-        assert_eq!(
-            code("fatal: pathspec 'x' did not match any files"),
-            "FILE_NOT_FOUND"
-        );
-        let e = classify("hint: x\nfatal: bad thing\n", 128);
-        assert_eq!(
-            (e.status.as_u16(), e.message.as_str()),
-            (400, "fatal: bad thing")
-        );
-    }
 
     #[test]
     fn credentials_never_reach_the_command_line() {

@@ -1,13 +1,15 @@
-//! `git status --porcelain=v2 --branch -z` read into Daytona's `GitStatus`: `{currentBranch,
+//! `git status --porcelain=v2 --branch -z` read into a [`GitStatus`]: `{currentBranch,
 //! fileStatus: [{name, staging, worktree, extra}], ahead, behind, branchPublished, upstream,
-//! detached}`. States are Daytona's names (`Unmodified`, `Untracked`, `Modified` — a type change
-//! too —, `Added`, `Deleted`, `Renamed`, `Copied`, `Updated but unmerged`); an untracked file is
-//! `Untracked` in both areas; `extra` is a rename's or copy's original path; a detached HEAD's
-//! branch is `HEAD`; ahead and behind are 0 without an upstream.
+//! detached}` — the shape Daytona's toolbox answers and the native API's [`api::GitStatus`].
+//! States are go-git's names, which Daytona uses too (`Unmodified`, `Untracked`, `Modified` — a
+//! type change too —, `Added`, `Deleted`, `Renamed`, `Copied`, `Updated but unmerged`); an
+//! untracked file is `Untracked` in both areas; `extra` is a rename's or copy's original path; a
+//! detached HEAD's branch is `HEAD`; ahead and behind are 0 without an upstream.
 
+use sandboxd_api_types as api;
 use serde::Serialize;
 
-/// A file's state in one area, as Daytona names it.
+/// A file's state in one area.
 fn state(code: char) -> &'static str {
     match code {
         'M' | 'T' => "Modified",
@@ -31,7 +33,7 @@ pub struct FileStatus {
     pub extra: String,
 }
 
-/// `GET /git/status`'s answer.
+/// A repository's status.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GitStatus {
@@ -99,6 +101,30 @@ pub fn parse_status(out: &str) -> GitStatus {
         });
     }
     status
+}
+
+impl From<GitStatus> for api::GitStatus {
+    fn from(s: GitStatus) -> Self {
+        let file_status = s
+            .file_status
+            .into_iter()
+            .map(|f| api::GitFileStatus {
+                name: f.name,
+                staging: f.staging.into(),
+                worktree: f.worktree.into(),
+                extra: f.extra,
+            })
+            .collect();
+        api::GitStatus {
+            current_branch: s.current_branch,
+            file_status,
+            ahead: s.ahead,
+            behind: s.behind,
+            branch_published: s.branch_published,
+            upstream: s.upstream,
+            detached: s.detached,
+        }
+    }
 }
 
 #[cfg(test)]
