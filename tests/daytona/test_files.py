@@ -7,27 +7,25 @@ Files: both ways including binary (all 256 byte values) and a 5 MB file, bulk up
 file), delete (recursive or not), find, search, replace, permissions; missing paths raise the SDK's
 not-found errors.
 
-Git: a real git server run by this script, `git http-backend` behind basic auth on the host's own
-address (the sandbox reaches it because it is created over /v1 with `network.allowOut` naming that
-address, then driven through `daytona.get(id)`). Clone without credentials fails with the SDK's
-auth error, with them succeeds and leaves no credentials in `.git/config`; add → commit → push is
-seen in the server's repository; a commit pushed from the host is pulled; branches are created,
-listed, checked out and deleted; a clone at a commit is detached there.
+Git: a real git server run by this script (tests/support/git_server.py: `git http-backend` behind
+basic auth on the host's own address; the sandbox reaches it because it is created over /v1 with
+`network.allowOut` naming that address, then driven through `daytona.get(id)`). Clone without
+credentials fails with the SDK's auth error, with them succeeds and leaves no credentials in
+`.git/config`; add → commit → push is seen in the server's repository; a commit pushed from the
+host is pulled; branches are created, listed, checked out and deleted; a clone at a commit is
+detached there.
 
 Environment: DAYTONA_API_URL (the daemon's URL + `/api`), DAYTONA_API_KEY (a daemon token),
 SANDBOXD_TEST_GIT_PASSWORD (optional: the git server's password, so the caller can check the daemon
 never logged it). Exit status 0 = every check passed. Run by crates/sandboxd/tests/daytona_files.rs.
 """
 
-import base64
 import os
 import shutil
-import socket
 import subprocess
+import sys
 import tempfile
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import runner
@@ -41,6 +39,9 @@ from daytona import (
     FileDownloadRequest,
     FileUpload,
 )
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import git_server  # noqa: E402 (tests/support/git_server.py, the tree's one git server)
 
 RUN = uuid.uuid4().hex[:8]
 DAYTONA = Daytona()
@@ -215,83 +216,6 @@ def test_signed_file_urls_need_no_token_open_only_their_request_and_end_with_a_r
 # --- git -----------------------------------------------------------------------------------------
 
 
-def host_address():
-    """The host's own address on its default route (a datagram socket sends nothing)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.connect(("192.0.2.123", 9))
-        return s.getsockname()[0]
-    finally:
-        s.close()
-
-
-class GitHttp(BaseHTTPRequestHandler):
-    """`git http-backend` as CGI behind basic auth (pushes allowed: REMOTE_USER is set)."""
-
-    root = ""
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        self.serve()
-
-    def do_POST(self):
-        self.serve()
-
-    def serve(self):
-        expected = "Basic " + base64.b64encode(f"{GIT_USER}:{GIT_PASSWORD}".encode()).decode()
-        if self.headers.get("Authorization") != expected:
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="git"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            body = b""
-            while True:
-                size = int(self.rfile.readline().strip(), 16)
-                if size == 0:
-                    self.rfile.readline()
-                    break
-                body += self.rfile.read(size)
-                self.rfile.readline()
-        else:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        path, _, query = self.path.partition("?")
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "GIT_PROJECT_ROOT": self.root,
-            "GIT_HTTP_EXPORT_ALL": "1",
-            "PATH_INFO": path,
-            "QUERY_STRING": query,
-            "REQUEST_METHOD": self.command,
-            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-            "CONTENT_LENGTH": str(len(body)),
-            "REMOTE_USER": GIT_USER,
-            "REMOTE_ADDR": self.client_address[0],
-            "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
-            "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
-        }
-        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True).stdout
-        head, _, payload = out.partition(b"\r\n\r\n")
-        if not payload and b"\n\n" in out:
-            head, _, payload = out.partition(b"\n\n")
-        status, headers = 200, []
-        for line in head.decode("latin-1").splitlines():
-            key, _, value = line.partition(":")
-            if key.lower() == "status":
-                status = int(value.strip().split()[0])
-            elif key:
-                headers.append((key, value.strip()))
-        self.send_response(status)
-        for key, value in headers:
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-
 def host_git(*args, cwd=None):
     cmd = ["git", "-c", "user.name=Host", "-c", "user.email=host@example.com", *args]
     return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
@@ -309,10 +233,8 @@ def git_setup():
     host_git("add", "README.md", cwd=work)
     host_git("commit", "--quiet", "-m", "first", cwd=work)
     host_git("push", "--quiet", "origin", "HEAD:main", cwd=work)
-    GitHttp.root = tmp
-    ip = host_address()
-    server = ThreadingHTTPServer((ip, 0), GitHttp)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    ip = git_server.host_address()
+    server = git_server.serve(tmp, GIT_USER, GIT_PASSWORD, ip)
     # The Daytona create cannot name a destination to allow; /v1's can.
     base = API[: -len("/api")] if API.endswith("/api") else API
     resp = httpx.post(

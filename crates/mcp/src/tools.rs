@@ -420,10 +420,7 @@ impl SandboxTools {
     #[tool(
         description = "Clone a git repository into a sandbox; returns the clone's path. Credentials serve this command only and are never written to the sandbox's disk."
     )]
-    async fn git_clone(
-        &self,
-        Parameters(a): Parameters<GitCloneArgs>,
-    ) -> Answer {
+    async fn git_clone(&self, Parameters(a): Parameters<GitCloneArgs>) -> Answer {
         let clone = GitClone {
             credentials: Credentials::of(a.username.as_deref(), a.password.as_deref()),
             path: a.path.unwrap_or_else(|| clone_dir(&a.url)),
@@ -443,10 +440,7 @@ impl SandboxTools {
     #[tool(
         description = "A git repository's status in a sandbox: its branch, upstream, ahead/behind, and every changed file with its staged and worktree state."
     )]
-    async fn git_status(
-        &self,
-        Parameters(a): Parameters<GitRepoArgs>,
-    ) -> Answer {
+    async fn git_status(&self, Parameters(a): Parameters<GitRepoArgs>) -> Answer {
         let status = self
             .service
             .git_status(&a.sandbox, &a.path)
@@ -456,10 +450,7 @@ impl SandboxTools {
     }
 
     #[tool(description = "Stage files of a git repository in a sandbox (`.` for all).")]
-    async fn git_add(
-        &self,
-        Parameters(a): Parameters<GitAddArgs>,
-    ) -> Answer {
+    async fn git_add(&self, Parameters(a): Parameters<GitAddArgs>) -> Answer {
         self.service
             .git_add(&a.sandbox, &a.path, a.files.clone())
             .await
@@ -470,10 +461,7 @@ impl SandboxTools {
     #[tool(
         description = "Commit what is staged in a git repository of a sandbox; returns the commit's hash."
     )]
-    async fn git_commit(
-        &self,
-        Parameters(a): Parameters<GitCommitArgs>,
-    ) -> Answer {
+    async fn git_commit(&self, Parameters(a): Parameters<GitCommitArgs>) -> Answer {
         let commit = GitCommit {
             path: a.path,
             message: a.message,
@@ -492,10 +480,7 @@ impl SandboxTools {
     #[tool(
         description = "The local branches of a git repository in a sandbox, and the checked-out one."
     )]
-    async fn git_branches(
-        &self,
-        Parameters(a): Parameters<GitRepoArgs>,
-    ) -> Answer {
+    async fn git_branches(&self, Parameters(a): Parameters<GitRepoArgs>) -> Answer {
         let branches = self
             .service
             .git_branches(&a.sandbox, &a.path)
@@ -507,10 +492,7 @@ impl SandboxTools {
     #[tool(
         description = "Check out a branch or revision of a git repository in a sandbox; with `create`, create the branch at HEAD first."
     )]
-    async fn git_checkout(
-        &self,
-        Parameters(a): Parameters<GitCheckoutArgs>,
-    ) -> Answer {
+    async fn git_checkout(&self, Parameters(a): Parameters<GitCheckoutArgs>) -> Answer {
         let done = if a.create == Some(true) {
             self.service
                 .git_create_branch(&a.sandbox, &a.path, &a.branch)
@@ -527,10 +509,7 @@ impl SandboxTools {
     #[tool(
         description = "Push a branch of a git repository in a sandbox to its remote. Credentials serve this command only and are never written to the sandbox's disk."
     )]
-    async fn git_push(
-        &self,
-        Parameters(a): Parameters<GitSyncArgs>,
-    ) -> Answer {
+    async fn git_push(&self, Parameters(a): Parameters<GitSyncArgs>) -> Answer {
         let (sandbox, push) = a.into_sync();
         let path = push.path.clone();
         self.service
@@ -543,10 +522,7 @@ impl SandboxTools {
     #[tool(
         description = "Pull (fast-forward only) into a git repository in a sandbox. Credentials serve this command only and are never written to the sandbox's disk."
     )]
-    async fn git_pull(
-        &self,
-        Parameters(a): Parameters<GitSyncArgs>,
-    ) -> Answer {
+    async fn git_pull(&self, Parameters(a): Parameters<GitSyncArgs>) -> Answer {
         let (sandbox, pull) = a.into_sync();
         let path = pull.path.clone();
         self.service
