@@ -160,42 +160,22 @@ pub struct GitCheckout {
     pub branch: String,
 }
 
-/// `POST /v1/sandboxes/{id}/git/push`.
+/// `POST /v1/sandboxes/{id}/git/push` and `POST /v1/sandboxes/{id}/git/pull` (fast-forward
+/// only).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GitPush {
+pub struct GitSync {
     /// The repository.
     pub path: String,
-    /// The remote (default `origin`).
+    /// The remote (push: default `origin`; pull: default the branch's upstream's, else `origin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<String>,
-    /// The branch to push (default the current one).
+    /// The branch (push: default the checked-out one; pull: default the upstream's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
-    /// Make the remote branch the local one's upstream.
+    /// Push only: make the pushed branch the local one's upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_upstream: Option<bool>,
-    /// User name for the remote (default `x-access-token` when only a password is given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
-    /// Password or access token for the remote; used for this command only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>, format = Password)]
-    pub password: Option<Secret>,
-}
-
-/// `POST /v1/sandboxes/{id}/git/pull`: fast-forward only.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GitPull {
-    /// The repository.
-    pub path: String,
-    /// The remote (default the branch's upstream, else `origin`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote: Option<String>,
-    /// The remote branch (default the upstream's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub branch: Option<String>,
     /// User name for the remote (default `x-access-token` when only a password is given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
@@ -212,13 +192,13 @@ mod tests {
     /// A password travels as a plain string and never shows in `Debug`.
     #[test]
     fn passwords_are_strings_on_the_wire_and_hidden_in_debug() {
-        let push: GitPush =
+        let push: GitSync =
             serde_json::from_str(r#"{"path": "r", "username": "u", "password": "s3cret"}"#)
                 .unwrap();
         assert_eq!(push.password, Some(Secret("s3cret".into())));
         assert!(!format!("{push:?}").contains("s3cret"));
         let wire = serde_json::to_value(&push).unwrap();
         assert_eq!(wire["password"], "s3cret");
-        assert!(serde_json::from_str::<GitPush>(r#"{"path": "r", "pasword": "x"}"#).is_err());
+        assert!(serde_json::from_str::<GitSync>(r#"{"path": "r", "pasword": "x"}"#).is_err());
     }
 }

@@ -12,7 +12,7 @@ mod git;
 mod terminal;
 pub use git::{
     GitAdd, GitBranches, GitCheckout, GitClone, GitCloned, GitCommit, GitCommitted,
-    GitCreateBranch, GitFileStatus, GitPull, GitPush, GitStatus, Secret,
+    GitCreateBranch, GitFileStatus, GitStatus, GitSync, Secret,
 };
 pub use terminal::{TerminalControl, TerminalNotice};
 

@@ -24,7 +24,6 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use sandboxd_api_types as api;
-use sandboxd_service::git::{clone_dir, Credentials, GitClone, GitCommit, GitSync};
 use sandboxd_service::Service;
 
 /// The routes, to be merged into the authenticated `/v1` router.
@@ -40,11 +39,6 @@ pub fn router() -> Router<Service> {
         .route(&format!("{g}/checkout"), post(checkout))
         .route(&format!("{g}/push"), post(push))
         .route(&format!("{g}/pull"), post(pull))
-}
-
-/// A request's credentials for the remote.
-fn credentials(username: Option<&str>, password: Option<&api::Secret>) -> Option<Credentials> {
-    Credentials::of(username, password.map(|p| p.0.as_str()))
 }
 
 /// Clone a repository into the sandbox (default path: the URL's last segment, in the user's home).
@@ -63,16 +57,7 @@ pub async fn clone(
     body: Bytes,
 ) -> Result<(StatusCode, Json<api::GitCloned>), Error> {
     let req: api::GitClone = parse_json(&body)?;
-    let clone = GitClone {
-        credentials: credentials(req.username.as_deref(), req.password.as_ref()),
-        path: req.path.unwrap_or_else(|| clone_dir(&req.url)),
-        url: req.url,
-        branch: req.branch,
-        commit: req.commit,
-        depth: req.depth,
-        insecure_skip_tls: req.insecure_skip_tls == Some(true),
-    };
-    let path = service.git_clone(&id, clone).await?;
+    let path = service.git_clone(&id, req.into()).await?;
     Ok((StatusCode::CREATED, Json(api::GitCloned { path })))
 }
 
@@ -120,14 +105,7 @@ pub async fn commit(
     body: Bytes,
 ) -> Result<(StatusCode, Json<api::GitCommitted>), Error> {
     let req: api::GitCommit = parse_json(&body)?;
-    let commit = GitCommit {
-        path: req.path,
-        message: req.message,
-        author: req.author,
-        email: req.email,
-        allow_empty: req.allow_empty == Some(true),
-    };
-    let hash = service.git_commit(&id, commit).await?;
+    let hash = service.git_commit(&id, req.into()).await?;
     Ok((StatusCode::CREATED, Json(api::GitCommitted { hash })))
 }
 
@@ -199,7 +177,7 @@ pub async fn checkout(
 
 /// Push a branch (default the current one) to a remote (default `origin`).
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/git/push", operation_id = "git_push", params(("id" = String, Path)),
-    request_body = api::GitPush,
+    request_body = api::GitSync,
     responses((status = 204), (status = 400, body = api::ApiError),
         (status = 401, body = api::ApiError, description = "no API key (`unauthorized`), or the remote wants credentials or refused them (`git_auth_failed`)"),
         (status = 403, body = api::ApiError, description = "the remote forbids it (`git_forbidden`)"),
@@ -212,21 +190,14 @@ pub async fn push(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, Error> {
-    let req: api::GitPush = parse_json(&body)?;
-    let push = GitSync {
-        credentials: credentials(req.username.as_deref(), req.password.as_ref()),
-        path: req.path,
-        remote: req.remote,
-        branch: req.branch,
-        set_upstream: req.set_upstream == Some(true),
-    };
-    service.git_push(&id, push).await?;
+    let req: api::GitSync = parse_json(&body)?;
+    service.git_push(&id, req.into()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Pull, fast-forward only.
+/// Pull, fast-forward only (`setUpstream` has no effect).
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/git/pull", operation_id = "git_pull", params(("id" = String, Path)),
-    request_body = api::GitPull,
+    request_body = api::GitSync,
     responses((status = 204), (status = 400, body = api::ApiError),
         (status = 401, body = api::ApiError, description = "no API key (`unauthorized`), or the remote wants credentials or refused them (`git_auth_failed`)"),
         (status = 403, body = api::ApiError, description = "the remote forbids it (`git_forbidden`)"),
@@ -238,15 +209,8 @@ pub async fn pull(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, Error> {
-    let req: api::GitPull = parse_json(&body)?;
-    let pull = GitSync {
-        credentials: credentials(req.username.as_deref(), req.password.as_ref()),
-        path: req.path,
-        remote: req.remote,
-        branch: req.branch,
-        set_upstream: false,
-    };
-    service.git_pull(&id, pull).await?;
+    let req: api::GitSync = parse_json(&body)?;
+    service.git_pull(&id, req.into()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -285,7 +249,7 @@ mod tests {
             assert!(op["responses"]["403"].is_object(), "{id}");
         }
         let raw = serde_json::to_value(ApiDoc::openapi()).unwrap();
-        let password = &raw["components"]["schemas"]["GitPush"]["properties"]["password"];
+        let password = &raw["components"]["schemas"]["GitSync"]["properties"]["password"];
         assert_eq!(password["format"], "password", "{password}");
     }
 }

@@ -10,7 +10,7 @@ use crate::{Client, ClientError};
 use reqwest::Method;
 use sandboxd_api_types::{
     GitAdd, GitBranches, GitCheckout, GitClone, GitCloned, GitCommit, GitCommitted,
-    GitCreateBranch, GitPull, GitPush, GitStatus,
+    GitCreateBranch, GitStatus, GitSync,
 };
 use serde::Serialize;
 
@@ -102,12 +102,12 @@ impl Client {
     }
 
     /// `POST /v1/sandboxes/{id}/git/push`.
-    pub async fn git_push(&self, id: &str, body: &GitPush) -> Result<(), ClientError> {
+    pub async fn git_push(&self, id: &str, body: &GitSync) -> Result<(), ClientError> {
         self.git_post(id, "push", body).await
     }
 
     /// `POST /v1/sandboxes/{id}/git/pull`.
-    pub async fn git_pull(&self, id: &str, body: &GitPull) -> Result<(), ClientError> {
+    pub async fn git_pull(&self, id: &str, body: &GitSync) -> Result<(), ClientError> {
         self.git_post(id, "pull", body).await
     }
 }

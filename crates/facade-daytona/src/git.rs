@@ -69,7 +69,7 @@ pub async fn clone(
     let clone = GitClone {
         credentials: Credentials::of(req.username.as_deref(), req.password.as_deref()),
         url: req.url,
-        path: req.path,
+        path: Some(req.path),
         branch: req.branch,
         commit: req.commit_id,
         depth: req.depth,

@@ -8,7 +8,7 @@ use rmcp::model::{CallToolResponse, CallToolResult};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler};
 use sandboxd_api_types as api;
 use sandboxd_service::code::code_lines;
-use sandboxd_service::git::{clone_dir, Credentials, GitClone, GitCommit, GitSync};
+use sandboxd_service::git::{Credentials, GitClone, GitCommit, GitSync};
 use sandboxd_service::sandboxes::to_api;
 use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::SandboxFilter;
@@ -423,7 +423,7 @@ impl SandboxTools {
     async fn git_clone(&self, Parameters(a): Parameters<GitCloneArgs>) -> Answer {
         let clone = GitClone {
             credentials: Credentials::of(a.username.as_deref(), a.password.as_deref()),
-            path: a.path.unwrap_or_else(|| clone_dir(&a.url)),
+            path: a.path,
             url: a.url,
             branch: a.branch,
             depth: a.depth,

@@ -13,7 +13,7 @@ use crate::error::SbxError;
 use crate::images::password_from_stdin;
 use crate::output::Output;
 use sandboxd_client::types::{
-    GitAdd, GitCheckout, GitClone, GitCommit, GitCreateBranch, GitPull, GitPush, GitStatus, Secret,
+    GitAdd, GitCheckout, GitClone, GitCommit, GitCreateBranch, GitStatus, GitSync, Secret,
 };
 use sandboxd_client::Client;
 use std::process::ExitCode;
@@ -32,6 +32,25 @@ fn credentials(auth: GitAuth) -> Result<(Option<String>, Option<Secret>), SbxErr
         auth.username,
         password.filter(|p| !p.is_empty()).map(Secret),
     ))
+}
+
+/// The body of a push or pull.
+fn sync(
+    path: String,
+    remote: Option<String>,
+    branch: Option<String>,
+    set_upstream: bool,
+    auth: GitAuth,
+) -> Result<GitSync, SbxError> {
+    let (username, password) = credentials(auth)?;
+    Ok(GitSync {
+        path,
+        remote,
+        branch,
+        set_upstream: set_upstream.then_some(true),
+        username,
+        password,
+    })
 }
 
 /// `sbx git …`.
@@ -118,15 +137,7 @@ pub async fn run(client: &Client, out: Output, args: GitArgs) -> Result<ExitCode
             set_upstream,
             auth,
         } => {
-            let (username, password) = credentials(auth)?;
-            let body = GitPush {
-                path,
-                remote,
-                branch,
-                set_upstream: set_upstream.then_some(true),
-                username,
-                password,
-            };
+            let body = sync(path, remote, branch, set_upstream, auth)?;
             client.git_push(id, &body).await?;
             done(out)?;
         }
@@ -136,14 +147,7 @@ pub async fn run(client: &Client, out: Output, args: GitArgs) -> Result<ExitCode
             branch,
             auth,
         } => {
-            let (username, password) = credentials(auth)?;
-            let body = GitPull {
-                path,
-                remote,
-                branch,
-                username,
-                password,
-            };
+            let body = sync(path, remote, branch, false, auth)?;
             client.git_pull(id, &body).await?;
             done(out)?;
         }

@@ -4,7 +4,7 @@
 use super::check::{ref_name, repo_path, repo_url};
 use super::command::{strip_userinfo, GitRun};
 use super::status::{parse_status, GitStatus};
-use super::{GitClone, GitCommit, GitError, GitSync};
+use super::{clone_dir, GitClone, GitCommit, GitError, GitSync};
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 
@@ -22,11 +22,11 @@ fn remote_and_branch(req: &GitSync) -> Result<(Option<&str>, Option<&str>), GitE
 }
 
 impl Service {
-    /// `git clone` (`--branch`, `--depth`) into `req.path`, then a detached checkout of
+    /// `git clone` (`--branch`, `--depth`) into `req.path` (default [`clone_dir`] of the URL), then a detached checkout of
     /// `req.commit` when given; the remote's URL is kept without credentials. Returns the clone's
     /// absolute path.
     pub async fn git_clone(&self, id: &str, req: GitClone) -> Result<String, ServiceError> {
-        let target = repo_path(&req.path)?;
+        let target = repo_path(&req.path.unwrap_or_else(|| clone_dir(&req.url)))?;
         if req.url.contains(char::is_control) {
             return Err(GitError::invalid("url must be a repository URL").into());
         }

@@ -44,6 +44,8 @@ pub use command::{strip_userinfo, Credentials, GitRun};
 pub use more::{GitAddRemote, GitReset, GitRestore, GitStoredCredentials};
 pub use status::{parse_status, FileStatus, GitStatus};
 
+use sandboxd_api_types as api;
+
 /// What went wrong with a git request, in git's terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GitFailure {
@@ -104,13 +106,14 @@ impl GitError {
     }
 }
 
-/// `POST …/git/clone`.
+/// A clone (the native API's `GitClone` is one, `.into()`).
 #[derive(Debug, Clone, Default)]
 pub struct GitClone {
     /// The repository's URL (userinfo in an http(s) URL becomes credentials).
     pub url: String,
-    /// Where to clone: absolute, or relative to the user's home.
-    pub path: String,
+    /// Where to clone: absolute, or relative to the user's home (default: [`clone_dir`] of the
+    /// URL).
+    pub path: Option<String>,
     /// A branch to check out.
     pub branch: Option<String>,
     /// A commit to check out, detached, after the clone.
@@ -123,7 +126,7 @@ pub struct GitClone {
     pub credentials: Option<Credentials>,
 }
 
-/// A commit of what is staged.
+/// A commit of what is staged (the native API's `GitCommit` is one, `.into()`).
 #[derive(Debug, Clone, Default)]
 pub struct GitCommit {
     /// The repository.
@@ -138,7 +141,7 @@ pub struct GitCommit {
     pub allow_empty: bool,
 }
 
-/// A push or a pull.
+/// A push or a pull (the native API's `GitSync` is one, `.into()`).
 #[derive(Debug, Clone, Default)]
 pub struct GitSync {
     /// The repository.
@@ -151,6 +154,49 @@ pub struct GitSync {
     pub set_upstream: bool,
     /// For the remote.
     pub credentials: Option<Credentials>,
+}
+
+impl From<api::GitClone> for GitClone {
+    fn from(req: api::GitClone) -> Self {
+        GitClone {
+            credentials: credentials(req.username.as_deref(), req.password.as_ref()),
+            url: req.url,
+            path: req.path,
+            branch: req.branch,
+            commit: req.commit,
+            depth: req.depth,
+            insecure_skip_tls: req.insecure_skip_tls == Some(true),
+        }
+    }
+}
+
+impl From<api::GitCommit> for GitCommit {
+    fn from(req: api::GitCommit) -> Self {
+        GitCommit {
+            path: req.path,
+            message: req.message,
+            author: req.author,
+            email: req.email,
+            allow_empty: req.allow_empty == Some(true),
+        }
+    }
+}
+
+impl From<api::GitSync> for GitSync {
+    fn from(req: api::GitSync) -> Self {
+        GitSync {
+            credentials: credentials(req.username.as_deref(), req.password.as_ref()),
+            path: req.path,
+            remote: req.remote,
+            branch: req.branch,
+            set_upstream: req.set_upstream == Some(true),
+        }
+    }
+}
+
+/// The credentials of a native request.
+fn credentials(username: Option<&str>, password: Option<&api::Secret>) -> Option<Credentials> {
+    Credentials::of(username, password.map(|p| p.0.as_str()))
 }
 
 /// Where a clone of `url` goes by default, as `git clone` decides: the URL's last segment without
