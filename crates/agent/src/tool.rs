@@ -104,11 +104,12 @@ fn feed(path: &str) -> i32 {
 
 /// Clears `O_NONBLOCK` on standard input.
 fn blocking_stdin() {
-    // SAFETY: fcntl on fd 0 with F_GETFL/F_SETFL reads and sets its status flags; no memory is passed.
-    unsafe {
-        let flags = libc::fcntl(0, libc::F_GETFL);
-        if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
-            libc::fcntl(0, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let stdin = std::io::stdin();
+    if let Ok(flags) = fcntl(&stdin, FcntlArg::F_GETFL) {
+        let flags = OFlag::from_bits_truncate(flags);
+        if flags.contains(OFlag::O_NONBLOCK) {
+            let _ = fcntl(&stdin, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK));
         }
     }
 }

@@ -371,7 +371,8 @@ impl Service {
         timeout: Duration,
     ) -> Result<CommandOutput, ServiceError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        for round in 0u32.. {
+        let mut until_alive_check = ALIVE_EVERY;
+        loop {
             let output = self.session_output(key, session, cid).await?;
             if output.exit_code.is_some() {
                 return Ok(output);
@@ -381,7 +382,9 @@ impl Service {
                     "command {cid} still runs after {timeout:?}"
                 )));
             }
-            if round % ALIVE_EVERY == ALIVE_EVERY - 1 {
+            until_alive_check -= 1;
+            if until_alive_check == 0 {
+                until_alive_check = ALIVE_EVERY;
                 let (_, client) = self.agent(key, None).await?;
                 if !self.session_exists(&client, session).await? {
                     // The shell may have written the end just before it went.
@@ -396,7 +399,6 @@ impl Service {
             }
             tokio::time::sleep(POLL).await;
         }
-        unreachable!("the rounds end by returning")
     }
 
     /// Kills session `session`'s shell and removes its files.
