@@ -55,6 +55,7 @@ try {
   await row.locator('[data-state="running"]').waitFor();
   const id = await row.getAttribute("data-id");
   assert.match(id, /^sb/);
+  assert.match(await row.innerText(), /namespace/, "the row shows the sandbox's isolation tier");
   await shot("created");
 
   // The table follows the event stream: a sandbox made and deleted elsewhere comes and goes.

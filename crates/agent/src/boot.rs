@@ -17,7 +17,7 @@
 //! `BootFault::ExitBeforeReady`: then the agent exits 1 right after `Ready`, before calling home or
 //! serving.
 
-use crate::{callhome, confine, init, server};
+use crate::{confine, init, server};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{pivot_root, sethostname, Gid, Uid};
@@ -68,18 +68,14 @@ pub fn run() -> ! {
             // SAFETY: see above.
             let listener = unsafe { UnixListener::from_raw_fd(AGENT_LISTEN_FD) };
             let _ = set_cloexec(AGENT_LISTEN_FD);
-            let agent = server::AgentConfig {
-                token: config.token,
-                default_user: config.default_user,
-                envs: config.envs,
-                workdir: config.workdir,
-                callback: config
-                    .callback_socket
-                    .map(|socket| callhome::CallbackTarget {
-                        socket,
-                        sandbox_id: config.sandbox_id,
-                    }),
-            };
+            let agent = server::AgentConfig::for_sandbox(
+                config.sandbox_id,
+                config.token,
+                config.default_user,
+                config.envs,
+                config.workdir,
+                config.callback_socket,
+            );
             init::run_as_init(move || server::run_blocking(listener, agent))
         }
         Err(e) => {

@@ -21,9 +21,17 @@ extern "C" fn ignore_signal(_: libc::c_int) {}
 
 /// Runs `server` in a child process and becomes its init. Never returns.
 pub fn run_as_init(server: impl FnOnce() -> i32) -> ! {
+    let (set, old) = block_signals();
+    let child = spawn(&old, server);
+    supervise(child, &set)
+}
+
+/// Blocks the signals init waits for (the forwarded ones and SIGCHLD), giving the forwarded ones a
+/// handler so a PID 1 does not drop them; returns the blocked set and the mask from before. Call
+/// while the process is single-threaded.
+pub(crate) fn block_signals() -> (libc::sigset_t, libc::sigset_t) {
     // SAFETY: plain libc calls on stack-allocated sigset/sigaction values, made while the process is
-    // single-threaded (the contract of this function); the child only resets signal state before
-    // running `server`.
+    // single-threaded (the contract of this function).
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -40,7 +48,16 @@ pub fn run_as_init(server: impl FnOnce() -> i32) -> ! {
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
+        (set, old)
+    }
+}
 
+/// Forks a child that restores the signal state from before [`block_signals`] (`old`) and exits
+/// with what `job` returns; returns its pid. Init exits 1 when it cannot fork.
+pub(crate) fn spawn(old: &libc::sigset_t, job: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: fork in a single-threaded process; the child only resets signal state before running
+    // `job`.
+    unsafe {
         let child = libc::fork();
         if child < 0 {
             tracing::error!(error = %std::io::Error::last_os_error(), "init: fork failed");
@@ -50,11 +67,11 @@ pub fn run_as_init(server: impl FnOnce() -> i32) -> ! {
             for sig in FORWARDED {
                 libc::signal(sig, libc::SIG_DFL);
             }
-            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-            let code = server();
+            libc::sigprocmask(libc::SIG_SETMASK, old, std::ptr::null_mut());
+            let code = job();
             std::process::exit(code);
         }
-        supervise(child, &set)
+        child
     }
 }
 
@@ -99,7 +116,7 @@ fn reap_all(server: libc::pid_t) -> Option<i32> {
 }
 
 /// The shell convention: the exit status, or 128 + the signal that killed the process.
-fn exit_code(status: libc::c_int) -> i32 {
+pub(crate) fn exit_code(status: libc::c_int) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {

@@ -15,6 +15,9 @@
 //! [`tool`] is the small file machinery the daemon's sessions run with this binary inside a sandbox,
 //! so that they need nothing of the image.
 //!
+//! [`prebuilt`] is PID 1 of a sandbox its runtime built whole (the gVisor tier): no handshake, the
+//! configuration on standard input, then the same server.
+//!
 //! [`init`] is the PID 1 loop that ties them together: it reaps every zombie and forwards termination
 //! signals to the server. [`confine`] holds the seccomp filter and capability set every sandbox process
 //! runs under.
@@ -24,5 +27,6 @@ pub mod callhome;
 pub mod confine;
 pub mod init;
 pub mod interpreter;
+pub mod prebuilt;
 pub mod server;
 pub mod tool;

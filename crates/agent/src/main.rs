@@ -26,6 +26,9 @@ struct Cli {
 enum Command {
     /// Boot a sandbox as its PID 1 (run by the runtime only).
     Boot,
+    /// Serve as PID 1 of a sandbox the runtime built whole (gVisor tier; run by the runtime only).
+    #[command(hide = true)]
+    Init,
     /// Serve the envd protocol on a unix socket, outside any sandbox.
     Serve {
         /// Path of the unix socket to listen on.
@@ -64,6 +67,7 @@ fn main() {
     match cli.command {
         Command::Tool { .. } => unreachable!("handled above"),
         Command::Boot => sandboxd_agent::boot::run(),
+        Command::Init => sandboxd_agent::prebuilt::run(),
         Command::Interpreter { listen, probe } => {
             let code = if probe {
                 let local = std::net::SocketAddr::from(([127, 0, 0, 1], listen.port()));
@@ -92,6 +96,7 @@ fn main() {
                 envs: Default::default(),
                 workdir: None,
                 callback: None,
+                identity_file: None,
             };
             std::process::exit(sandboxd_agent::server::run_blocking(listener, config));
         }

@@ -30,6 +30,13 @@ pub struct CreateSandbox {
     /// pulled first if this node lacks it; instead of `template`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The wall between the sandbox and the host: `namespace` (Linux namespaces around the host's
+    /// kernel; milliseconds to start) or `gvisor` (gVisor's user-space kernel in between; pause
+    /// keeps memory on disk, fork copies a running sandbox). Default: the daemon's
+    /// `--default-isolation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "gvisor")]
+    pub isolation: Option<String>,
     /// Credentials for pulling `image`: used for that pull and never stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_auth: Option<RegistryAuth>,
@@ -265,6 +272,10 @@ pub struct NetworkPolicy {
     pub allow_public_traffic: Option<bool>,
 }
 
+fn namespace() -> String {
+    "namespace".into()
+}
+
 /// A sandbox.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -288,6 +299,9 @@ pub struct Sandbox {
     /// Limit of its writable layer in MiB; 0 when this host cannot limit disk.
     #[serde(rename = "diskMB", default)]
     pub disk_mb: u64,
+    /// Its isolation tier: `namespace` or `gvisor`.
+    #[serde(default = "namespace")]
+    pub isolation: String,
     /// Creation time, RFC 3339.
     pub created_at: String,
     /// When the daemon will destroy it, RFC 3339; absent when never.
@@ -483,6 +497,37 @@ pub struct ExposedPort {
     /// The host port forwarded to it (`tcp` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_port: Option<u16>,
+}
+
+/// `POST /v1/sandboxes/{id}/fork`: copies of a running gVisor sandbox, memory and all.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkRequest {
+    /// How many forks, 1 to 20; default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 20)]
+    pub count: Option<u32>,
+    /// Lifetime of each fork in seconds; default: the source's timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_sec: Option<u64>,
+}
+
+/// One fork's outcome: exactly one of `sandbox` and `error`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct ForkResult {
+    /// The fork, running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+    /// Why this fork failed (the others are not affected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+}
+
+/// `POST /v1/sandboxes/{id}/fork`'s answer: one result per fork asked for.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct ForkResults {
+    /// In the order asked.
+    pub forks: Vec<ForkResult>,
 }
 
 /// The one error shape of the native API.

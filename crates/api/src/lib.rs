@@ -46,7 +46,7 @@ use utoipa::OpenApi;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
-    paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::resume, v1::stop, v1::start, v1::exec, v1::exec_stream, terminal::open, v1::run_code, v1::download, v1::upload,
+    paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::fork, v1::resume, v1::stop, v1::start, v1::exec, v1::exec_stream, terminal::open, v1::run_code, v1::download, v1::upload,
           v1::list_files, files::remove, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
           keys::create, keys::list, keys::delete,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
@@ -122,6 +122,7 @@ pub fn router(
         .route("/sandboxes", post(v1::create).get(v1::list))
         .route("/sandboxes/{id}", get(v1::get).delete(v1::delete))
         .route("/sandboxes/{id}/pause", post(v1::pause))
+        .route("/sandboxes/{id}/fork", post(v1::fork))
         .route("/sandboxes/{id}/resume", post(v1::resume))
         .route("/sandboxes/{id}/stop", post(v1::stop))
         .route("/sandboxes/{id}/start", post(v1::start))

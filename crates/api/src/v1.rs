@@ -252,6 +252,51 @@ pub async fn pause(
     Ok(Json(to_api(&service.pause(&id).await?)))
 }
 
+/// Fork a running gVisor sandbox: one live checkpoint, then `count` new sandboxes, each with its
+/// own id, address and tokens, going on from the source's processes, memory and files; the source
+/// keeps running. Each fork succeeds or fails on its own. A namespace sandbox answers 400.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/fork", params(("id" = String, Path, description = "id or name")),
+    request_body = api::ForkRequest,
+    responses((status = 201, body = api::ForkResults),
+              (status = 400, description = "count outside 1..20, or not a gvisor sandbox", body = api::ApiError),
+              (status = 404, body = api::ApiError),
+              (status = 409, description = "not running", body = api::ApiError)))]
+pub async fn fork(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<api::ForkResults>), Error> {
+    // An empty body asks for one fork.
+    let req: api::ForkRequest = if body.is_empty() {
+        api::ForkRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let made = service
+        .fork_with_memory(&id, req.count.unwrap_or(1), req.timeout_sec.unwrap_or(0))
+        .await?;
+    let forks = made
+        .into_iter()
+        .map(|made| match made {
+            Ok(sandbox) => api::ForkResult {
+                sandbox: Some(to_api(&sandbox)),
+                error: None,
+            },
+            Err(e) => {
+                let e = Error::from(e);
+                api::ForkResult {
+                    sandbox: None,
+                    error: Some(api::ApiError {
+                        code: e.code.to_string(),
+                        message: e.message,
+                    }),
+                }
+            }
+        })
+        .collect();
+    Ok((StatusCode::CREATED, Json(api::ForkResults { forks })))
+}
+
 /// Stop a running or paused sandbox: its processes end and its memory is released; what it wrote,
 /// its name and its address are kept for a start (a stopped one is returned unchanged).
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/stop", params(("id" = String, Path, description = "id or name")),

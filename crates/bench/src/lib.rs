@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod conn;
 pub mod daemon;
 pub mod daytona;
+pub mod gvisor;
 pub mod http;
 pub mod images;
 pub mod interpreter;

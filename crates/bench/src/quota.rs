@@ -119,7 +119,7 @@ async fn quota_measure(
     off: Arc<Fleet>,
     sizes: ImageArgs,
 ) -> anyhow::Result<QuotaFigure> {
-    let backend = on.rt.disk_backend();
+    let backend = on.rt.namespace().disk_backend();
     if backend == DiskBackend::Off {
         eprintln!("bench: --disk auto found no quota backend; both runtimes run without one");
     }

@@ -14,8 +14,10 @@ use crate::report::{Latency, Target};
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
 use sandboxd_envd::{EnvdClient, ExecOptions};
+use sandboxd_runtime::gvisor::{GvisorConfig, GvisorRuntime};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
 use sandboxd_runtime::quota::{release_pool, DiskBackend, DiskMode};
+use sandboxd_runtime::tiers::Tiers;
 use sandboxd_runtime::{Runtime, SandboxSpec};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -68,6 +70,10 @@ pub struct RuntimeArgs {
     /// Disk limit of each sandbox's writable layer in MiB (0: none; needs a disk backend).
     #[arg(long, default_value_t = 0)]
     pub disk_mb: u64,
+    /// gVisor sandboxes to create for the gVisor tier's figures (after one untimed); 0 skips the
+    /// tier.
+    #[arg(long, default_value_t = 10)]
+    pub gvisor_sandboxes: usize,
 }
 
 /// Median of each step of create→first-exec.
@@ -100,6 +106,8 @@ pub struct RuntimeReport {
     pub breakdown: Breakdown,
     /// `unshare --fork --pid --mount --net --uts --ipc --user --map-root-user true`, for reference.
     pub unshare_floor: Latency,
+    /// The gVisor tier in the same run; `None` when not asked for.
+    pub gvisor: Option<crate::gvisor::GvisorFigures>,
 }
 
 impl RuntimeReport {
@@ -135,6 +143,9 @@ impl RuntimeReport {
         println!("{}", self.pause.line("pause"));
         println!("{}", self.resume_to_exec.line("resume→exec"));
         println!("{}", self.unshare_floor.line("floor: unshare … true"));
+        if let Some(gvisor) = &self.gvisor {
+            gvisor.print();
+        }
     }
 }
 
@@ -163,7 +174,7 @@ pub fn agent_binary(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 /// Runs `bench runtime`.
 pub async fn run(args: &RuntimeArgs, interrupt: Interrupt) -> anyhow::Result<RuntimeReport> {
-    let total = args.warmup + 2 * args.sandboxes;
+    let total = args.warmup + 2 * args.sandboxes + args.gvisor_sandboxes + 1;
     if args.sandboxes == 0 || args.execs == 0 || args.resumes == 0 {
         bail!("--sandboxes, --execs and --resumes must be at least 1");
     }
@@ -198,7 +209,6 @@ async fn measure(
     agent: PathBuf,
 ) -> anyhow::Result<RuntimeReport> {
     let tag = std::process::id();
-    let cmd = ["/bin/true".to_string()];
     let (mut create, mut start, mut first, mut whole) = (vec![], vec![], vec![], vec![]);
     let mut shared = vec![];
     let mut last = None;
@@ -224,23 +234,20 @@ async fn measure(
         last = Some(client);
     }
     let client = last.expect("at least one sandbox");
-    let mut rtt = Vec::with_capacity(args.execs);
-    for i in 0..EXEC_WARMUP + args.execs {
-        let t = Instant::now();
-        let out = client.exec(&cmd, ExecOptions::default()).await?;
-        if out.exit_code != 0 {
-            bail!("/bin/true exited {}", out.exit_code);
-        }
-        if i >= EXEC_WARMUP {
-            rtt.push(t.elapsed());
-        }
-    }
+    let rtt = exec_round_trips(&client, args.execs).await?;
     let (pause, resume_to_exec) = pause_cycles(&fleet, &client, args.resumes).await?;
     let floor = unshare_floor(args.sandboxes).await?;
+    let gvisor = match args.gvisor_sandboxes {
+        0 => None,
+        n => {
+            let first = FIRST_SLOT + (args.warmup + 2 * args.sandboxes) as u32;
+            Some(crate::gvisor::measure(&fleet, n, args.execs, first).await?)
+        }
+    };
     let p50 = |v: &[Duration]| crate::stats::Summary::of(v).map_or(0.0, |s| s.p50_ms);
     Ok(RuntimeReport {
         agent,
-        disk_backend: fleet.rt.disk_backend(),
+        disk_backend: fleet.rt.namespace().disk_backend(),
         create_to_first_exec: Latency::new("create→first-exec", &whole, Some(CREATE_FIRST_EXEC))?,
         shared_range_create_to_first_exec: Latency::new(
             "shared-range create→first-exec",
@@ -258,7 +265,28 @@ async fn measure(
             destroy_p50_ms: None,
         },
         unshare_floor: Latency::new("unshare", &floor, None)?,
+        gvisor,
     })
+}
+
+/// `n` timed round trips of `/bin/true` through `client`, after [`EXEC_WARMUP`] untimed ones.
+pub(crate) async fn exec_round_trips(
+    client: &EnvdClient,
+    n: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let cmd = ["/bin/true".to_string()];
+    let mut rtt = Vec::with_capacity(n);
+    for i in 0..EXEC_WARMUP + n {
+        let t = Instant::now();
+        let out = client.exec(&cmd, ExecOptions::default()).await?;
+        if out.exit_code != 0 {
+            bail!("/bin/true exited {}", out.exit_code);
+        }
+        if i >= EXEC_WARMUP {
+            rtt.push(t.elapsed());
+        }
+    }
+    Ok(rtt)
 }
 
 /// `n` cycles on the sandbox of `client`, with a process looping in it: pause, then resume and run
@@ -365,10 +393,19 @@ impl Steps {
     }
 }
 
+/// The namespace runtime `rt` with the gVisor tier beside it when the host has one.
+fn tiers(rt: NamespaceRuntime) -> Tiers {
+    let rt = Arc::new(rt);
+    let gvisor = sandboxd_runtime::gvisor::probe(&GvisorConfig::default())
+        .and_then(|runsc| GvisorRuntime::new(rt.clone(), runsc).map_err(|e| e.to_string()));
+    Tiers::new(rt, gvisor)
+}
+
 /// Every sandbox this run asked for, and the runtime that made them (also `bench images`' quota
 /// on/off runtimes).
 pub(crate) struct Fleet {
-    pub(crate) rt: NamespaceRuntime,
+    /// Both tiers (gVisor when the host has it) on one namespace runtime.
+    pub(crate) rt: Tiers,
     state_dir: PathBuf,
     /// (id, init pid once started), in creation order.
     live: Mutex<Vec<(String, Option<i32>)>>,
@@ -387,7 +424,7 @@ impl Fleet {
         config.disk.mode = disk;
         match NamespaceRuntime::new(config).await {
             Ok(rt) => Ok(Fleet {
-                rt,
+                rt: tiers(rt),
                 state_dir,
                 live: Mutex::new(Vec::new()),
             }),

@@ -106,6 +106,18 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/sandboxes/{idOrName}/fork`: `count` copies of a running gVisor sandbox, memory
+    /// and all; one result per fork.
+    pub async fn fork(
+        &self,
+        id_or_name: &str,
+        body: &crate::types::ForkRequest,
+    ) -> Result<crate::types::ForkResults, ClientError> {
+        let url = self.sandbox_endpoint(id_or_name, &["fork"])?;
+        self.send_json(self.request(Method::POST, url).json(body), "sandbox")
+            .await
+    }
+
     /// `POST /v1/sandboxes/{idOrName}/resume`.
     pub async fn resume(&self, id_or_name: &str) -> Result<Sandbox, ClientError> {
         let url = self.sandbox_endpoint(id_or_name, &["resume"])?;

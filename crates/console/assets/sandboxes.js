@@ -8,6 +8,7 @@ const COLUMNS = [
   ["Name", (s) => s.name || el("span.muted", {}, "—")],
   ["State", (s) => stateBadge(s.state)],
   ["Template", (s) => s.image || s.template],
+  ["Isolation", (s) => s.isolation || "namespace"],
   ["CPU", (s) => s.cpu],
   ["Memory", (s) => `${s.memoryMB} MiB`],
   ["Disk", (s) => (s.diskMB ? `${s.diskMB} MiB` : "—")],
@@ -25,6 +26,9 @@ function createForm(onCreated) {
   const memory = el("input", { name: "memoryMB", type: "number", min: "32", placeholder: "512" });
   const disk = el("input", { name: "diskMB", type: "number", min: "16", placeholder: "daemon default" });
   const timeout = el("input", { name: "timeoutSec", type: "number", min: "1", placeholder: "300" });
+  const isolation = el("select", { name: "isolation" },
+    el("option", { value: "" }, "daemon default"), el("option", { value: "namespace" }, "namespace"),
+    el("option", { value: "gvisor" }, "gVisor"));
   const network = el("select", { name: "network" },
     el("option", { value: "offline" }, "no internet"), el("option", { value: "internet" }, "internet"));
   const metadata = el("input", { name: "metadata", placeholder: "k=v k2=v2" });
@@ -41,6 +45,7 @@ function createForm(onCreated) {
       body.memoryMB = number(memory);
       body.diskMB = number(disk);
       body.timeoutSec = number(timeout);
+      if (isolation.value) body.isolation = isolation.value;
       if (network.value === "internet") body.network = { egress: true };
       const pairs = metadata.value.split(/\s+/).filter(Boolean);
       if (pairs.length) body.metadata = Object.fromEntries(pairs.map((p) => p.split(/=(.*)/s).slice(0, 2)));
@@ -53,7 +58,7 @@ function createForm(onCreated) {
   },
   field("Template", template), field("Image", image), field("Name", name), field("CPUs", cpu),
   field("Memory (MiB)", memory), field("Disk (MiB)", disk), field("Timeout (s)", timeout),
-  field("Network", network), field("Metadata", metadata), submit);
+  field("Isolation", isolation), field("Network", network), field("Metadata", metadata), submit);
   return el("section.card", {}, el("h2", {}, "New sandbox"), form);
 }
 

@@ -127,16 +127,28 @@ pub enum BootMessage {
 impl BootMessage {
     /// Encodes the message as one line of JSON, newline included.
     pub fn to_line(&self) -> Vec<u8> {
-        // Serializing these plain structs cannot fail.
-        let mut line = serde_json::to_vec(self).unwrap_or_default();
-        line.push(b'\n');
-        line
+        to_line(self)
     }
 
     /// Decodes one line (with or without its newline).
     pub fn from_line(line: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(line.strip_suffix(b"\n").unwrap_or(line))
+        from_line(line)
     }
+}
+
+/// `value` as one line of JSON, newline included (JSON escapes every newline inside strings).
+pub(crate) fn to_line(value: &impl Serialize) -> Vec<u8> {
+    // Serializing these plain structs cannot fail.
+    let mut line = serde_json::to_vec(value).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// One line of JSON (with or without its newline) as a `T`.
+pub(crate) fn from_line<T: serde::de::DeserializeOwned>(
+    line: &[u8],
+) -> Result<T, serde_json::Error> {
+    serde_json::from_slice(line.strip_suffix(b"\n").unwrap_or(line))
 }
 
 #[cfg(test)]

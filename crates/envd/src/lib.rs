@@ -21,6 +21,7 @@ pub mod connect;
 mod error;
 pub mod files;
 pub mod filesystem;
+pub mod init;
 pub mod json;
 pub mod process;
 pub mod version;

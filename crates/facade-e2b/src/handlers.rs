@@ -170,6 +170,46 @@ pub async fn pause(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `POST /sandboxes/{id}/fork {timeout?, count?}`: 201 with one `{sandbox}` or `{error}` per fork
+/// asked for (each succeeds or fails on its own); the checkpoint is taken once. A sandbox of the
+/// namespace tier answers 400 naming the tier that forks.
+pub async fn fork(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    let req: ForkRequest = parse_optional(&body)?;
+    visible(&service, &id).await?;
+    let made = service
+        .fork_with_memory(
+            &id,
+            req.count.unwrap_or(1),
+            req.timeout.unwrap_or(FORK_TIMEOUT_SECS),
+        )
+        .await?;
+    let results: Vec<serde_json::Value> = made
+        .into_iter()
+        .map(|made| match made {
+            Ok(sandbox) => serde_json::json!({ "sandbox": detail(&service, &sandbox) }),
+            Err(e) => serde_json::json!({ "error": E2bError::from(e).body() }),
+        })
+        .collect();
+    Ok((StatusCode::CREATED, Json(results)).into_response())
+}
+
+/// A fork's lifetime when the request names none (E2B's default).
+const FORK_TIMEOUT_SECS: u64 = 15;
+
+/// The body of `POST /sandboxes/{id}/fork`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ForkRequest {
+    /// Lifetime of each fork, seconds.
+    timeout: Option<u64>,
+    /// How many forks.
+    count: Option<u32>,
+}
+
 /// `POST /sandboxes/{id}/connect {timeout}` (timeout required).
 pub async fn connect_v1(state: State<Service>, id: Path<String>, body: Bytes) -> Result<Response> {
     let req: ConnectRequest = parse(&body)?;

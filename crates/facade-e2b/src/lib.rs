@@ -101,6 +101,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route("/sandboxes/{id}", get(handlers::get).delete(handlers::kill))
         .route("/sandboxes/{id}/timeout", post(handlers::set_timeout))
         .route("/sandboxes/{id}/pause", post(handlers::pause))
+        .route("/sandboxes/{id}/fork", post(handlers::fork))
         .route("/sandboxes/{id}/resume", post(handlers::resume))
         .route("/sandboxes/{id}/connect", post(handlers::connect_v1))
         .route("/v2/sandboxes/{id}/connect", post(handlers::connect_v2))

@@ -359,6 +359,7 @@ mod tests {
             lifecycle: Default::default(),
             image: None,
             disk_mb: 0,
+            isolation: "namespace".into(),
         }
     }
 

@@ -44,6 +44,9 @@ pub struct CreateSandboxArgs {
     pub cpu: Option<f64>,
     /// Key/value labels.
     pub metadata: Option<BTreeMap<String, String>>,
+    /// Isolation tier: `namespace` (the host's kernel behind namespaces; fast) or `gvisor`
+    /// (gVisor's user-space kernel in between; pause keeps memory, fork copies a sandbox).
+    pub isolation: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -269,6 +272,7 @@ impl SandboxTools {
             memory_mb: a.memory_mb,
             metadata: a.metadata,
             timeout_sec: a.timeout_sec,
+            isolation: a.isolation,
             ..Default::default()
         };
         let sandbox = self

@@ -8,10 +8,16 @@
 //! an overlay root filesystem, cgroup limits ([`cgroup`], v1 and v2), seccomp, and a veth pair per sandbox,
 //! with the agent (`sandboxd-agent`) as every sandbox's init, and a disk quota on every sandbox's
 //! writable layer ([`quota`]: XFS/ext4 project quotas or btrfs qgroups).
+//!
+//! [`gvisor::GvisorRuntime`] is the second tier: the same sandboxes behind gVisor's user-space kernel
+//! (`runsc`), on the namespace runtime's host machinery. [`tiers::Tiers`] puts both behind one
+//! [`Runtime`], sending each call to the tier the sandbox's [`Isolation`] names.
 
 pub mod cgroup;
+pub mod gvisor;
 pub mod namespace;
 pub mod quota;
+pub mod tiers;
 mod types;
 
 pub use namespace::dns::{NameError, NamePattern};
@@ -34,6 +40,17 @@ pub struct WritableLayer {
 
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
+    /// Whether this runtime can run sandboxes of `tier`; when it cannot,
+    /// [`RuntimeError::Unsupported`] saying why and how to get it. A create of a tier the runtime
+    /// does not offer is refused with that error before anything is made.
+    fn offers(&self, tier: Isolation) -> Result<(), RuntimeError> {
+        match tier {
+            Isolation::Namespace => Ok(()),
+            other => Err(RuntimeError::Unsupported(format!(
+                "isolation \"{other}\" is not available in this runtime"
+            ))),
+        }
+    }
     /// Prepares a sandbox (its writable layer and persisted state) without starting it.
     async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError>;
     /// Boots a created or stopped sandbox; returns once its agent is confined and accepting connections.
@@ -71,6 +88,21 @@ pub trait Runtime: Send + Sync + 'static {
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
         Err(RuntimeError::Unsupported(format!(
             "resuming sandbox {id} is not available in this runtime"
+        )))
+    }
+    /// Copies running sandbox `id` into one new sandbox per spec of `clones` (each with its own id,
+    /// network slot and token): one live checkpoint, then a restore per clone with a copy of the
+    /// source's writable layer; the source keeps running. `Err` when nothing could be copied (no
+    /// clone was made); otherwise one result per clone, each succeeding or failing on its own (a
+    /// failed clone leaves nothing behind).
+    async fn fork(
+        &self,
+        id: &str,
+        clones: &[SandboxSpec],
+    ) -> Result<Vec<Result<SandboxInfo, RuntimeError>>, RuntimeError> {
+        let _ = clones;
+        Err(RuntimeError::Unsupported(format!(
+            "sandbox {id} cannot be forked: forks need the gVisor tier (create it with isolation \"gvisor\")"
         )))
     }
     /// Disk usage and limit of the sandbox's writable layer (running or not); `Unsupported` when the

@@ -52,6 +52,64 @@ pub struct SandboxSpec {
     /// The OCI image the root is made of; `None`: the built-in `base` template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageRoot>,
+    /// The isolation tier the sandbox runs in; [`Isolation::Namespace`] in specs persisted before
+    /// tiers existed.
+    #[serde(default, skip_serializing_if = "Isolation::is_namespace")]
+    pub isolation: Isolation,
+}
+
+/// The wall between a sandbox and the host: which implementation of [`crate::Runtime`] runs it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Linux namespaces, cgroups and seccomp around processes of the host's kernel
+    /// ([`crate::namespace`]): milliseconds to start.
+    #[default]
+    Namespace,
+    /// gVisor's user-space kernel (`runsc`) between the sandbox and the host's kernel
+    /// ([`crate::gvisor`]): a second wall, hundreds of milliseconds to start.
+    Gvisor,
+}
+
+impl Isolation {
+    /// Every tier, in the order they are documented.
+    pub const ALL: [Isolation; 2] = [Isolation::Namespace, Isolation::Gvisor];
+
+    /// The tier's name on every surface.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Namespace => "namespace",
+            Isolation::Gvisor => "gvisor",
+        }
+    }
+
+    fn is_namespace(&self) -> bool {
+        *self == Isolation::Namespace
+    }
+}
+
+impl fmt::Display for Isolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An isolation tier name that is not one of [`Isolation::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown isolation {0:?}: use \"namespace\" or \"gvisor\"")]
+pub struct UnknownIsolation(pub String);
+
+impl FromStr for Isolation {
+    type Err = UnknownIsolation;
+
+    fn from_str(text: &str) -> Result<Self, UnknownIsolation> {
+        Isolation::ALL
+            .into_iter()
+            .find(|tier| tier.as_str() == text)
+            .ok_or_else(|| UnknownIsolation(text.to_string()))
+    }
 }
 
 /// An OCI image as a sandbox's root: its unpacked layers, stacked read-only under the sandbox's
@@ -90,6 +148,7 @@ impl SandboxSpec {
             envs: HashMap::new(),
             agent_token: agent_token.into(),
             image: None,
+            isolation: Isolation::Namespace,
         }
     }
 
@@ -251,6 +310,9 @@ pub enum RuntimeState {
     Running,
     /// Was started, no longer runs (stopped, crashed, or killed).
     Stopped,
+    /// No process runs, and its processes and memory are saved in a checkpoint the sandbox resumes
+    /// from (paused with memory, gVisor tier): it outlives the daemon and the host.
+    Suspended,
 }
 
 /// The addresses of a sandbox's veth pair.
@@ -356,6 +418,9 @@ pub enum RuntimeError {
     /// Configuring the sandbox's network failed.
     #[error("network: {0}")]
     Network(String),
+    /// Writing the OCI bundle a gVisor sandbox runs from failed.
+    #[error("writing the OCI bundle")]
+    Bundle(#[source] oci_spec::OciSpecError),
     /// Starting the sandbox's process failed.
     #[error("spawning the sandbox init")]
     Spawn(#[source] std::io::Error),
@@ -507,6 +572,31 @@ mod tests {
             serde_json::json!(["*.example.com"])
         );
         assert_eq!(serde_json::from_value::<SandboxSpec>(json).unwrap(), deny);
+    }
+
+    #[test]
+    fn tiers_travel_by_name_and_old_specs_are_namespace_sandboxes() {
+        for tier in Isolation::ALL {
+            assert_eq!(tier.as_str().parse::<Isolation>(), Ok(tier));
+            assert_eq!(
+                serde_json::to_value(tier).unwrap(),
+                serde_json::json!(tier.as_str())
+            );
+        }
+        for bad in ["", "gVisor", "vm", "namespace "] {
+            assert!(bad.parse::<Isolation>().is_err(), "{bad:?} accepted");
+        }
+        let old = serde_json::to_value(SandboxSpec::base("sb", "t")).unwrap();
+        assert!(old.get("isolation").is_none(), "the default is not written");
+        let spec: SandboxSpec = serde_json::from_value(old).unwrap();
+        assert_eq!(spec.isolation, Isolation::Namespace);
+        let gvisor = SandboxSpec {
+            isolation: Isolation::Gvisor,
+            ..SandboxSpec::base("sb", "t")
+        };
+        let json = serde_json::to_value(&gvisor).unwrap();
+        assert_eq!(json["isolation"], "gvisor");
+        assert_eq!(serde_json::from_value::<SandboxSpec>(json).unwrap(), gvisor);
     }
 
     #[test]

@@ -1,19 +1,58 @@
-//! Isolation of namespace sandboxes, one property per test.
+//! Isolation of sandboxes, one property per test: each runs on the namespace tier, and the ones the
+//! gVisor tier shares run behind gVisor's kernel too (`…_in_gvisor`).
 
 mod common;
 
-use common::{connect_within, fixture, text, wait_for};
-use sandboxd_runtime::{ResourceLimits, Runtime};
+use common::gvisor::{require_gvisor, TieredFixture};
+use common::{connect_within, text, wait_for};
+use sandboxd_runtime::{Isolation, ResourceLimits, Runtime};
 use sandboxd_test_support::require_root;
 use std::time::{Duration, Instant};
 
-#[tokio::test]
-async fn host_private_directories_are_invisible() {
-    if !require_root() {
-        return;
+/// A test of `check` on the namespace tier named `$namespace`, and one on the gVisor tier named
+/// `$gvisor` when given.
+macro_rules! tiers {
+    ($check:ident: $namespace:ident $(, $gvisor:ident)?) => {
+        #[tokio::test]
+        async fn $namespace() {
+            if require_root() {
+                $check(Isolation::Namespace).await
+            }
+        }
+        $(
+            #[tokio::test]
+            async fn $gvisor() {
+                if require_root() && require_gvisor() {
+                    $check(Isolation::Gvisor).await
+                }
+            }
+        )?
+    };
+}
+
+tiers!(private_directories: host_private_directories_are_invisible, host_private_directories_are_invisible_in_gvisor);
+tiers!(read_only_usr: usr_is_read_only_even_for_root, usr_is_read_only_even_for_root_in_gvisor);
+tiers!(unreadable_shadow: etc_shadow_is_unreadable, etc_shadow_is_unreadable_in_gvisor);
+tiers!(own_processes: only_the_sandbox_processes_are_visible, only_the_sandbox_processes_are_visible_in_gvisor);
+tiers!(unreachable_host: host_services_are_unreachable, host_services_are_unreachable_in_gvisor);
+tiers!(tracing: a_process_can_trace_its_child, a_process_can_trace_its_child_in_gvisor);
+tiers!(memory_hog: memory_hog_is_oom_killed_and_init_survives);
+tiers!(fork_bomb: fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive);
+tiers!(two_sandboxes: two_sandboxes_see_neither_files_nor_processes_of_each_other, two_sandboxes_see_neither_files_nor_processes_of_each_other_in_gvisor);
+tiers!(wrong_token: agent_refuses_calls_without_the_right_token, agent_refuses_calls_without_the_right_token_in_gvisor);
+
+/// The agent's command line and its name in `/proc/1/comm` on `tier`: the namespace tier runs the
+/// host's binary, gVisor the bound copy at `/.sandboxd/agent`.
+fn agent_names(tier: Isolation) -> (&'static str, &'static str) {
+    match tier {
+        Isolation::Namespace => ("sandboxd-agent", "sandboxd-agent"),
+        Isolation::Gvisor => ("/.sandboxd/agent", "agent"),
     }
-    let fx = fixture().await;
-    let sb = fx.sandbox().await;
+}
+
+async fn private_directories(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
     let data_dir = fx.dir.path().display().to_string();
     let script = format!(
         "for p in /work /srv/host-marker {data_dir} /root/.cargo /root/.bashrc /home/admin; do \
@@ -27,16 +66,12 @@ async fn host_private_directories_are_invisible() {
         "stderr: {}",
         text(&out.stderr)
     );
-    fx.destroy(&sb).await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
 }
 
-#[tokio::test]
-async fn usr_is_read_only_even_for_root() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
-    let sb = fx.sandbox().await;
+async fn read_only_usr(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
     let out = sb.sh_as(Some("root"), "touch /usr/sandboxd-probe").await;
     assert_ne!(out.exit_code, 0);
     assert!(
@@ -48,16 +83,12 @@ async fn usr_is_read_only_even_for_root() {
     // The writable places are writable.
     let ok = sb.sh("touch /tmp/a /home/user/b && echo ok").await;
     assert_eq!(text(&ok.stdout), "ok\n", "{}", text(&ok.stderr));
-    fx.destroy(&sb).await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
 }
 
-#[tokio::test]
-async fn etc_shadow_is_unreadable() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
-    let sb = fx.sandbox().await;
+async fn unreadable_shadow(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
     for user in [None, Some("root")] {
         let out = sb.sh_as(user, "cat /etc/shadow").await;
         assert_ne!(
@@ -68,16 +99,12 @@ async fn etc_shadow_is_unreadable() {
         );
         assert!(text(&out.stderr).contains("Permission denied"));
     }
-    fx.destroy(&sb).await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
 }
 
-#[tokio::test]
-async fn only_the_sandbox_processes_are_visible() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
-    let sb = fx.sandbox().await;
+async fn own_processes(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
     let out = sb
         .sh_as(
             Some("root"),
@@ -88,30 +115,23 @@ async fn only_the_sandbox_processes_are_visible() {
     let lines: Vec<&str> = procs.lines().filter(|l| !l.is_empty()).collect();
     // init, the agent server, the shell and the loop's children: nothing from the host.
     assert!(lines.len() <= 6, "{lines:?}");
+    let (cmdline, comm) = agent_names(tier);
     assert!(
-        lines.iter().all(|l| l.contains("sandboxd-agent")
-            || l.starts_with("/bin/sh")
-            || l.starts_with("tr")),
+        lines
+            .iter()
+            .all(|l| l.contains(cmdline) || l.starts_with("/bin/sh") || l.starts_with("tr")),
         "{lines:?}"
     );
     let pid1 = sb.sh("cat /proc/1/comm").await;
-    assert!(
-        text(&pid1.stdout).starts_with("sandboxd-agent"),
-        "{}",
-        text(&pid1.stdout)
-    );
-    fx.destroy(&sb).await;
+    assert_eq!(text(&pid1.stdout), format!("{comm}\n"));
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
 }
 
 /// The host's services are not the sandbox's to reach: neither on the host's loopback nor through the
 /// host end of the sandbox's own pair (the rest is in `egress.rs`).
-#[tokio::test]
-async fn host_services_are_unreachable() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
-    let sb = fx.sandbox().await;
+async fn unreachable_host(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
     let everywhere = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = everywhere.local_addr().unwrap().port();
     let probe = |host: String, port: u16| {
@@ -131,7 +151,7 @@ async fn host_services_are_unreachable() {
         .await;
     connect_within((sb.info.net.sandbox, 8081).into(), Duration::from_secs(30)).await;
     drop(everywhere);
-    fx.destroy(&sb).await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
 }
 
 /// Forks a child that asks to be traced and stops; continues it; prints `traced <its exit code>`,
@@ -156,13 +176,9 @@ else:
 
 /// A process may trace its own child (debuggers, `strace`): `PTRACE_TRACEME`, a stop, a continue.
 /// With the host's `strace`, tracing a whole command works too.
-#[tokio::test]
-async fn a_process_can_trace_its_child() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
-    let sb = fx.sandbox().await;
+async fn tracing(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
     let traced = sb.sh(&format!("python3 -c '{TRACE_CHILD}'")).await;
     assert_eq!(
         text(&traced.stdout),
@@ -177,20 +193,19 @@ async fn a_process_can_trace_its_child() {
         let out = text(&out.stdout);
         assert!(out.contains("write(1, \"hi\\n\", 3)"), "{out}");
     }
-    fx.destroy(&sb).await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
 }
 
-#[tokio::test]
-async fn memory_hog_is_oom_killed_and_init_survives() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
+async fn memory_hog(tier: Isolation) {
+    let fx = TieredFixture::new().await;
     let sb = fx
-        .sandbox_with(ResourceLimits {
-            memory_mb: 64,
-            ..Default::default()
-        })
+        .sandbox(
+            tier,
+            ResourceLimits {
+                memory_mb: 64,
+                ..Default::default()
+            },
+        )
         .await;
     let hog = sb
         .sh("python3 -c 'b = bytearray(256 * 1024 * 1024); print(len(b))'")
@@ -203,20 +218,19 @@ async fn memory_hog_is_oom_killed_and_init_survives() {
     );
     let after = sb.sh("echo alive; cat /proc/1/comm").await;
     assert_eq!(text(&after.stdout), "alive\nsandboxd-agent\n");
-    fx.destroy(&sb).await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
 }
 
-#[tokio::test]
-async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
+async fn fork_bomb(tier: Isolation) {
+    let fx = TieredFixture::new().await;
     let sb = fx
-        .sandbox_with(ResourceLimits {
-            pids_max: 64,
-            ..Default::default()
-        })
+        .sandbox(
+            tier,
+            ResourceLimits {
+                pids_max: 64,
+                ..Default::default()
+            },
+        )
         .await;
     // A counted bomb first, reporting where fork stopped working (its children then exit, so the
     // counter never races the classic bomb below for the last free pids).
@@ -246,7 +260,7 @@ async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
         "the bomb pressing against pids.max",
         Duration::from_secs(30),
         || async {
-            let stats = fx.rt.stats(sb.info.id()).await.expect("stats");
+            let stats = fx.tiers.stats(sb.info.id()).await.expect("stats");
             (stats.pids_current >= 56).then_some(())
         },
     )
@@ -259,9 +273,10 @@ async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
         "host took {:?} to run true",
         started.elapsed()
     );
-    fx.destroy(&sb).await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
     assert!(fx
-        .rt
+        .tiers
+        .namespace()
         .cgroups()
         .list()
         .unwrap()
@@ -269,14 +284,10 @@ async fn fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive() {
         .all(|id| id != sb.info.id()));
 }
 
-#[tokio::test]
-async fn two_sandboxes_see_neither_files_nor_processes_of_each_other() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
-    let a = fx.sandbox().await;
-    let b = fx.sandbox().await;
+async fn two_sandboxes(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let a = fx.sandbox(tier, ResourceLimits::default()).await;
+    let b = fx.sandbox(tier, ResourceLimits::default()).await;
     let marker = format!("marker-{}", a.info.id());
     let wrote = a
         .sh(&format!("echo secret > /tmp/{marker}; echo secret > /home/user/{marker}; sleep 300 >/dev/null 2>&1 & echo ok"))
@@ -300,17 +311,13 @@ async fn two_sandboxes_see_neither_files_nor_processes_of_each_other() {
         "0\n",
         "B sees A's files or processes"
     );
-    fx.destroy(&a).await;
-    fx.destroy(&b).await;
+    fx.tiers.destroy(a.info.id()).await.unwrap();
+    fx.tiers.destroy(b.info.id()).await.unwrap();
 }
 
-#[tokio::test]
-async fn agent_refuses_calls_without_the_right_token() {
-    if !require_root() {
-        return;
-    }
-    let fx = fixture().await;
-    let sb = fx.sandbox().await;
+async fn wrong_token(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
     let wrong = sandboxd_envd::EnvdClient::new(&sb.info.agent.socket, "not-the-token");
     let cmd = ["true".to_string()];
     let refused = wrong.exec(&cmd, Default::default()).await;
@@ -325,5 +332,5 @@ async fn agent_refuses_calls_without_the_right_token() {
     assert!(empty.exec(&cmd, Default::default()).await.is_err());
     // Control: the right token works.
     assert_eq!(sb.sh("true").await.exit_code, 0);
-    fx.destroy(&sb).await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
 }

@@ -108,6 +108,16 @@ pub struct ServeConfig {
     /// Size of the sparse btrfs pool file when one has to be made, MiB (an existing one keeps its size).
     #[arg(long, env = "SB_DISK_POOL_MB", default_value_t = sandboxd_runtime::quota::DEFAULT_POOL_FILE_MB)]
     pub disk_pool_mb: u64,
+    /// The `runsc` binary of the gVisor tier (isolation "gvisor"); by default the first `runsc` on
+    /// PATH. Without a usable one (runsc from bookworm-backports, 2024 or later) the daemon offers
+    /// the namespace tier alone and says so at start.
+    #[arg(long, env = "SB_RUNSC")]
+    pub runsc: Option<PathBuf>,
+    /// The isolation tier of a create that names none: `namespace` (the host's kernel behind
+    /// namespaces) or `gvisor` (gVisor's user-space kernel in between; needs runsc). The daemon
+    /// refuses to start with a default it cannot offer.
+    #[arg(long, env = "SB_DEFAULT_ISOLATION", default_value = "namespace", value_parser = parse_isolation)]
+    pub default_isolation: sandboxd_runtime::Isolation,
     /// Disk limit of a sandbox whose create names none (`diskMB`), MiB.
     #[arg(long, env = "SB_DEFAULT_DISK_MB", default_value_t = sandboxd_service::sandboxes::DEFAULT_DISK_MB)]
     pub default_disk_mb: u64,
@@ -259,6 +269,11 @@ impl ServeConfig {
         // The static build first: it works in any root filesystem.
         [static_build, beside].into_iter().find(|p| p.is_file())
     }
+}
+
+fn parse_isolation(text: &str) -> Result<sandboxd_runtime::Isolation, String> {
+    text.parse()
+        .map_err(|e: sandboxd_runtime::UnknownIsolation| e.to_string())
 }
 
 #[cfg(test)]

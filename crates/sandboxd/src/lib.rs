@@ -20,8 +20,10 @@ use axum::serve::ListenerExt;
 use config::{Cli, Command, ServeConfig};
 use sandboxd_api::{auth::Auth, metrics::Metrics};
 use sandboxd_images::{LayerStore, Registry};
+use sandboxd_runtime::gvisor::{GvisorConfig, GvisorRuntime};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
 use sandboxd_runtime::quota::{DiskBackend, DiskConfig};
+use sandboxd_runtime::tiers::Tiers;
 use sandboxd_service::images::ImageSettings;
 use sandboxd_service::{Service, ServiceConfig};
 use sandboxd_store::{unix_millis_now, Store, StoreConfig};
@@ -143,10 +145,25 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .net_slot_base
         .checked_add(config.net_slots)
         .context("--net-slot-base + --net-slots overflows")?;
-    let runtime = NamespaceRuntime::new(runtime_config)
-        .await
-        .context("starting the namespace runtime")?;
+    let namespace = Arc::new(
+        NamespaceRuntime::new(runtime_config)
+            .await
+            .context("starting the namespace runtime")?,
+    );
+    let gvisor = gvisor_tier(&config, &namespace)?;
+    let runtime = Tiers::new(namespace, gvisor);
+    for tier in sandboxd_runtime::Isolation::ALL {
+        match sandboxd_runtime::Runtime::offers(&runtime, tier) {
+            Ok(()) => tracing::info!(isolation = %tier, "isolation tier offered"),
+            Err(why) => {
+                tracing::info!(isolation = %tier, reason = %why, "isolation tier not offered")
+            }
+        }
+    }
+    sandboxd_runtime::Runtime::offers(&runtime, config.default_isolation)
+        .context("--default-isolation names a tier this host cannot offer")?;
     let reclaimed = runtime
+        .namespace()
         .reclaim_orphans()
         .await
         .context("reclaiming the host interfaces this daemon's sandboxes left")?;
@@ -163,7 +180,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }),
         None => None,
     };
-    let disk_backend = runtime.disk_backend();
+    let disk_backend = runtime.namespace().disk_backend();
     tracing::info!(?disk_backend, "disk quota backend");
     let service = Service::new(
         ServiceConfig {
@@ -186,6 +203,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_disk_mb: config.max_disk_mb,
             image_cache_max_mb: config.image_cache_max_mb,
             ready_cmd_timeout: Duration::from_secs(config.ready_cmd_timeout_secs),
+            default_isolation: config.default_isolation,
             key_limits: sandboxd_service::per_key::KeyLimits {
                 max_sandboxes: config.max_sandboxes_per_key,
                 max_concurrent_creates: config.max_concurrent_creates_per_key,
@@ -335,4 +353,22 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// The gVisor tier on `namespace`'s machinery, or why this host has none (not an error: the daemon
+/// then offers the namespace tier alone).
+fn gvisor_tier(
+    config: &ServeConfig,
+    namespace: &Arc<NamespaceRuntime>,
+) -> anyhow::Result<Result<GvisorRuntime, String>> {
+    let wanted = GvisorConfig {
+        runsc: config.runsc.clone(),
+        ..GvisorConfig::default()
+    };
+    Ok(match sandboxd_runtime::gvisor::probe(&wanted) {
+        Ok(runsc) => Ok(
+            GvisorRuntime::new(namespace.clone(), runsc).context("preparing the gVisor tier")?
+        ),
+        Err(why) => Err(why),
+    })
 }

@@ -4,6 +4,7 @@
 //! - Python, latest `e2b` (`tests/e2b/test_sdk.py`): interpreter from `E2B_PYTHON`, default
 //!   `.venv-e2b/bin/python` at the repository root.
 //! - JS, `e2b` from npm (`tests/e2b/test_sdk.mjs`): `node`, with the SDK in `tests/e2b/node_modules`.
+//! - Python, latest `e2b`, a subset of `test_sdk.py` on the gVisor tier (`E2B_CHECKS`).
 //! - Python, latest `e2b`, with a key minted by `POST /v1/api-keys` (`tests/e2b/test_api_key.py`).
 //! - Python, `e2b==2.20.0` (`tests/e2b/test_sdk_old.py`, the older `POST /sandboxes` create):
 //!   interpreter from `E2B_OLD_PYTHON`, default `.venv-e2b-old/bin/python`.
@@ -54,6 +55,35 @@ fn python_sdk_acceptance() {
         let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
         let daemon = e2b_support::start().await;
         run_script(&daemon, &python, &["tests/e2b/test_sdk.py"], &[]).await;
+    });
+}
+
+/// A representative subset of the Python acceptance list on the gVisor tier (a daemon whose
+/// creates default to it): create, commands, files, a server reached through the daemon, and pause
+/// and resume keeping a process (a checkpoint to disk and a restore, on this tier), and fork ×3.
+#[test]
+fn python_sdk_on_the_gvisor_tier() {
+    e2b_test(async {
+        let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
+        let mut setup = e2b_support::setup();
+        setup.args = vec!["--default-isolation=gvisor".to_string()];
+        let daemon = common::Daemon::start_setup(setup).await;
+        let checks = [
+            "test_create_with_metadata_and_envs",
+            "test_commands_run_foreground",
+            "test_files",
+            "test_get_host_reaches_a_server_in_the_sandbox",
+            "test_pause_and_resume_keep_processes",
+            "test_fork",
+        ]
+        .join(",");
+        run_script(
+            &daemon,
+            &python,
+            &["tests/e2b/test_sdk.py"],
+            &[("E2B_CHECKS", &checks), ("E2B_TIER", "gvisor")],
+        )
+        .await;
     });
 }
 

@@ -54,6 +54,19 @@ pub enum Command {
         /// Id or name.
         id: String,
     },
+    /// Fork a running gVisor sandbox: N new sandboxes going on from its processes, memory and
+    /// files (the source keeps running); prints each fork's id, or its error, one per line. Exits 1
+    /// when any fork failed.
+    Fork {
+        /// Id or name.
+        id: String,
+        /// How many forks, 1 to 20.
+        #[arg(short = 'n', long, default_value_t = 1)]
+        count: u32,
+        /// Lifetime of each fork in seconds [default: the source's timeout].
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+    },
     /// Stop a sandbox: its processes end, its filesystem is kept; prints its id.
     Stop {
         /// Id or name.
@@ -376,6 +389,11 @@ pub struct CreateArgs {
     /// An OCI image to make the root of (e.g. python:3.12-slim), pulled first if the daemon lacks it.
     #[arg(long)]
     pub image: Option<String>,
+    /// Isolation tier: namespace (the host's kernel behind namespaces; milliseconds) or gvisor
+    /// (gVisor's user-space kernel in between; pause keeps memory, fork copies it) [daemon default:
+    /// --default-isolation, namespace].
+    #[arg(long, value_parser = ["namespace", "gvisor"])]
+    pub isolation: Option<String>,
     /// CPUs, may be fractional [daemon default: 1].
     #[arg(long, value_parser = parse_cpu)]
     pub cpu: Option<f64>,

@@ -78,6 +78,13 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Get { id } => sandboxes::get(&client()?, out, &id).await,
         Command::Pause { id } => sandboxes::print(out, client()?.pause(&id).await?),
         Command::Resume { id } => sandboxes::print(out, client()?.resume(&id).await?),
+        Command::Fork { id, count, timeout } => {
+            let body = sandboxd_client::types::ForkRequest {
+                count: Some(count),
+                timeout_sec: timeout,
+            };
+            sandboxes::print_forks(out, client()?.fork(&id, &body).await?)
+        }
         Command::Stop { id } => sandboxes::print(out, client()?.stop(&id).await?),
         Command::Start { id } => sandboxes::print(out, client()?.start(&id).await?),
         Command::Exec(args) if args.tty => shell::run(&client()?, shell::from_exec(args)?).await,

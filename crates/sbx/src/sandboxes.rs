@@ -22,6 +22,7 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
         cpu: args.cpu,
         memory_mb: args.memory,
         disk_mb: args.disk,
+        isolation: args.isolation,
         env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),
         metadata: (!args.metadata.is_empty()).then(|| args.metadata.into_iter().collect()),
         timeout_sec: args.timeout,
@@ -51,6 +52,30 @@ pub fn print(out: Output, sandbox: Sandbox) -> Result<ExitCode, SbxError> {
         out.line(&sandbox.id)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `sbx fork`: each fork's id (or `error: <message>`), one per line; exits 1 when any failed.
+pub fn print_forks(
+    out: Output,
+    results: sandboxd_client::types::ForkResults,
+) -> Result<ExitCode, SbxError> {
+    let failed = results.forks.iter().any(|f| f.error.is_some());
+    if out.json {
+        out.json(&results)?;
+    } else {
+        for fork in &results.forks {
+            match (&fork.sandbox, &fork.error) {
+                (Some(sandbox), _) => out.line(&sandbox.id)?,
+                (None, Some(e)) => out.line(&format!("error: {}", e.message))?,
+                (None, None) => out.line("error: no answer for this fork")?,
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// `sbx ls`.
@@ -108,6 +133,7 @@ fn describe(s: Sandbox) -> Vec<(&'static str, String)> {
         ("cpu", s.cpu.to_string()),
         ("memoryMB", s.memory_mb.to_string()),
         ("diskMB", s.disk_mb.to_string()),
+        ("isolation", s.isolation.clone()),
         ("createdAt", s.created_at),
         ("expiresAt", s.expires_at.unwrap_or_else(|| "never".into())),
         ("onTimeout", on_timeout(&s.lifecycle)),

@@ -54,6 +54,7 @@ fn lost_view(id: &str, p: &Placement) -> api::Sandbox {
         cpu: f64::from(cpu_millis) / 1000.0,
         memory_mb: u64::from(memory_mb),
         disk_mb: u64::from(disk_mb),
+        isolation: "namespace".into(),
         created_at: rfc3339(p.reserved_at_ms),
         expires_at: None,
         metadata,

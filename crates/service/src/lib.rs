@@ -28,6 +28,7 @@ pub mod exec;
 pub mod failpoints;
 pub mod file_urls;
 pub mod files;
+pub mod fork;
 pub mod forwarders;
 pub mod git;
 pub mod idempotency;
@@ -114,6 +115,8 @@ pub struct ServiceConfig {
     pub ready_cmd_timeout: Duration,
     /// Limits on what one API key may create ([`per_key`]).
     pub key_limits: per_key::KeyLimits,
+    /// The isolation tier of a create that names none.
+    pub default_isolation: sandboxd_runtime::Isolation,
     /// The store build contexts are uploaded to ([`contexts`]); `None`: no TLS listener serves
     /// it, and builds from uploaded contexts are refused.
     pub objects: Option<contexts::ObjectStorage>,
@@ -145,6 +148,7 @@ impl Default for ServiceConfig {
             image_cache_max_mb: 0,
             ready_cmd_timeout: templates::READY_CMD_TIMEOUT,
             key_limits: Default::default(),
+            default_isolation: sandboxd_runtime::Isolation::Namespace,
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::network::{self, EgressPolicy};
 use crate::{validate, Service, ServiceError};
 use rand::Rng;
 use sandboxd_api_types as api;
-use sandboxd_runtime::{ResourceLimits, SandboxSpec};
+use sandboxd_runtime::{Isolation, ResourceLimits, SandboxSpec};
 use sandboxd_store::{
     unix_millis_now, Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState, StoreError,
 };
@@ -69,6 +69,8 @@ pub struct CreatePlan {
     pub lifecycle: api::Lifecycle,
     /// The id of the API key creating it, whose limits apply ([`crate::per_key`]); `""` for none.
     pub owner: String,
+    /// The isolation tier it runs in (one the runtime offers).
+    pub isolation: Isolation,
 }
 
 /// Random lowercase alphanumeric id of `len` characters.
@@ -159,6 +161,7 @@ impl Service {
         }
         let (cpu_millis, memory_mb, disk_mb) =
             self.check_resources(req.cpu, req.memory_mb, req.disk_mb)?;
+        let isolation = self.check_isolation(req.isolation.as_deref())?;
         let timeout_sec = req.timeout_sec.unwrap_or(cfg.default_timeout.as_secs());
         if timeout_sec > cfg.max_timeout.as_secs() {
             return Err(ServiceError::InvalidRequest(format!(
@@ -192,7 +195,21 @@ impl Service {
             network,
             lifecycle,
             owner: String::new(),
+            isolation,
         })
+    }
+
+    /// The tier `asked` names (the daemon's default when none), if the runtime offers it: an
+    /// unknown name or a tier this host lacks is the client's 400, saying why.
+    pub(crate) fn check_isolation(&self, asked: Option<&str>) -> Result<Isolation, ServiceError> {
+        let tier = match asked {
+            Some(name) => name
+                .parse::<Isolation>()
+                .map_err(|e| ServiceError::InvalidRequest(e.to_string()))?,
+            None => self.config().default_isolation,
+        };
+        self.runtime().offers(tier)?;
+        Ok(tier)
     }
 
     /// Creates and starts a sandbox with id `id`.
@@ -256,6 +273,7 @@ impl Service {
             image: image.as_ref().map(|i| i.digest.clone()),
             disk_mb: plan.disk_mb as u32,
             owner: plan.owner.clone(),
+            isolation: plan.isolation.as_str().to_string(),
         };
         // Cluster mode: the name is the log's to give first (`crate::cluster`).
         self.reserve_placement(&new).await?;
@@ -316,29 +334,14 @@ impl Service {
             envs: envs.into_iter().collect(),
             agent_token: token,
             image: image_root,
+            isolation: plan.isolation,
         };
         let started = async {
             let made = self.runtime().create(&spec).await?;
             // `starting` before the boot: the agent may call home as soon as it serves. Where the
             // sandbox will be is the runtime's answer already; it is stored in the same write.
-            let rid = id.clone();
-            let endpoint = crate::ports::observed_endpoint(&made);
             let moved = self
-                .writer()
-                .write(move |tx| {
-                    let now = unix_millis_now();
-                    let moved = tx.set_state(
-                        &rid,
-                        &[SandboxState::Creating],
-                        SandboxState::Starting,
-                        None,
-                        now,
-                    )?;
-                    if moved {
-                        tx.upsert_endpoint(&endpoint)?;
-                    }
-                    Ok(moved)
-                })
+                .move_with_endpoint(&id, SandboxState::Starting, &made)
                 .await?;
             if !moved {
                 return Err(ServiceError::StartFailed {
@@ -380,11 +383,35 @@ impl Service {
         Ok(ready)
     }
 
+    /// Moves `creating` sandbox `id` to `to` and stores where the runtime put it (`made`), in one
+    /// write; false when it is no longer `creating` (deleted meanwhile).
+    pub(crate) async fn move_with_endpoint(
+        &self,
+        id: &str,
+        to: SandboxState,
+        made: &sandboxd_runtime::SandboxInfo,
+    ) -> Result<bool, ServiceError> {
+        let rid = id.to_string();
+        let endpoint = crate::ports::observed_endpoint(made);
+        let moved = self
+            .writer()
+            .write(move |tx| {
+                let now = unix_millis_now();
+                let moved = tx.set_state(&rid, &[SandboxState::Creating], to, None, now)?;
+                if moved {
+                    tx.upsert_endpoint(&endpoint)?;
+                }
+                Ok(moved)
+            })
+            .await?;
+        Ok(moved)
+    }
+
     /// The slot `id` leased, or — when the host holds that one for someone else (another daemon's
     /// sandbox, or one of this daemon's before its data dir was wiped) — another: the busy slot is
     /// set aside for [`SLOT_SET_ASIDE`] and the next free one leased, up to [`BUSY_SLOT_RETRIES`]
     /// times. Nothing of the other holder's is touched.
-    async fn free_slot(&self, id: &str, mut slot: u32) -> Result<u32, ServiceError> {
+    pub(crate) async fn free_slot(&self, id: &str, mut slot: u32) -> Result<u32, ServiceError> {
         let base = self.config().net_slot_base;
         for _ in 0..BUSY_SLOT_RETRIES {
             if self.runtime().slot_free(base + slot).await? {
@@ -441,7 +468,7 @@ impl Service {
 
     /// Undoes a create that failed before its sandbox booted: the runtime's sandbox, then the row
     /// (which frees the slot), announcing the failure. Returns the error to answer with.
-    async fn undo_create(&self, id: &str, e: ServiceError) -> ServiceError {
+    pub(crate) async fn undo_create(&self, id: &str, e: ServiceError) -> ServiceError {
         tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "create failed; rolling back");
         let _ = self.runtime().destroy(id).await;
         let rid = id.to_string();
@@ -541,6 +568,7 @@ pub fn to_api(s: &Sandbox) -> api::Sandbox {
         cpu: f64::from(s.cpu_millis) / 1000.0,
         memory_mb: u64::from(s.memory_mb),
         disk_mb: u64::from(s.disk_mb),
+        isolation: s.isolation.clone(),
         created_at: rfc3339(s.created_at),
         expires_at: s.expires_at.map(rfc3339),
         metadata: s.metadata.clone(),
@@ -599,6 +627,49 @@ mod tests {
                 other => panic!("{bad:?}: {other:?}"),
             }
         }
+    }
+
+    /// The tier is the create's own, else the daemon's default; a name that is no tier, or a tier
+    /// the runtime does not offer, is the client's 400 saying why, and nothing is recorded.
+    #[tokio::test]
+    async fn a_create_names_its_tier_and_an_unoffered_one_is_refused() {
+        use crate::test_support::{InMemoryRuntimeForTests, TestService};
+        let t = TestService::new(
+            crate::ServiceConfig::default(),
+            InMemoryRuntimeForTests::default(),
+        );
+        let plan = |isolation: Option<&str>| {
+            t.svc.plan_create(api::CreateSandbox {
+                isolation: isolation.map(str::to_string),
+                ..Default::default()
+            })
+        };
+        assert_eq!(plan(None).unwrap().isolation, Isolation::Namespace);
+        assert_eq!(
+            plan(Some("namespace")).unwrap().isolation,
+            Isolation::Namespace
+        );
+        match plan(Some("vm")) {
+            Err(ServiceError::InvalidRequest(why)) => assert!(why.contains("\"gvisor\""), "{why}"),
+            other => panic!("an unknown tier: {other:?}"),
+        }
+        // The test runtime, like a host without runsc, offers the namespace tier alone.
+        match plan(Some("gvisor")) {
+            Err(ServiceError::InvalidRequest(why)) => assert!(why.contains("gvisor"), "{why}"),
+            other => panic!("an unoffered tier: {other:?}"),
+        }
+        let made = t.svc.create(api::CreateSandbox::default()).await.unwrap();
+        assert_eq!(to_api(&made).isolation, "namespace");
+        let refused = t
+            .svc
+            .create(api::CreateSandbox {
+                isolation: Some("gvisor".into()),
+                ..Default::default()
+            })
+            .await;
+        assert!(refused.is_err());
+        let rows = t.svc.list(SandboxFilter::default()).await.unwrap();
+        assert_eq!(rows.0.len(), 1, "the refused create recorded nothing");
     }
 
     #[test]

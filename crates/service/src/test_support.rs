@@ -218,6 +218,7 @@ impl TestService {
             image: None,
             disk_mb: 0,
             owner: String::new(),
+            isolation: "namespace".into(),
         };
         self.svc
             .writer()

@@ -190,6 +190,7 @@ pub(crate) mod test_util {
             image: None,
             disk_mb: 0,
             owner: String::new(),
+            isolation: "namespace".to_owned(),
         }
     }
 

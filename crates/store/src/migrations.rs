@@ -86,6 +86,11 @@ pub const MIGRATIONS: &[Migration] = &[
                   key        TEXT NOT NULL
               );",
     },
+    Migration {
+        version: 13,
+        name: "the isolation tier each sandbox runs in",
+        sql: SCHEMA_V13,
+    },
 ];
 
 /// Idle policies (`idle`): a sandbox's auto-stop, auto-delete and auto-archive intervals and its
@@ -354,6 +359,13 @@ ALTER TABLE api_tokens ADD COLUMN origin TEXT NOT NULL DEFAULT 'configured'
 const SCHEMA_V8: &str = r#"
 ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 CREATE INDEX idx_sandboxes_owner ON sandboxes(owner, state) WHERE owner <> '';
+"#;
+
+/// The isolation tier of each sandbox (`namespace` or `gvisor`); every sandbox made before tiers
+/// existed is a namespace one.
+const SCHEMA_V13: &str = r#"
+ALTER TABLE sandboxes ADD COLUMN isolation TEXT NOT NULL DEFAULT 'namespace'
+    CHECK (isolation IN ('namespace', 'gvisor'));
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

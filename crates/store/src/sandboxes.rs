@@ -127,6 +127,8 @@ pub struct Sandbox {
     pub image: Option<String>,
     /// Limit of its writable layer, MiB (0: none).
     pub disk_mb: u32,
+    /// Its isolation tier (`namespace` or `gvisor`, the runtime's names).
+    pub isolation: String,
 }
 
 /// What a sandbox's deadline does (E2B's `autoPause` / `autoResume`).
@@ -191,6 +193,8 @@ pub struct NewSandbox {
     pub disk_mb: u32,
     /// The id of the API key that created it (`""`: none known); see [`crate::per_key`].
     pub owner: String,
+    /// Its isolation tier (`namespace` or `gvisor`; the schema refuses anything else).
+    pub isolation: String,
 }
 
 /// Which sandboxes [`ReadTx::list_sandboxes`] returns.
@@ -208,7 +212,7 @@ pub struct SandboxFilter {
 
 const COLUMNS: &str = "id, name, state, template, cpu_millis, memory_mb, metadata, env, network, \
      agent_token, net_slot, created_at, expires_at, updated_at, failure_reason, generation, \
-     auto_pause, auto_resume, timeout_ms, image_digest, disk_mb";
+     auto_pause, auto_resume, timeout_ms, image_digest, disk_mb, isolation";
 
 fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
     let text: String = row.get(idx)?;
@@ -242,6 +246,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
         },
         image: row.get(19)?,
         disk_mb: row.get(20)?,
+        isolation: row.get(21)?,
     })
 }
 
@@ -395,8 +400,10 @@ impl WriteTx<'_> {
         let sql = format!(
             "INSERT INTO sandboxes (id, name, state, template, cpu_millis, memory_mb, metadata, env, network,
                                     agent_token, created_at, expires_at, updated_at, generation,
-                                    auto_pause, auto_resume, timeout_ms, image_digest, disk_mb, owner)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15, ?16, ?17, ?18)
+                                    auto_pause, auto_resume, timeout_ms, image_digest, disk_mb, owner,
+                                    isolation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15, ?16, ?17, ?18,
+                     ?19)
              RETURNING {COLUMNS}"
         );
         let inserted = self.conn().prepare_cached(&sql)?.query_row(
@@ -419,6 +426,7 @@ impl WriteTx<'_> {
                 new.image,
                 new.disk_mb,
                 new.owner,
+                new.isolation,
             ],
             from_row,
         );

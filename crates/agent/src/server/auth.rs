@@ -42,7 +42,7 @@ pub async fn require_token(
 
 fn token_matches(state: &AppState, headers: &HeaderMap) -> bool {
     match headers.get(ACCESS_TOKEN_HEADER) {
-        Some(v) => bool::from(v.as_bytes().ct_eq(state.token.as_bytes())),
+        Some(v) => bool::from(v.as_bytes().ct_eq(state.token().as_bytes())),
         None => false,
     }
 }
@@ -72,7 +72,7 @@ pub fn check_files_access(
         q.path.as_deref().unwrap_or(""),
         op,
         q.username.as_deref().unwrap_or(""),
-        &state.token,
+        &state.token(),
         q.signature_expiration,
     );
     if !bool::from(expected.as_bytes().ct_eq(sig.as_bytes())) {

@@ -26,6 +26,9 @@ mod drain;
 mod error;
 mod files;
 mod fs;
+mod identity;
+
+pub use identity::write_generation;
 mod process;
 mod rpc;
 mod users;
@@ -57,6 +60,32 @@ pub struct AgentConfig {
     pub workdir: Option<String>,
     /// Where to report readiness (or failure to serve); `None`: report nothing.
     pub callback: Option<CallbackTarget>,
+    /// A file the server reads a new [`sandboxd_envd::init::Identity`] from on SIGHUP (and then
+    /// removes, to say it took it): how a restored fork learns its token. `None`: no such file.
+    pub identity_file: Option<std::path::PathBuf>,
+}
+
+impl AgentConfig {
+    /// The configuration of a sandbox's own agent: `token`, the `default_user`, `envs` and
+    /// `workdir` commands start with, calling home to `callback_socket` (as the sandbox sees it)
+    /// as sandbox `sandbox_id` when there is one.
+    pub fn for_sandbox(
+        sandbox_id: String,
+        token: String,
+        default_user: String,
+        envs: HashMap<String, String>,
+        workdir: Option<String>,
+        callback_socket: Option<std::path::PathBuf>,
+    ) -> AgentConfig {
+        AgentConfig {
+            token,
+            default_user,
+            envs,
+            workdir,
+            callback: callback_socket.map(|socket| CallbackTarget { socket, sandbox_id }),
+            identity_file: None,
+        }
+    }
 }
 
 /// Tunables with production defaults; tests shorten them.
@@ -80,7 +109,8 @@ impl Default for ServerOptions {
 
 /// State shared by every handler.
 pub(crate) struct Shared {
-    pub token: String,
+    /// The access token (a restored fork takes a new one, see [`AgentConfig::identity_file`]).
+    pub token: std::sync::RwLock<String>,
     pub default_user: String,
     pub envs: HashMap<String, String>,
     pub workdir: Option<String>,
@@ -90,6 +120,16 @@ pub(crate) struct Shared {
 }
 
 pub(crate) type AppState = Arc<Shared>;
+
+impl Shared {
+    /// The access token calls must carry now.
+    pub fn token(&self) -> String {
+        self.token
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
 
 /// Builds a multi-thread tokio runtime (2 worker threads) and serves `listener` until SIGTERM/SIGINT,
 /// calling home if `cfg.callback` says where; returns the process exit code.
@@ -198,7 +238,7 @@ pub async fn serve_with(
     }
     let grace = opts.shutdown_grace;
     let state: AppState = Arc::new(Shared {
-        token: cfg.token,
+        token: std::sync::RwLock::new(cfg.token),
         default_user: cfg.default_user,
         envs: cfg.envs,
         workdir: cfg.workdir,
@@ -206,6 +246,9 @@ pub async fn serve_with(
         processes: process::ProcessTable::default(),
         watchers: fs::WatcherTable::default(),
     });
+    if let Some(file) = cfg.identity_file {
+        identity::watch(state.clone(), file)?;
+    }
     let app = router(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {

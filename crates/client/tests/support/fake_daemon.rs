@@ -154,6 +154,7 @@ fn sandbox(id: &str, name: &str, metadata: BTreeMap<String, String>) -> Sandbox 
         cpu: 1.0,
         memory_mb: 512,
         disk_mb: 0,
+        isolation: "namespace".into(),
         created_at: "2026-01-02T03:04:05Z".into(),
         expires_at: None,
         metadata,

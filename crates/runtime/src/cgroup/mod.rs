@@ -311,6 +311,17 @@ impl SandboxCgroup {
         }
     }
 
+    /// The `cgroup.procs` files a process writes `0` to to join the group itself (one per hierarchy
+    /// on v1): for a child that must be in the group before it runs anything (see
+    /// [`crate::gvisor`]'s launcher).
+    pub fn procs_files(&self) -> Result<Vec<std::path::PathBuf>> {
+        self.check()?;
+        Ok(match &self.group {
+            Group::V1(g) => g.procs_files(),
+            Group::V2(g) => vec![g.procs_file()],
+        })
+    }
+
     /// Processes in the group (on v1 the union over its hierarchies), sorted.
     pub fn pids(&self) -> Result<Vec<i32>> {
         self.check()?;

@@ -163,6 +163,13 @@ impl Group {
         write(&self.pids.join("pids.max"), &pids)
     }
 
+    pub(super) fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .map(|dir| dir.join("cgroup.procs"))
+            .collect()
+    }
+
     pub(super) fn add_pid(&self, pid: i32) -> Result<()> {
         let pid = pid.to_string();
         self.dirs

@@ -116,6 +116,10 @@ impl Group {
         write(&self.file("pids.max"), &max(limits.pids_max))
     }
 
+    pub(super) fn procs_file(&self) -> PathBuf {
+        self.file("cgroup.procs")
+    }
+
     pub(super) fn add_pid(&self, pid: i32) -> Result<()> {
         write(&self.file("cgroup.procs"), &pid.to_string())
     }

@@ -98,13 +98,7 @@ impl NamespaceRuntime {
             let _ = cgroup.kill_all();
             let _ = cgroup.remove();
             if attached.load(Ordering::SeqCst) {
-                self.forwarders.stop(&spec.id);
-                if spec.needs_egress_rules() {
-                    if let Ok(addrs) = self.net.addrs(spec.net_slot) {
-                        super::egress::revoke(addrs.sandbox).await;
-                    }
-                }
-                let _ = self.net.detach(spec.net_slot).await;
+                self.unwire(spec).await;
             }
             let _ = std::fs::remove_file(&socket);
             return Err(with_log(e, &log_path));
@@ -178,6 +172,45 @@ impl NamespaceRuntime {
         id_base: u32,
         idmapped: bool,
     ) -> Result<BootConfig, RuntimeError> {
+        let root = self.root_plan(spec)?;
+        Ok(BootConfig {
+            sandbox_id: spec.id.clone(),
+            hostname: spec.id.clone(),
+            rootfs: RootfsPlan {
+                lower: root.lower,
+                below: root.below,
+                upper: paths.upper(),
+                work: paths.work(),
+                target: paths.rootfs(),
+                idmapped_at: idmapped.then(|| paths.idmapped()),
+            },
+            binds: root.binds,
+            id_map_base: id_base,
+            token: spec.agent_token.clone(),
+            default_user: "user".into(),
+            envs: root.envs,
+            workdir: root.workdir,
+            callback_socket: root.callback_socket,
+            fault: injected_fault(),
+        })
+    }
+
+    /// Undoes a boot's network: the DNS forwarder, the egress rules and the veth pair of `spec`'s
+    /// slot (best effort: a boot that failed says why already).
+    pub(crate) async fn unwire(&self, spec: &SandboxSpec) {
+        self.forwarders.stop(&spec.id);
+        if spec.needs_egress_rules() {
+            if let Ok(addrs) = self.net.addrs(spec.net_slot) {
+                super::egress::revoke(addrs.sandbox).await;
+            }
+        }
+        let _ = self.net.detach(spec.net_slot).await;
+    }
+
+    /// What the root of `spec`'s sandbox is made of, whichever tier stacks it: its layers, the
+    /// host's read-only binds (the agent binary and the callback directory among them), and the
+    /// environment and working directory its commands start with.
+    pub(crate) fn root_plan(&self, spec: &SandboxSpec) -> Result<RootPlan, RuntimeError> {
         // `base` lends the host's system directories; an image brings its own.
         let (lower, below, mut binds) = match &spec.image {
             None => (
@@ -219,21 +252,10 @@ impl NamespaceRuntime {
         });
         let (callback_bind, callback_socket) = callback_plan(self.config.callback_dir.as_deref());
         binds.extend(callback_bind);
-        Ok(BootConfig {
-            sandbox_id: spec.id.clone(),
-            hostname: spec.id.clone(),
-            rootfs: RootfsPlan {
-                lower,
-                below,
-                upper: paths.upper(),
-                work: paths.work(),
-                target: paths.rootfs(),
-                idmapped_at: idmapped.then(|| paths.idmapped()),
-            },
+        Ok(RootPlan {
+            lower,
+            below,
             binds,
-            id_map_base: id_base,
-            token: spec.agent_token.clone(),
-            default_user: "user".into(),
             envs: match &spec.image {
                 None | Some(ImageRoot { on_base: true, .. }) => super::rootfs::BASE_ENV
                     .iter()
@@ -244,9 +266,24 @@ impl NamespaceRuntime {
             },
             workdir: spec.image.as_ref().and_then(|i| i.workdir.clone()),
             callback_socket,
-            fault: injected_fault(),
         })
     }
+}
+
+/// What a sandbox's root is made of ([`NamespaceRuntime::root_plan`]).
+pub(crate) struct RootPlan {
+    /// The highest read-only layer.
+    pub lower: PathBuf,
+    /// The read-only layers under `lower`, highest first.
+    pub below: Vec<PathBuf>,
+    /// Host paths bound into the root, in order.
+    pub binds: Vec<BindMount>,
+    /// The environment commands start with.
+    pub envs: std::collections::HashMap<String, String>,
+    /// Where commands start when the caller names no directory.
+    pub workdir: Option<String>,
+    /// The daemon's call-home socket as the sandbox sees it, if the daemon listens.
+    pub callback_socket: Option<PathBuf>,
 }
 
 /// The bind of the host's callback directory and the socket path the agent is told, or neither when
@@ -312,7 +349,7 @@ fn write_id_maps(pid: i32, base: u32) -> Result<(), RuntimeError> {
 }
 
 /// Adds the last lines of the boot log to a boot failure, where the init's own words are.
-fn with_log(e: RuntimeError, log: &std::path::Path) -> RuntimeError {
+pub(crate) fn with_log(e: RuntimeError, log: &std::path::Path) -> RuntimeError {
     match e {
         RuntimeError::Boot { stage, message } => {
             let tail = std::fs::read_to_string(log)

@@ -29,7 +29,7 @@
 //! Sandboxes outlive the process that made them; [`state`] records enough for a fresh process to find and
 //! adopt them ([`crate::Runtime::list`], [`crate::Runtime::inspect`]).
 
-mod boot;
+pub(crate) mod boot;
 pub mod dns;
 pub mod egress;
 pub mod ids;
@@ -42,8 +42,8 @@ pub mod state;
 use crate::cgroup::{CgroupManager, Limits};
 use crate::quota::{DiskBackend, DiskConfig, DiskQuota, DiskUsage};
 use crate::{
-    validate_id, AgentEndpoint, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
-    WritableLayer,
+    validate_id, AgentEndpoint, Isolation, Runtime, RuntimeError, RuntimeState, SandboxInfo,
+    SandboxSpec, WritableLayer,
 };
 use net::Network;
 use process::{reap, PidFd};
@@ -113,13 +113,13 @@ impl NamespaceConfig {
 
 /// The namespace runtime.
 pub struct NamespaceRuntime {
-    config: NamespaceConfig,
-    cgroups: CgroupManager,
-    net: Network,
-    template: rootfs::Template,
+    pub(crate) config: NamespaceConfig,
+    pub(crate) cgroups: CgroupManager,
+    pub(crate) net: Network,
+    pub(crate) template: rootfs::Template,
     quota: DiskQuota,
     ids: ids::IdRanges,
-    forwarders: dns::Forwarders,
+    pub(crate) forwarders: dns::Forwarders,
 }
 
 impl NamespaceRuntime {
@@ -223,26 +223,37 @@ impl NamespaceRuntime {
         self.quota.layer(id)
     }
 
-    fn paths(&self, id: &str) -> SandboxPaths {
+    pub(crate) fn paths(&self, id: &str) -> SandboxPaths {
         SandboxPaths::new(&self.config.state_dir.join("sandboxes"), id)
     }
 
-    fn info(&self, p: &Persisted) -> Result<SandboxInfo, RuntimeError> {
+    /// Where sandbox `id`'s memory checkpoint lies while it is paused with memory (gVisor tier):
+    /// `<state_dir>/checkpoints/<id>/`, whole or absent.
+    pub fn checkpoint_dir(&self, id: &str) -> PathBuf {
+        self.config.state_dir.join("checkpoints").join(id)
+    }
+
+    pub(crate) fn info(&self, p: &Persisted) -> Result<SandboxInfo, RuntimeError> {
         let paths = self.paths(&p.spec.id);
-        let state = p.observed_state();
+        let state = match p.observed_state() {
+            RuntimeState::Stopped if self.checkpoint_dir(&p.spec.id).is_dir() => {
+                RuntimeState::Suspended
+            }
+            state => state,
+        };
         Ok(SandboxInfo {
             state,
             pid: (state == RuntimeState::Running).then_some(p.pid).flatten(),
             net: self.net.addrs(p.spec.net_slot)?,
             agent: AgentEndpoint {
-                socket: paths.socket(),
+                socket: paths.agent_socket(p.spec.isolation),
                 token: p.spec.agent_token.clone(),
             },
             spec: p.spec.clone(),
         })
     }
 
-    fn load(&self, id: &str) -> Result<(SandboxPaths, Persisted), RuntimeError> {
+    pub(crate) fn load(&self, id: &str) -> Result<(SandboxPaths, Persisted), RuntimeError> {
         validate_id(id)?;
         let paths = self.paths(id);
         match paths.load()? {
@@ -253,7 +264,7 @@ impl NamespaceRuntime {
 
     /// Kills the init of `p` (and with it the whole pid namespace), then removes the cgroup and the
     /// veth pair. Idempotent.
-    async fn kill(&self, p: &Persisted) -> Result<(), RuntimeError> {
+    pub(crate) async fn kill(&self, p: &Persisted) -> Result<(), RuntimeError> {
         self.kill_init(p).await?;
         let cgroup = self.cgroups.open(&p.spec.id);
         cgroup.kill_all()?;
@@ -311,7 +322,7 @@ async fn blocking<T: Send + 'static>(
         .map_err(RuntimeError::Cgroup)
 }
 
-fn limits(spec: &SandboxSpec) -> Limits {
+pub(crate) fn limits(spec: &SandboxSpec) -> Limits {
     Limits {
         memory_bytes: Some(spec.limits.memory_mb.saturating_mul(1024 * 1024)),
         cpu_millis: Some(spec.limits.cpu_millis),
@@ -324,7 +335,7 @@ fn disk_limit(spec: &SandboxSpec) -> Option<u64> {
     (spec.limits.disk_mb > 0).then(|| spec.limits.disk_mb.saturating_mul(1024 * 1024))
 }
 
-fn mkdir_owned(path: &Path, mode: u32, owner: Option<u32>) -> Result<(), RuntimeError> {
+pub(crate) fn mkdir_owned(path: &Path, mode: u32, owner: Option<u32>) -> Result<(), RuntimeError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
@@ -364,7 +375,12 @@ impl Runtime for NamespaceRuntime {
         // Set once this call made the layer: only then is it ours to remove on failure.
         let mut layer_made = false;
         let prepared = (|| {
-            let base = self.ids.base_of(spec.id_range)?;
+            // A gVisor sandbox's files are the storage range's ids: runsc maps its root to one
+            // range for the root and the shared layers alike ([`crate::gvisor`]).
+            let range = spec
+                .id_range
+                .filter(|_| spec.isolation == Isolation::Namespace);
+            let base = self.ids.base_of(range)?;
             if let Some(image) = spec.image.as_ref().filter(|i| !i.on_base) {
                 image_root::ensure_top(&self.config.state_dir.join("image-tops"), image, storage)?;
             }
@@ -396,6 +412,7 @@ impl Runtime for NamespaceRuntime {
                 start_time: None,
                 started: false,
                 id_base: Some(base),
+                generation: 0,
             };
             paths.save(&p)?;
             self.info(&p)
@@ -413,6 +430,12 @@ impl Runtime for NamespaceRuntime {
         let (paths, mut p) = self.load(id)?;
         if p.live_pid().is_some() {
             return self.info(&p);
+        }
+        if p.spec.isolation != Isolation::Namespace {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {id} runs in the {} tier, not in namespaces",
+                p.spec.isolation
+            )));
         }
         let pid = self
             .boot(

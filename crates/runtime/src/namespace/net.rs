@@ -19,6 +19,8 @@ use futures::TryStreamExt;
 use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
 use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsRawFd;
+use std::path::Path;
 
 /// Point-to-point prefix of every slot.
 const PREFIX: u8 = 30;
@@ -94,11 +96,24 @@ impl Network {
         pid: i32,
         egress: bool,
     ) -> Result<NetAddrs, RuntimeError> {
+        self.attach_at(slot, Path::new(&format!("/proc/{pid}/ns/net")), egress)
+            .await
+    }
+
+    /// [`Network::attach`] into the network namespace `netns` names (a `/proc/<pid>/ns/net`, or a
+    /// file a namespace is bound on).
+    pub async fn attach_at(
+        &self,
+        slot: u32,
+        netns: &Path,
+        egress: bool,
+    ) -> Result<NetAddrs, RuntimeError> {
         let addrs = self.addrs(slot)?;
         let host_if = self.host_ifname(slot);
+        let ns = std::fs::File::open(netns).map_err(RuntimeError::io("open", netns))?;
         let peer = LinkMessageBuilder::<LinkUnspec>::new()
             .name("eth0".to_string())
-            .setns_by_pid(pid as u32)
+            .setns_by_fd(ns.as_raw_fd())
             .build();
         let pair = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
             .name(host_if.clone())
@@ -119,7 +134,8 @@ impl Network {
                 .await
                 .map_err(net_err("address host end"))?;
             set_up(&self.handle, index).await?;
-            let inner = handle_in_netns(pid).await?;
+            let inner =
+                handle_in_netns(ns.try_clone().map_err(RuntimeError::io("open", netns))?).await?;
             let lo = link_index(&inner, "lo").await?;
             set_up(&inner, lo).await?;
             let eth0 = link_index(&inner, "eth0").await?;
@@ -219,10 +235,8 @@ async fn set_up(handle: &Handle, index: u32) -> Result<(), RuntimeError> {
 /// A fresh OS thread enters the namespace and opens the socket there (a socket stays in the namespace
 /// it was created in); the thread then ends, so no pooled thread is ever left inside a sandbox's
 /// namespace.
-async fn handle_in_netns(pid: i32) -> Result<Handle, RuntimeError> {
+async fn handle_in_netns(ns: std::fs::File) -> Result<Handle, RuntimeError> {
     let runtime = tokio::runtime::Handle::current();
-    let ns_path = format!("/proc/{pid}/ns/net");
-    let ns = std::fs::File::open(&ns_path).map_err(RuntimeError::io("open", &ns_path))?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let result = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)

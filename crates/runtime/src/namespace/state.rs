@@ -3,13 +3,14 @@
 //! could have been recycled by an unrelated process).
 //!
 //! Layout under the runtime directory:
-//! `sandboxes/<id>/{state.json, agent.sock, boot.log, upper/, work/, rootfs/}`. The directory is mode
-//! 0700 and never mounted into any sandbox. `upper` and `work` are directories, or, for a sandbox with
+//! `sandboxes/<id>/{state.json, agent.sock, boot.log, upper/, work/, rootfs/}`, and for a gVisor
+//! sandbox ([`crate::gvisor`]) also `{bundle/, runsc/, netns, shared/agent.sock}`. The directory is mode
+//! 0700 and never mounted into any sandbox (a gVisor sandbox sees `shared/` alone). `upper` and `work` are directories, or, for a sandbox with
 //! a quota'd writable layer ([`crate::quota`]), symbolic links to `upper/` and `work/` in
 //! `layers/<id>/`; either way [`SandboxPaths::upper`] and [`SandboxPaths::work`] name them.
 
 use crate::namespace::process::start_time;
-use crate::{RuntimeError, RuntimeState, SandboxSpec};
+use crate::{Isolation, RuntimeError, RuntimeState, SandboxSpec};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,14 @@ pub struct Persisted {
     /// `None` in records from before ranges existed: the runtime's shared range.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_base: Option<u32>,
+    /// The clone generation: 0 for a sandbox booted afresh, one more than its source's for a fork
+    /// (`sandboxd_envd::init::GENERATION_FILE`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Persisted {
@@ -56,6 +65,35 @@ pub struct SandboxPaths {
 }
 
 impl SandboxPaths {
+    /// Where the agent of a sandbox of `tier` listens, on the host.
+    pub fn agent_socket(&self, tier: Isolation) -> PathBuf {
+        match tier {
+            Isolation::Namespace => self.socket(),
+            Isolation::Gvisor => self.shared().join(crate::gvisor::AGENT_SOCKET),
+        }
+    }
+
+    /// The one directory of a gVisor sandbox's own that it sees (at
+    /// [`crate::gvisor::SHARED_DIR`]): its agent's socket is made there.
+    pub fn shared(&self) -> PathBuf {
+        self.dir.join("shared")
+    }
+
+    /// A gVisor sandbox's OCI bundle (`config.json`).
+    pub fn bundle(&self) -> PathBuf {
+        self.dir.join("bundle")
+    }
+
+    /// `runsc`'s state directory for a gVisor sandbox (its `--root`).
+    pub fn runsc_root(&self) -> PathBuf {
+        self.dir.join("runsc")
+    }
+
+    /// The file a gVisor sandbox's network namespace is bound on while it runs.
+    pub fn netns(&self) -> PathBuf {
+        self.dir.join("netns")
+    }
+
     /// Paths for sandbox `id` under `sandboxes_dir`.
     pub fn new(sandboxes_dir: &Path, id: &str) -> Self {
         Self {
@@ -147,6 +185,7 @@ mod tests {
             start_time: start_time(me),
             started: true,
             id_base: None,
+            generation: 0,
         };
         assert_eq!(p.observed_state(), RuntimeState::Running);
         p.start_time = p.start_time.map(|t| t + 1);
@@ -168,6 +207,7 @@ mod tests {
             start_time: Some(7),
             started: true,
             id_base: Some(165_536),
+            generation: 0,
         };
         paths.save(&p).unwrap();
         let back = paths.load().unwrap().unwrap();

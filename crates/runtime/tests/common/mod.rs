@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod dns_double;
+pub mod gvisor;
 pub mod listed;
 pub mod outside;
 
@@ -125,6 +126,15 @@ impl Fixture {
 }
 
 impl Sandbox {
+    /// The sandbox `info` describes, reached through `client`, holding `slot` until it is dropped.
+    pub fn new(info: SandboxInfo, client: EnvdClient, slot: TestSlot) -> Sandbox {
+        Sandbox {
+            info,
+            client,
+            _slot: slot,
+        }
+    }
+
     /// Talks to the agent of `info`, the sandbox started again.
     pub fn restarted(&mut self, info: SandboxInfo) {
         self.client = EnvdClient::new(&info.agent.socket, &info.agent.token);

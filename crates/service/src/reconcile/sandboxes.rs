@@ -129,10 +129,15 @@ async fn resolve(
             Ok(deleted.then_some("deleted").into_iter().collect())
         }
         SandboxState::Running | SandboxState::Paused => {
-            let reason = match runtime_state(svc, &row.id).await? {
-                Some(RuntimeState::Running) => return Ok(vec![]),
-                Some(RuntimeState::Created | RuntimeState::Stopped) => "its processes stopped",
-                None => "its processes are gone",
+            let reason = match (row.state, runtime_state(svc, &row.id).await?) {
+                (_, Some(RuntimeState::Running)) => return Ok(vec![]),
+                // Paused with memory: nothing runs, its checkpoint waits for the resume.
+                (SandboxState::Paused, Some(RuntimeState::Suspended)) => return Ok(vec![]),
+                (_, Some(RuntimeState::Suspended)) => {
+                    "its processes stopped (a checkpoint remains)"
+                }
+                (_, Some(RuntimeState::Created | RuntimeState::Stopped)) => "its processes stopped",
+                (_, None) => "its processes are gone",
             };
             Ok(settle(svc, row, SandboxState::Lost, reason)
                 .await?

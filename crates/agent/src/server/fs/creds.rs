@@ -5,6 +5,8 @@
 //! would change every thread), and the thread ends with the work, so no other thread ever holds the
 //! user's credentials and the agent's own never change. With an fsuid other than 0 the kernel also drops
 //! the thread's file capabilities, so permission checks and ownership of new entries are the user's.
+//! Where the kernel has no filesystem ids (gVisor's), the thread's effective ids are switched instead,
+//! to the same effect.
 
 use super::super::error::ServerError;
 use super::super::users::User;
@@ -58,7 +60,18 @@ fn assume(uid: u32, gid: u32, groups: &[u32], name: &str) -> Result<(), ServerEr
         libc::setfsgid(gid);
         libc::setfsuid(uid);
         // Passing an invalid id changes nothing and returns the current value: verify the switch.
-        if libc::setfsuid(u32::MAX) as u32 != uid || libc::setfsgid(u32::MAX) as u32 != gid {
+        if libc::setfsuid(u32::MAX) as u32 == uid && libc::setfsgid(u32::MAX) as u32 == gid {
+            return Ok(());
+        }
+        // A kernel without filesystem ids (gVisor's): this thread's effective ids instead, with
+        // the raw calls, which change only the calling thread (glibc's wrappers would change every
+        // thread). The thread ends with the work, so nothing else ever runs with them.
+        let keep = u32::MAX as libc::c_long;
+        let switched = libc::syscall(libc::SYS_setresgid, keep, gid, keep) == 0
+            && libc::syscall(libc::SYS_setresuid, keep, uid, keep) == 0
+            && libc::syscall(libc::SYS_geteuid) as u32 == uid
+            && libc::syscall(libc::SYS_getegid) as u32 == gid;
+        if !switched {
             return Err(denied());
         }
     }

@@ -133,7 +133,7 @@ impl NamespaceRuntime {
     }
 
     /// Starts `spec`'s DNS forwarder on the host end of its pair, which must be attached.
-    pub(super) async fn start_forwarder(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+    pub(crate) async fn start_forwarder(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
         let addrs = self.net.addrs(spec.net_slot)?;
         let upstreams = if self.config.dns_upstreams.is_empty() {
             host_upstreams()

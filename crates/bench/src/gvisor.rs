@@ -1,0 +1,190 @@
+//! The gVisor tier's figures in `bench runtime`, measured in the same run as the namespace tier's.
+//!
+//! create→first exec and the exec round trip of gVisor sandboxes (goals ≤ 300 ms and ≤ 3 ms here),
+//! the memory an idle one holds (its cgroup's charge, page cache excluded; goal ≤ 40 MiB), and
+//! pause with memory of a sandbox holding 256 MiB (checkpoint to disk, goal ≤ 1 s) with its
+//! resume→first exec (restore, goal ≤ 400 ms).
+
+use crate::report::{Latency, Target};
+use crate::runtime::{Fleet, Steps};
+use anyhow::{bail, Context};
+use sandboxd_envd::ExecOptions;
+use sandboxd_runtime::{Isolation, Runtime, SandboxSpec};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+const CREATE_FIRST_EXEC: Target = Target {
+    p50_ms: Some(300.0),
+    p99_ms: None,
+};
+const EXEC_RTT: Target = Target {
+    p50_ms: Some(3.0),
+    p99_ms: None,
+};
+const PAUSE: Target = Target {
+    p50_ms: Some(1000.0),
+    p99_ms: None,
+};
+const RESUME_TO_EXEC: Target = Target {
+    p50_ms: Some(400.0),
+    p99_ms: None,
+};
+/// Pause/resume cycles timed on the sandbox holding memory.
+const MEMORY_CYCLES: usize = 3;
+/// What the sandbox holds while it is paused, MiB.
+const HELD_MIB: usize = 256;
+/// Idle memory goal per sandbox, MiB.
+const IDLE_MIB_GOAL: f64 = 40.0;
+
+/// The gVisor tier's figures, or why the host has no such tier.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GvisorFigures {
+    /// The tier ran.
+    Measured(Box<Measured>),
+    /// The host offers no gVisor tier (the reason).
+    NotOffered(String),
+}
+
+/// What the gVisor tier did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub create_to_first_exec: Latency,
+    pub start_p50_ms: f64,
+    pub exec_round_trip: Latency,
+    /// Memory charged to an idle sandbox's cgroup (sandbox process, gofer, agent), page cache
+    /// excluded, MiB, median over the sandboxes made.
+    pub idle_mib: f64,
+    /// Pause with memory (checkpoint to disk, sandbox stopped) holding 256 MiB.
+    pub pause_with_memory: Latency,
+    /// Restore of that sandbox and its first command.
+    pub resume_to_exec: Latency,
+}
+
+impl GvisorFigures {
+    /// Lines for people.
+    pub fn print(&self) {
+        match self {
+            GvisorFigures::NotOffered(why) => println!("== gVisor tier: not offered here ({why})"),
+            GvisorFigures::Measured(m) => {
+                println!("== gVisor tier (same run)");
+                println!(
+                    "{}",
+                    m.create_to_first_exec.line("gVisor create→first-exec")
+                );
+                println!(
+                    "  start p50 {} ms",
+                    crate::report::ms(m.start_p50_ms).trim()
+                );
+                println!("{}", m.exec_round_trip.line("gVisor exec round trip"));
+                println!(
+                    "  idle memory per sandbox p50 {:.1} MiB (goal ≤ {IDLE_MIB_GOAL} MiB: {})",
+                    m.idle_mib,
+                    crate::report::verdict(m.idle_mib <= IDLE_MIB_GOAL)
+                );
+                println!("{}", m.pause_with_memory.line("gVisor pause with 256 MiB"));
+                println!("{}", m.resume_to_exec.line("gVisor resume→first exec"));
+            }
+        }
+    }
+}
+
+/// Boots `n` gVisor sandboxes on slots from `first_slot`, then times `execs` round trips on the last.
+pub(crate) async fn measure(
+    fleet: &Fleet,
+    n: usize,
+    execs: usize,
+    first_slot: u32,
+) -> anyhow::Result<GvisorFigures> {
+    if let Err(why) = fleet.rt.offers(Isolation::Gvisor) {
+        return Ok(GvisorFigures::NotOffered(why.to_string()));
+    }
+    let tag = std::process::id();
+    let (mut whole, mut start, mut idle) = (vec![], vec![], vec![]);
+    let mut last = None;
+    // One untimed boot first: the template's and runsc's first use.
+    for i in 0..=n {
+        let spec = SandboxSpec {
+            net_slot: first_slot + i as u32,
+            isolation: Isolation::Gvisor,
+            ..SandboxSpec::base(
+                format!("bench-gv-{tag}-{i}"),
+                format!("bench-token-gv-{tag}-{i}"),
+            )
+        };
+        let (steps, client): (Steps, _) = fleet.boot(&spec).await.context("a gVisor sandbox")?;
+        if i > 0 {
+            whole.push(steps.whole());
+            start.push(steps.start);
+            let stats = fleet.rt.stats(&spec.id).await?;
+            let charged = stats
+                .memory_usage_bytes
+                .saturating_sub(stats.memory_file_bytes);
+            idle.push(charged as f64 / (1024.0 * 1024.0));
+        }
+        last = Some(client);
+    }
+    let client = last.context("at least one gVisor sandbox")?;
+    let rtt = crate::runtime::exec_round_trips(&client, execs).await?;
+    let last_id = format!("bench-gv-{tag}-{n}");
+    let (pause, resume) = memory_cycles(fleet, &client, &last_id).await?;
+    idle.sort_by(f64::total_cmp);
+    let p50 = |v: &[Duration]| crate::stats::Summary::of(v).map_or(0.0, |s| s.p50_ms);
+    Ok(GvisorFigures::Measured(Box::new(Measured {
+        create_to_first_exec: Latency::new(
+            "gVisor create→first-exec",
+            &whole,
+            Some(CREATE_FIRST_EXEC),
+        )?,
+        start_p50_ms: p50(&start),
+        exec_round_trip: Latency::new("gVisor exec round trip", &rtt, Some(EXEC_RTT))?,
+        idle_mib: idle.get(idle.len() / 2).copied().unwrap_or(0.0),
+        pause_with_memory: Latency::new("gVisor pause with memory", &pause, Some(PAUSE))?,
+        resume_to_exec: Latency::new("gVisor resume→first exec", &resume, Some(RESUME_TO_EXEC))?,
+    })))
+}
+
+/// Has the sandbox `id` hold [`HELD_MIB`] in a process, then times [`MEMORY_CYCLES`] pauses with
+/// memory and resume→first exec, checking each time that the process and its memory came back.
+async fn memory_cycles(
+    fleet: &Fleet,
+    client: &sandboxd_envd::EnvdClient,
+    id: &str,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let sh = |script: String| ["/bin/sh".to_string(), "-c".to_string(), script];
+    let hold = format!(
+        "nohup python3 -c 'import time; b = bytearray({HELD_MIB} << 20); b[::4096] = b\"x\" * len(b[::4096]); open(\"/tmp/held\", \"w\").write(\"ready\"); time.sleep(1e9)' >/dev/null 2>&1 &"
+    );
+    client.exec(&sh(hold), ExecOptions::default()).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = client
+            .exec(
+                &sh("cat /tmp/held 2>/dev/null".into()),
+                ExecOptions::default(),
+            )
+            .await?;
+        if out.stdout == b"ready" {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the memory holder did not start in {id}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (mut pause, mut resume) = (vec![], vec![]);
+    let check = sh("pgrep -f bytearray >/dev/null && echo held".into());
+    for _ in 0..MEMORY_CYCLES {
+        let t = Instant::now();
+        fleet.rt.pause(id).await.context("pause with memory")?;
+        pause.push(t.elapsed());
+        let t = Instant::now();
+        fleet.rt.resume(id).await.context("resume")?;
+        let out = client.exec(&check, ExecOptions::default()).await?;
+        resume.push(t.elapsed());
+        if out.stdout != b"held\n" {
+            bail!("the memory holder did not come back in {id}");
+        }
+    }
+    Ok((pause, resume))
+}

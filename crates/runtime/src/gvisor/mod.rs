@@ -1,0 +1,776 @@
+//! The gVisor tier: the same sandboxes behind a second wall, gVisor's user-space kernel (`runsc`).
+//!
+//! A gVisor sandbox is everything a namespace sandbox is on the host — its record, its quota'd
+//! writable layer over the same image layers, its network slot, veth pair, egress rules and DNS
+//! forwarder, its cgroup — made by the same code ([`NamespaceRuntime`], which this runtime shares);
+//! only the process differs. Instead of our agent cloned into namespaces of the host's kernel,
+//! `runsc run` starts a gVisor sandbox from an OCI bundle ([`bundle`]) whose PID 1 is our agent
+//! (`sandboxd-agent init`, configured on standard input: `sandboxd_envd::init`), so every system call
+//! of the sandbox is served by gVisor's kernel and only gVisor's own narrow set reaches the host's.
+//!
+//! - The root is the overlay of the image layers and the writable layer, mounted by the launcher in
+//!   runsc's private mount namespace ([`launch`]); runsc writes through to it (`--overlay2=none`).
+//! - The network is the sandbox's veth end in a namespace bound on a file ([`netns`]), which runsc
+//!   takes into its own network stack; the host side (addresses, NAT, egress rules, forwarder) is
+//!   the namespace tier's.
+//! - The agent listens on a unix socket it makes in the sandbox's `shared/` directory, bound at
+//!   [`SHARED_DIR`] (runsc's `--host-uds`); the daemon reaches it there, with or without network.
+//! - Ids: the sandbox's `0..65536` are the storage range on the host (the shared layers' owners), so
+//!   the gofer serving its files and the sandbox process run unprivileged; gVisor sandboxes share that
+//!   range (runsc maps one range for the root and the layers alike).
+//! - The recorded pid is the runsc sandbox process: it is alive exactly while the sandbox is, so
+//!   adoption, liveness and the kill are the namespace tier's; pause and resume freeze its cgroup.
+//!
+//! Whether the tier is offered is decided once, at start, by [`probe`]: a `runsc` recent enough
+//! (the systrap platform, working checkpoints) must be installed.
+
+pub(crate) mod bundle;
+pub mod launch;
+pub mod netns;
+
+use crate::namespace::state::{Persisted, SandboxPaths};
+use crate::namespace::{limits, mkdir_owned, NamespaceRuntime};
+use crate::{
+    cgroup, quota, Isolation, ResourceLimits, Runtime, RuntimeError, SandboxInfo, SandboxSpec,
+    WritableLayer,
+};
+use launch::Runsc;
+use sandboxd_envd::init::{Identity, InitConfig, RESUME_MARKER, SUSPENDED_MARKER, SUSPEND_SIGNAL};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a gVisor sandbox sees its `shared/` directory (its agent's socket is made there).
+pub const SHARED_DIR: &str = "/.sandboxd/shared";
+/// The agent's socket's name in the shared directory.
+pub const AGENT_SOCKET: &str = "agent.sock";
+/// How long `runsc run` and the agent's first listen may take together.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the agent may take to close its host sockets before a checkpoint.
+const SUSPEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long writing a checkpoint may take.
+const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The oldest runsc build the tier runs on (the date in its version): older ones (Debian 12's own)
+/// lack the systrap platform and a working live checkpoint.
+const OLDEST_RUNSC: u32 = 20240101;
+/// How to get a runsc the tier runs on, for the answers that say it is missing.
+pub const INSTALL_HINT: &str = "install runsc from Debian's bookworm-backports \
+     (`apt-get install -t bookworm-backports runsc`; scripts/bootstrap does it)";
+
+/// How the gVisor tier is set up.
+#[derive(Debug, Clone)]
+pub struct GvisorConfig {
+    /// The `runsc` binary; `None`: the first `runsc` on `PATH` (or in /usr/sbin, /usr/bin).
+    pub runsc: Option<PathBuf>,
+    /// runsc's platform.
+    pub platform: String,
+}
+
+impl Default for GvisorConfig {
+    fn default() -> Self {
+        Self {
+            runsc: None,
+            platform: "systrap".into(),
+        }
+    }
+}
+
+/// Finds a `runsc` this tier runs on; the reason (and how to get one) when there is none.
+pub fn probe(config: &GvisorConfig) -> Result<Runsc, String> {
+    let binary = match &config.runsc {
+        Some(path) => path.clone(),
+        None => find_on_path("runsc")
+            .ok_or_else(|| format!("runsc is not installed: {INSTALL_HINT}"))?,
+    };
+    let output = std::process::Command::new(&binary)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{} cannot run ({e}): {INSTALL_HINT}", binary.display()))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = text.lines().next().unwrap_or_default().trim().to_string();
+    match version_date(&version) {
+        Some(date) if date >= OLDEST_RUNSC => Ok(Runsc {
+            binary,
+            platform: config.platform.clone(),
+        }),
+        _ => Err(format!(
+            "{} ({version:?}) is older than this tier needs: {INSTALL_HINT}",
+            binary.display()
+        )),
+    }
+}
+
+/// The build date in a `runsc --version` line (`runsc version 0.0~20240729.0`, `… release-20240729.0`).
+fn version_date(line: &str) -> Option<u32> {
+    let bytes = line.as_bytes();
+    (0..bytes.len().saturating_sub(7)).find_map(|i| {
+        let run = &bytes[i..i + 8];
+        let starts = i == 0 || !bytes[i - 1].is_ascii_digit();
+        let ends = bytes.get(i + 8).is_none_or(|b| !b.is_ascii_digit());
+        (starts && ends && run.iter().all(u8::is_ascii_digit))
+            .then(|| std::str::from_utf8(run).ok()?.parse().ok())
+            .flatten()
+    })
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/usr/bin".into()])
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A boot from a checkpoint.
+#[derive(Clone, Copy)]
+struct Restore<'a> {
+    /// The checkpoint's directory.
+    image: &'a Path,
+    /// A fork's new identity; `None`: the checkpointed one.
+    identity: Option<&'a Identity>,
+}
+
+/// The gVisor runtime.
+pub struct GvisorRuntime {
+    host: Arc<NamespaceRuntime>,
+    runsc: Runsc,
+}
+
+impl GvisorRuntime {
+    /// The tier on `host`'s machinery, running sandboxes with `runsc` (see [`probe`]); makes the
+    /// empty directory every sandbox's private stage is mounted on ([`launch::STAGE`]).
+    pub fn new(host: Arc<NamespaceRuntime>, runsc: Runsc) -> Result<Self, RuntimeError> {
+        mkdir_owned(Path::new(launch::STAGE), 0o755, None)?;
+        let runtime = Self { host, runsc };
+        runtime.clear_unfinished_images()?;
+        Ok(runtime)
+    }
+
+    /// Removes the checkpoint images a killed daemon left half-written (`<id>.partial`, a pause's)
+    /// or unfinished (`<id>.fork-<pid>`, a fork's): nothing was recorded from them, and a whole
+    /// checkpoint (`<id>`) is never touched.
+    fn clear_unfinished_images(&self) -> Result<(), RuntimeError> {
+        let dir = self.host.config.state_dir.join("checkpoints");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(RuntimeError::io("list", &dir)(e)),
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".partial") || name.contains(".fork-") {
+                tracing::info!(image = %name, "removing an unfinished checkpoint image");
+                remove_dir(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn load_gvisor(&self, id: &str) -> Result<(SandboxPaths, Persisted), RuntimeError> {
+        let (paths, p) = self.host.load(id)?;
+        if p.spec.isolation != Isolation::Gvisor {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {id} runs in the {} tier, not in gVisor",
+                p.spec.isolation
+            )));
+        }
+        Ok((paths, p))
+    }
+
+    /// Ends the sandbox (the namespace tier's kill: process, cgroup, network) and removes what only
+    /// a gVisor boot makes: the bound network namespace and runsc's state.
+    async fn kill(&self, paths: &SandboxPaths, p: &Persisted) -> Result<(), RuntimeError> {
+        self.host.kill(p).await?;
+        self.clear_boot(paths)
+    }
+
+    fn clear_boot(&self, paths: &SandboxPaths) -> Result<(), RuntimeError> {
+        netns::remove(&paths.netns())?;
+        for dir in [paths.runsc_root(), paths.bundle()] {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(RuntimeError::io("remove", &dir)(e)),
+            }
+        }
+        let socket = paths.agent_socket(Isolation::Gvisor);
+        match std::fs::remove_file(&socket) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RuntimeError::io("remove", &socket)(e)),
+        }
+    }
+
+    /// Boots `spec`'s sandbox, afresh or (`restore`) from the checkpoint in that directory; returns
+    /// the pid of its runsc sandbox process once its agent listens. When it fails, everything this
+    /// call made is gone again (a checkpoint is never touched).
+    async fn boot(
+        &self,
+        paths: &SandboxPaths,
+        spec: &SandboxSpec,
+        restore: Option<Restore<'_>>,
+    ) -> Result<i32, RuntimeError> {
+        self.clear_boot(paths)?;
+        let storage = self.host.config.id_map_base;
+        mkdir_owned(&paths.shared(), 0o700, Some(storage))?;
+        mkdir_owned(&paths.runsc_root(), 0o700, None)?;
+        mkdir_owned(&paths.bundle(), 0o700, None)?;
+        let root = self.host.root_plan(spec)?;
+        let oci = bundle::spec(spec, &root, paths, storage)?;
+        oci.save(paths.bundle().join("config.json"))
+            .map_err(RuntimeError::Bundle)?;
+        let cgroup = self.host.cgroups.create(&spec.id, &limits(spec))?;
+        let mut attached = false;
+        let booted = tokio::time::timeout(
+            BOOT_TIMEOUT,
+            self.launch(paths, spec, &root, &cgroup, restore, &mut attached),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(RuntimeError::Boot {
+                stage: "timeout".into(),
+                message: format!("the agent did not listen within {BOOT_TIMEOUT:?}"),
+            })
+        });
+        if let Err(e) = booted {
+            let _ = cgroup.kill_all();
+            let _ = cgroup.remove();
+            if attached {
+                self.host.unwire(spec).await;
+            }
+            let _ = self.clear_boot(paths);
+            return Err(crate::namespace::boot::with_log(e, &paths.log()));
+        }
+        booted
+    }
+
+    fn checkpoint_dir(&self, id: &str) -> PathBuf {
+        self.host.checkpoint_dir(id)
+    }
+
+    /// Checkpoints the running sandbox `p` and stops it. The image is written under a temporary
+    /// name, synced and renamed: a checkpoint directory is always whole. When it fails, the
+    /// sandbox keeps running (its agent listens again) and no partial image stays.
+    async fn checkpoint(&self, paths: &SandboxPaths, p: &Persisted) -> Result<(), RuntimeError> {
+        let id = &p.spec.id;
+        let final_dir = self.checkpoint_dir(id);
+        let partial = final_dir.with_extension("partial");
+        self.save(paths, id, &partial, false).await?;
+        remove_dir(&final_dir)?;
+        std::fs::rename(&partial, &final_dir).map_err(RuntimeError::io("rename", &final_dir))?;
+        if let Some(parent) = final_dir.parent() {
+            sync_dir(parent)?;
+        }
+        // runsc ended the sandbox once its image was written: the host side goes now.
+        self.kill(paths, p).await
+    }
+
+    /// Closes the agent's door and writes a checkpoint of running sandbox `id` into `image` (made
+    /// afresh), synced. `leave_running`: the sandbox goes on and its door reopens; else runsc ends
+    /// it. On failure the sandbox keeps running, its door reopened, and `image` is gone.
+    async fn save(
+        &self,
+        paths: &SandboxPaths,
+        id: &str,
+        image: &Path,
+        leave_running: bool,
+    ) -> Result<(), RuntimeError> {
+        let (suspended, resume) = (
+            paths.shared().join(SUSPENDED_MARKER),
+            paths.shared().join(RESUME_MARKER),
+        );
+        for marker in [&suspended, &resume] {
+            remove_file(marker)?;
+        }
+        remove_dir(image)?;
+        mkdir_owned(image, 0o700, None)?;
+        let saved = async {
+            self.runsc_quick(paths, &["kill", id, SUSPEND_SIGNAL])
+                .await?;
+            let deadline = tokio::time::Instant::now() + SUSPEND_TIMEOUT;
+            while !suspended.exists() {
+                if tokio::time::Instant::now() > deadline {
+                    return Err(RuntimeError::Boot {
+                        stage: "suspend".into(),
+                        message: format!(
+                            "the agent did not close its sockets within {SUSPEND_TIMEOUT:?}"
+                        ),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let path = format!("--image-path={}", image.display());
+            let mut cmd = self.runsc.command(&paths.runsc_root());
+            // Uncompressed, without the zero pages: a pause and its resume are bound by how
+            // fast memory reaches the disk and comes back, not by the disk's size.
+            cmd.args([
+                "checkpoint",
+                &path,
+                "--compression=none",
+                "--exclude-committed-zero-pages",
+            ]);
+            if leave_running {
+                cmd.arg("--leave-running");
+            }
+            cmd.arg(id);
+            run_to_end(cmd, CHECKPOINT_TIMEOUT, "runsc checkpoint").await?;
+            let dir = image.to_path_buf();
+            tokio::task::spawn_blocking(move || sync_dir(&dir))
+                .await
+                .map_err(|e| RuntimeError::Host(format!("sync task panicked: {e}")))?
+        }
+        .await;
+        if saved.is_err() || leave_running {
+            // The sandbox still runs: its agent opens its door again.
+            touch(&resume)?;
+        }
+        if saved.is_err() {
+            let _ = remove_dir(image);
+        }
+        saved
+    }
+
+    /// Copies running sandbox `p` into one new sandbox per spec of `clones` from one live
+    /// checkpoint; see [`Runtime::fork`].
+    async fn fork_from(
+        &self,
+        paths: &SandboxPaths,
+        p: &Persisted,
+        clones: &[SandboxSpec],
+    ) -> Result<Vec<Result<SandboxInfo, RuntimeError>>, RuntimeError> {
+        let id = &p.spec.id;
+        let image = self
+            .checkpoint_dir(id)
+            .with_extension(format!("fork-{}", std::process::id()));
+        self.save(paths, id, &image, true).await?;
+        let source = self.host.writable_layer(id).await?;
+        let mut made = Vec::with_capacity(clones.len());
+        for spec in clones {
+            let clone = self.clone_from(p, spec, &image, &source.path).await;
+            if clone.is_err() {
+                let _ = self.destroy(&spec.id).await;
+            }
+            made.push(clone);
+        }
+        remove_dir(&image)?;
+        Ok(made)
+    }
+
+    /// One fork: `spec`'s sandbox made with a copy of the source's writable layer `layer` and
+    /// restored from `image` under its own identity.
+    async fn clone_from(
+        &self,
+        source: &Persisted,
+        spec: &SandboxSpec,
+        image: &Path,
+        layer: &Path,
+    ) -> Result<SandboxInfo, RuntimeError> {
+        if spec.isolation != Isolation::Gvisor {
+            return Err(RuntimeError::Unsupported(format!(
+                "a fork of gVisor sandbox {} must be a gVisor sandbox too",
+                source.spec.id
+            )));
+        }
+        self.host.create(spec).await?;
+        let (paths, mut p) = self.load_gvisor(&spec.id)?;
+        let upper = self.host.writable_layer(&spec.id).await?.path;
+        copy_layer(layer, &upper).await?;
+        p.generation = source.generation + 1;
+        let identity = Identity {
+            sandbox_id: spec.id.clone(),
+            token: spec.agent_token.clone(),
+            generation: p.generation,
+        };
+        let restore = Restore {
+            image,
+            identity: Some(&identity),
+        };
+        let pid = self.boot(&paths, spec, Some(restore)).await?;
+        p.pid = Some(pid);
+        p.start_time = crate::namespace::process::start_time(pid);
+        p.started = true;
+        paths.save(&p)?;
+        self.host.info(&p)
+    }
+
+    /// Runs a short runsc command on sandbox `paths`' state; its output is the error when it fails.
+    async fn runsc_quick(&self, paths: &SandboxPaths, args: &[&str]) -> Result<(), RuntimeError> {
+        let mut cmd = self.runsc.command(&paths.runsc_root());
+        cmd.args(args);
+        run_to_end(cmd, Duration::from_secs(10), "runsc").await
+    }
+
+    async fn launch(
+        &self,
+        paths: &SandboxPaths,
+        spec: &SandboxSpec,
+        root: &crate::namespace::boot::RootPlan,
+        cgroup: &cgroup::SandboxCgroup,
+        restore: Option<Restore<'_>>,
+        attached: &mut bool,
+    ) -> Result<i32, RuntimeError> {
+        netns::create(&paths.netns())?;
+        *attached = true;
+        let addrs = self
+            .host
+            .net
+            .attach_at(spec.net_slot, &paths.netns(), spec.may_send_out())
+            .await?;
+        if spec.needs_egress_rules() {
+            crate::namespace::egress::allow(&addrs, spec).await?;
+        }
+        if spec.has_names() {
+            self.host.start_forwarder(spec).await?;
+        }
+        let layers: Vec<PathBuf> = std::iter::once(root.lower.clone())
+            .chain(root.below.iter().cloned())
+            .collect();
+        let overlay = launch::overlay_options(&layers, &paths.upper(), &paths.work());
+        let pid_file = paths.runsc_root().join("sandbox.pid");
+        let mut cmd = self.runsc.command(&paths.runsc_root());
+        match &restore {
+            None => cmd.arg("run"),
+            Some(from) => cmd
+                .arg("restore")
+                .arg(format!("--image-path={}", from.image.display())),
+        };
+        cmd.arg("--detach")
+            .arg(format!("--bundle={}", paths.bundle().display()))
+            .arg(format!("--pid-file={}", pid_file.display()))
+            .arg(&spec.id);
+        let log_path = paths.log();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(RuntimeError::io("open", &log_path))?;
+        let plan = launch::StagePlan {
+            overlay: &overlay,
+            shared: &paths.shared(),
+            callback: self.host.config.callback_dir.as_deref(),
+            agent: &self.host.config.agent_binary,
+        };
+        let mut child = launch::spawn(cmd, &cgroup.procs_files()?, &plan, log)?;
+        let config = InitConfig {
+            sandbox_id: spec.id.clone(),
+            socket: Path::new(SHARED_DIR).join(AGENT_SOCKET),
+            token: spec.agent_token.clone(),
+            default_user: "user".into(),
+            envs: root.envs.clone(),
+            workdir: root.workdir.clone(),
+            callback_socket: root.callback_socket.clone(),
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            // A restored agent is configured already: it only waits for its door to be reopened.
+            if restore.is_none() {
+                // A failed write shows as the agent's own failure in the log.
+                let _ = stdin.write_all(&config.to_line());
+            }
+        }
+        let status = tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .map_err(|e| RuntimeError::Host(format!("runsc waiter panicked: {e}")))?
+            .map_err(RuntimeError::Spawn)?;
+        if !status.success() {
+            return Err(RuntimeError::Boot {
+                stage: "runsc run".into(),
+                message: format!("runsc exited with {status}"),
+            });
+        }
+        if let Some(from) = &restore {
+            // The word to reopen the door; a fork's carries its new identity.
+            let word = from
+                .identity
+                .map(|id| serde_json::to_vec(id).unwrap_or_default())
+                .unwrap_or_default();
+            let marker = paths.shared().join(RESUME_MARKER);
+            std::fs::write(&marker, word).map_err(RuntimeError::io("write", &marker))?;
+        }
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .map_err(RuntimeError::io("read", &pid_file))?
+            .trim()
+            .parse()
+            .map_err(|_| RuntimeError::Boot {
+                stage: "runsc run".into(),
+                message: format!("{} holds no pid", pid_file.display()),
+            })?;
+        let socket = paths.agent_socket(Isolation::Gvisor);
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        // The socket file appears at bind, a moment before the agent listens: wait for an answer.
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            if !proc_dir.exists() {
+                return Err(RuntimeError::Boot {
+                    stage: "agent".into(),
+                    message: "the sandbox ended before its agent listened".into(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(pid)
+    }
+}
+
+/// Runs `cmd` to its end within `limit`; a failure carries its standard error.
+async fn run_to_end(
+    cmd: std::process::Command,
+    limit: Duration,
+    what: &str,
+) -> Result<(), RuntimeError> {
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.stdin(std::process::Stdio::null()).kill_on_drop(true);
+    let output = tokio::time::timeout(limit, cmd.output())
+        .await
+        .map_err(|_| RuntimeError::Host(format!("{what} did not finish within {limit:?}")))?
+        .map_err(RuntimeError::Spawn)?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let first = stderr.lines().next().unwrap_or_default();
+    Err(RuntimeError::Host(format!(
+        "{what} failed ({}): {first}",
+        output.status
+    )))
+}
+
+/// Copies the writable layer `from` into `to` (empty), keeping owners, modes, links and overlay
+/// whiteouts; shares the data blocks where the filesystem can (reflinks on btrfs and XFS).
+async fn copy_layer(from: &Path, to: &Path) -> Result<(), RuntimeError> {
+    let mut cmd = tokio::process::Command::new("cp");
+    cmd.arg("-a")
+        .arg("--reflink=auto")
+        .arg("--")
+        .arg(from.join("."))
+        .arg(to)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = cmd.output().await.map_err(RuntimeError::Spawn)?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(RuntimeError::Host(format!(
+        "copying the writable layer {} failed: {}",
+        from.display(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    )))
+}
+
+/// Creates the empty file `path`.
+fn touch(path: &Path) -> Result<(), RuntimeError> {
+    std::fs::File::create(path)
+        .map(drop)
+        .map_err(RuntimeError::io("create", path))
+}
+
+fn remove_file(path: &Path) -> Result<(), RuntimeError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RuntimeError::io("remove", path)(e)),
+    }
+}
+
+fn remove_dir(path: &Path) -> Result<(), RuntimeError> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RuntimeError::io("remove", path)(e)),
+    }
+}
+
+/// Syncs every file directly in `dir`, then `dir` itself.
+fn sync_dir(dir: &Path) -> Result<(), RuntimeError> {
+    for entry in std::fs::read_dir(dir).map_err(RuntimeError::io("list", dir))? {
+        let path = entry.map_err(RuntimeError::io("list", dir))?.path();
+        if path.is_file() {
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(RuntimeError::io("sync", &path))?;
+        }
+    }
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(RuntimeError::io("sync", dir))
+}
+
+#[async_trait::async_trait]
+impl Runtime for GvisorRuntime {
+    fn offers(&self, tier: Isolation) -> Result<(), RuntimeError> {
+        match tier {
+            Isolation::Gvisor => Ok(()),
+            other => Err(RuntimeError::Unsupported(format!(
+                "the gVisor runtime does not run {other} sandboxes"
+            ))),
+        }
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
+        self.offers(spec.isolation)?;
+        self.host.create(spec).await
+    }
+
+    async fn start(&self, id: &str) -> Result<SandboxInfo, RuntimeError> {
+        let (paths, mut p) = self.load_gvisor(id)?;
+        if p.live_pid().is_some() {
+            return self.host.info(&p);
+        }
+        if p.started {
+            // It ended on its own (an out-of-memory kill, say): its network namespace, bound on
+            // a file, outlived it with the veth pair, egress rules and cgroup; they go first.
+            self.kill(&paths, &p).await?;
+        }
+        let checkpoint = self.checkpoint_dir(id);
+        let restore = checkpoint.is_dir().then_some(Restore {
+            image: &checkpoint,
+            identity: None,
+        });
+        let restored = restore.is_some();
+        let pid = self.boot(&paths, &p.spec, restore).await?;
+        p.pid = Some(pid);
+        p.start_time = crate::namespace::process::start_time(pid);
+        p.started = true;
+        if let Err(e) = paths.save(&p) {
+            let _ = self.kill(&paths, &p).await;
+            return Err(e);
+        }
+        if restored {
+            // The running sandbox owns its memory now; an older image must never be restored.
+            remove_dir(&checkpoint)?;
+        }
+        self.host.info(&p)
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), RuntimeError> {
+        let (paths, p) = self.load_gvisor(id)?;
+        self.kill(&paths, &p).await?;
+        // A stop keeps the files and drops the memory.
+        remove_dir(&self.checkpoint_dir(id))
+    }
+
+    async fn halt(&self, id: &str) -> Result<(), RuntimeError> {
+        self.host.halt(id).await
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), RuntimeError> {
+        crate::validate_id(id)?;
+        let paths = self.host.paths(id);
+        if let Some(p) = paths.load()? {
+            self.kill(&paths, &p).await?;
+        } else {
+            self.clear_boot(&paths)?;
+        }
+        let checkpoint = self.checkpoint_dir(id);
+        remove_dir(&checkpoint)?;
+        remove_dir(&checkpoint.with_extension("partial"))?;
+        self.host.destroy(id).await
+    }
+
+    async fn slot_free(&self, slot: u32) -> Result<bool, RuntimeError> {
+        self.host.slot_free(slot).await
+    }
+
+    async fn fork(
+        &self,
+        id: &str,
+        clones: &[SandboxSpec],
+    ) -> Result<Vec<Result<SandboxInfo, RuntimeError>>, RuntimeError> {
+        let (paths, p) = self.load_gvisor(id)?;
+        if p.live_pid().is_none() {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {id} is not running: only a running sandbox can be forked"
+            )));
+        }
+        self.fork_from(&paths, &p, clones).await
+    }
+
+    async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError> {
+        self.host.inspect(id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
+        self.host.list().await
+    }
+
+    /// Pause with memory: the sandbox's processes and memory go to a checkpoint on disk and the
+    /// sandbox stops, freeing its memory; it survives a daemon restart and a host reboot.
+    async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
+        let (paths, p) = self.load_gvisor(id)?;
+        if p.live_pid().is_none() {
+            return match self.checkpoint_dir(id).is_dir() {
+                true => Ok(()),
+                false => Err(RuntimeError::NotFound(id.to_string())),
+            };
+        }
+        self.checkpoint(&paths, &p).await
+    }
+
+    /// Restores a sandbox paused with memory under the same identity; thaws one frozen in place.
+    async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
+        let (_, p) = self.load_gvisor(id)?;
+        if p.live_pid().is_some() {
+            return self.host.resume(id).await;
+        }
+        if !self.checkpoint_dir(id).is_dir() {
+            return Err(RuntimeError::NotFound(id.to_string()));
+        }
+        self.start(id).await.map(|_| ())
+    }
+
+    async fn disk_usage(&self, id: &str) -> Result<quota::DiskUsage, RuntimeError> {
+        self.host.disk_usage(id).await
+    }
+
+    async fn writable_layer(&self, id: &str) -> Result<WritableLayer, RuntimeError> {
+        self.host.writable_layer(id).await
+    }
+
+    async fn resize(&self, id: &str, limits: &ResourceLimits) -> Result<(), RuntimeError> {
+        self.host.resize(id, limits).await
+    }
+
+    async fn stats(&self, id: &str) -> Result<cgroup::CgroupStats, RuntimeError> {
+        self.host.stats(id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_build_date_is_read_from_every_version_form() {
+        assert_eq!(version_date("runsc version 0.0~20240729.0"), Some(20240729));
+        assert_eq!(
+            version_date("runsc version release-20231009.0"),
+            Some(20231009)
+        );
+        assert_eq!(version_date("runsc version 0.0~20221219.0"), Some(20221219));
+        assert_eq!(version_date("runsc version 1234567"), None);
+        assert_eq!(version_date("runsc version 123456789"), None);
+        assert_eq!(version_date(""), None);
+    }
+
+    #[test]
+    fn an_old_or_missing_runsc_is_refused_with_the_way_to_get_one() {
+        let missing = GvisorConfig {
+            runsc: Some("/nonexistent/runsc".into()),
+            ..GvisorConfig::default()
+        };
+        let why = probe(&missing).unwrap_err();
+        assert!(why.contains("bookworm-backports"), "{why}");
+        // A stand-in that reports Debian 12's own (2022) build.
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("runsc");
+        std::fs::write(&old, "#!/bin/sh\necho 'runsc version 0.0~20221219.0'\n").unwrap();
+        std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let why = probe(&GvisorConfig {
+            runsc: Some(old),
+            ..GvisorConfig::default()
+        })
+        .unwrap_err();
+        assert!(why.contains("older than this tier needs"), "{why}");
+    }
+}

@@ -1,0 +1,196 @@
+//! The gVisor tier through the real daemon: a create names its tier, everything of a sandbox works
+//! behind gVisor's kernel, and pause keeps its memory on disk across a kill -9 of the daemon.
+
+mod common;
+
+use common::{e2e, id_of, Daemon};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Whether this host runs the gVisor tier; see the runtime's tests for the same rule.
+fn require_gvisor() -> bool {
+    match sandboxd_runtime::gvisor::probe(&Default::default()) {
+        Ok(_) => true,
+        Err(why) if std::env::var_os("SANDBOXD_SKIP_GVISOR_TESTS").is_some() => {
+            eprintln!("SKIPPED: no gVisor tier here ({why}; SANDBOXD_SKIP_GVISOR_TESTS is set)");
+            false
+        }
+        Err(why) => panic!("this test needs the gVisor tier: {why}"),
+    }
+}
+
+async fn count(daemon: &Daemon, id: &str) -> u64 {
+    let out = daemon.exec(id, &["cat", "/tmp/count"]).await;
+    out.stdout.trim().parse().unwrap_or(0)
+}
+
+async fn wait_count_past(daemon: &Daemon, id: &str, past: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = count(daemon, id).await;
+        if now > past {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{id} stopped counting at {now}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A shell counting in memory in a gVisor sandbox goes on from where it was after pause → kill -9
+/// of the daemon → restart → resume; meanwhile the sandbox is paused (nothing of it runs) and stays
+/// so across the restart. Files, exec and delete work as on the namespace tier, and nothing is left.
+#[test]
+fn a_gvisor_sandbox_keeps_its_memory_across_pause_and_a_daemon_kill9() {
+    if !require_gvisor() {
+        return;
+    }
+    e2e(|| async {
+        let mut daemon = Daemon::start().await;
+        let made = daemon
+            .create(json!({ "isolation": "gvisor", "timeoutSec": 600 }))
+            .await;
+        assert_eq!(made["isolation"], "gvisor", "{made}");
+        let id = id_of(&made);
+        let kernel = daemon.exec(&id, &["sh", "-c", "dmesg | head -1"]).await;
+        assert!(
+            kernel.stdout.contains("gVisor"),
+            "not gVisor's kernel: {kernel:?}"
+        );
+        daemon
+            .put_file(&id, "/home/user/mark.txt", b"kept".to_vec())
+            .await;
+        assert_eq!(daemon.get_file(&id, "/home/user/mark.txt").await, b"kept");
+        let looper = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done";
+        let line = format!("nohup sh -c '{looper}' >/dev/null 2>&1 &");
+        daemon.exec(&id, &["sh", "-c", &line]).await;
+        let before = wait_count_past(&daemon, &id, 5).await;
+        let paused = daemon
+            .post_json(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+            .await;
+        assert_eq!(
+            paused.status(),
+            200,
+            "{}",
+            paused.text().await.unwrap_or_default()
+        );
+        daemon.kill9();
+        daemon.restart().await;
+        let seen = daemon.get_json(&format!("/v1/sandboxes/{id}")).await;
+        assert_eq!(seen["state"], "paused", "{seen}");
+        let resumed = daemon
+            .post_json(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+            .await;
+        assert_eq!(
+            resumed.status(),
+            200,
+            "{}",
+            resumed.text().await.unwrap_or_default()
+        );
+        let after = count(&daemon, &id).await;
+        assert!(
+            after >= before,
+            "the count restarted: {before}, then {after}"
+        );
+        wait_count_past(&daemon, &id, after).await;
+        assert_eq!(daemon.get_file(&id, "/home/user/mark.txt").await, b"kept");
+        let deleted = daemon.delete(&format!("/v1/sandboxes/{id}")).await;
+        assert_eq!(deleted.status(), 204);
+        daemon.wait_torn_down(&id).await;
+        assert!(
+            daemon.remains(&id).is_empty(),
+            "left: {:?}",
+            daemon.remains(&id)
+        );
+    });
+}
+
+/// A tier that is no tier, and one the daemon does not offer (its runsc unusable here), are the
+/// client's mistakes: 400 saying why, nothing made.
+#[test]
+fn an_unknown_or_unoffered_tier_is_refused_saying_why() {
+    e2e(|| async {
+        let daemon = Daemon::start_with(&["--runsc", "/nonexistent/runsc"], &[]).await;
+        for (tier, says) in [
+            ("vm", "unknown isolation"),
+            ("gvisor", "bookworm-backports"),
+        ] {
+            let resp = daemon
+                .post_json("/v1/sandboxes", &json!({ "isolation": tier }))
+                .await;
+            assert_eq!(resp.status(), 400, "{tier}");
+            let body: Value = resp.json().await.unwrap();
+            assert!(
+                body["message"].as_str().unwrap_or_default().contains(says),
+                "{tier}: {body}"
+            );
+        }
+        let listed = daemon.get_json("/v1/sandboxes").await;
+        assert_eq!(
+            listed["sandboxes"].as_array().map(Vec::len),
+            Some(0),
+            "{listed}"
+        );
+        let made = daemon.create(json!({})).await;
+        assert_eq!(made["isolation"], "namespace");
+    });
+}
+
+/// `sbx fork ID -n 2` prints two new sandboxes that carry the source's files; the /v1 answer has
+/// one result per fork. A namespace sandbox is refused (exit 1, naming the tier), and so is a count
+/// outside 1..20.
+#[test]
+fn sbx_forks_a_gvisor_sandbox_and_refuses_a_namespace_one() {
+    if !require_gvisor() {
+        return;
+    }
+    e2e(|| async {
+        let daemon = Daemon::start().await;
+        let source = id_of(&daemon.create(json!({ "isolation": "gvisor" })).await);
+        daemon
+            .put_file(&source, "/home/user/mark", b"source".to_vec())
+            .await;
+        let out = daemon.sbx(&["--json", "fork", &source, "-n", "2"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let forks: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ids: Vec<String> = forks["forks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| id_of(&f["sandbox"]))
+            .collect();
+        assert_eq!(ids.len(), 2, "{forks}");
+        for id in &ids {
+            assert_ne!(id, &source);
+            assert_eq!(daemon.get_file(id, "/home/user/mark").await, b"source");
+            let seen = daemon.get_json(&format!("/v1/sandboxes/{id}")).await;
+            assert_eq!(
+                (seen["state"].as_str(), seen["isolation"].as_str()),
+                (Some("running"), Some("gvisor"))
+            );
+        }
+        for count in [0, 21] {
+            let resp = daemon
+                .post_json(
+                    &format!("/v1/sandboxes/{source}/fork"),
+                    &json!({ "count": count }),
+                )
+                .await;
+            assert_eq!(resp.status(), 400, "count {count}");
+        }
+        let plain = daemon.create_id().await;
+        let refused = daemon.sbx(&["fork", &plain]);
+        assert!(!refused.status.success());
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains("gvisor"), "{said}");
+        for id in ids.iter().chain([&source, &plain]) {
+            assert_eq!(
+                daemon.delete(&format!("/v1/sandboxes/{id}")).await.status(),
+                204
+            );
+        }
+    });
+}
