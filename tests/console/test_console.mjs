@@ -88,6 +88,8 @@ try {
   // Pause: the state changes to paused.
   await page.click("#pause");
   await page.locator('#summary [data-state="paused"]').waitFor();
+  // A namespace sandbox's memory is frozen in RAM, and the page says what that survives.
+  assert.match(await page.locator("#summary").innerText(), /memory frozen in RAM \(lost on a host reboot\)/);
   await shot("paused");
 
   // Delete: back at the table, the sandbox gone.

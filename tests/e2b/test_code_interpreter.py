@@ -73,6 +73,34 @@ def test_a_plot_is_a_png_and_a_chart():
     assert chart.elements[0].points == [(1.0, 1.0), (2.0, 4.0), (3.0, 9.0)], chart.elements[0].points
 
 
+def test_a_plot_shows_whatever_backend_the_code_picked():
+    # Generated code often selects Agg before plotting, where `plt.show()` shows nothing: the figure
+    # still comes back as a PNG and a chart, every time, whether Agg was picked before pyplot was
+    # imported or after (each in a fresh kernel), and a figure is shown once.
+    sbx = sandbox()
+    plot = "plt.plot([1, 2, 3], [2, 4, 8], label='doubling')\nplt.show()\n"
+    for setup in [
+        "import matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\n",
+        "import matplotlib.pyplot as plt\nimport matplotlib\nmatplotlib.use('Agg')\n",
+    ]:
+        ctx = sbx.create_code_context()
+        try:
+            for attempt in range(3):
+                execution = sbx.run_code(setup + plot, context=ctx)
+                assert execution.error is None, execution.error
+                pngs = [r for r in execution.results if r.png]
+                assert len(pngs) == 1, (setup, attempt, execution.results)
+                assert pngs[0].png.startswith("iVBOR"), "the PNG is base64"
+                chart = pngs[0].chart
+                assert chart is not None and chart.type == "line", (setup, attempt, chart)
+                assert chart.elements[0].label == "doubling", chart.elements
+            # Nothing is left open to be shown again.
+            assert sbx.run_code("1 + 1", context=ctx).results[0].text == "2"
+            assert [r for r in sbx.run_code("2", context=ctx).results if r.png] == []
+        finally:
+            sbx.remove_code_context(ctx)
+
+
 def test_a_bar_chart_names_its_bars():
     execution = sandbox().run_code(
         "import matplotlib.pyplot as plt\nplt.bar(['apples', 'pears'], [3, 5])\nplt.show()"

@@ -232,6 +232,33 @@ def test_pause_and_resume_keep_processes():
         sbx.kill()
 
 
+# Whether a `sleep 4242` runs in the sandbox (the pattern does not match the grep itself; a pid of
+# an earlier boot may be reused, so the process is known by its argument).
+SLEEPER_ALIVE = (
+    "for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done 2>/dev/null"
+    " | grep -q 'sleep 424[2]' && echo alive || echo gone"
+)
+
+
+def test_filesystem_pause_reboots_from_files():
+    # pause(mode="filesystem") keeps only the files: the sandbox is listed paused, a second pause
+    # reports False, and connect() boots it again on them: what it wrote is there, what ran is gone.
+    sbx = new_sandbox("fs-pause")
+    try:
+        sbx.commands.run("echo kept > /home/user/state.txt")
+        sbx.commands.run("nohup sleep 4242 >/dev/null 2>&1 &")
+        assert sbx.commands.run(SLEEPER_ALIVE).stdout == "alive\n"
+        assert sbx.pause(mode="filesystem") is True
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+        assert sbx.pause(mode="filesystem") is False, "pausing a paused sandbox reports False"
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=300)
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING
+        assert resumed.files.read("/home/user/state.txt") == "kept\n"
+        assert resumed.commands.run(SLEEPER_ALIVE).stdout == "gone\n", "a cold boot"
+    finally:
+        sbx.kill()
+
+
 def served(host, path="/who"):
     """What the sandbox server behind `host` (`{port}-{id}.{domain}`) answers at `path`."""
     daemon = os.environ["E2B_SANDBOX_URL"].rstrip("/")
@@ -459,6 +486,7 @@ CHECKS = [
     test_set_timeout_and_metrics,
     test_list_with_metadata_filter_and_paging,
     test_pause_and_resume_keep_processes,
+    test_filesystem_pause_reboots_from_files,
     test_fork,
     test_timeout_pauses_and_a_command_resumes,
     test_kill,

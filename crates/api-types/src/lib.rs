@@ -182,6 +182,11 @@ pub struct CreateTemplate {
     /// (`--ready-cmd-timeout-secs` at most, else the create fails and the sandbox goes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_cmd: Option<String>,
+    /// The isolation tier sandboxes made from it run in when their create names none: `namespace`
+    /// or `gvisor` (one this daemon offers). Default: the daemon's `--default-isolation` at each
+    /// create. The build itself always runs on the namespace tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
 }
 
 /// A template.
@@ -207,6 +212,9 @@ pub struct Template {
     /// What a create from it waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_cmd: Option<String>,
+    /// The tier its sandboxes run in when their create names none; absent: the daemon's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
     /// When it was created, RFC 3339.
     pub created_at: String,
     /// When it last changed (a log line, its end), RFC 3339.
@@ -319,6 +327,50 @@ pub struct Sandbox {
     /// What its timeout does.
     #[serde(default)]
     pub lifecycle: Lifecycle,
+    /// Where a paused sandbox's memory is; absent unless it is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_memory: Option<PausedMemory>,
+}
+
+/// Where a paused sandbox's memory is kept, which decides what it survives.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PausedMemory {
+    /// Frozen in place in the host's RAM (the namespace tier): kept while the host runs, lost on a
+    /// host reboot, and still counted against the host's memory.
+    Ram,
+    /// A checkpoint on disk under the daemon's data dir (the gVisor tier): the memory is freed, and
+    /// the sandbox resumes where it was after a daemon restart or a host reboot.
+    Disk,
+}
+
+/// `POST /v1/sandboxes/{id}/pause`: what the pause keeps. An empty body keeps the memory.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PauseRequest {
+    /// `memory` (default): processes and memory are kept, and a resume goes on where they were.
+    /// `filesystem`: only the files are kept — the sandbox is stopped, and a start or resume boots
+    /// it again on them.
+    #[serde(default)]
+    pub mode: PauseMode,
+}
+
+/// What a pause keeps.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PauseMode {
+    /// Processes, memory and files.
+    #[default]
+    Memory,
+    /// Files only: a stop.
+    Filesystem,
+}
+
+impl PauseMode {
+    /// Whether this is the default, [`PauseMode::Memory`].
+    pub fn is_memory(&self) -> bool {
+        *self == PauseMode::Memory
+    }
 }
 
 /// What a sandbox's timeout does.
@@ -333,6 +385,11 @@ pub struct Lifecycle {
     /// port, traffic through the proxy) resumes it first, and it gets its timeout again.
     #[serde(default)]
     pub auto_resume: bool,
+    /// With `onTimeout: "pause"` only: what the pause keeps — `memory` (default) or `filesystem`
+    /// (the sandbox is stopped at its deadline; not with `autoResume`, a request cannot wait for a
+    /// boot).
+    #[serde(default, skip_serializing_if = "PauseMode::is_memory")]
+    pub pause_mode: PauseMode,
 }
 
 /// What a timeout does.

@@ -75,6 +75,7 @@ pub async fn create(
                 start: req.start_cmd,
                 ready: req.ready_cmd,
             },
+            req.isolation.as_deref(),
         )
         .await?;
     Ok((StatusCode::ACCEPTED, Json(template_to_api(&template))))

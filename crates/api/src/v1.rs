@@ -10,6 +10,7 @@ use axum::{Extension, Json};
 use futures::{StreamExt, TryStreamExt};
 use sandboxd_api_types as api;
 use sandboxd_service::idempotency::{Replayable, V1_CREATE_SCOPE};
+use sandboxd_service::pause::PauseMode;
 use sandboxd_service::sandboxes::random_id;
 use sandboxd_service::sandboxes::to_api;
 use sandboxd_service::{Service, ServiceError};
@@ -241,15 +242,31 @@ pub async fn get(
     }
 }
 
-/// Pause a running sandbox in place: its processes and memory are kept, nothing runs until a resume.
+/// Pause a running sandbox: with `mode: "memory"` (the default, also for an empty body) its
+/// processes and memory are kept and nothing runs until a resume — frozen in the host's RAM on the
+/// namespace tier (lost on a host reboot), checkpointed to disk on the gVisor tier (kept across
+/// restarts and reboots); the answer's `pausedMemory` says which. With `mode: "filesystem"` only its
+/// files are kept: it is stopped, and a resume or start boots it again.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", params(("id" = String, Path, description = "id or name")),
-    responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
+    request_body = api::PauseRequest,
+    responses((status = 200, body = api::Sandbox), (status = 400, body = api::ApiError),
+              (status = 404, body = api::ApiError),
               (status = 409, description = "already paused, or not running", body = api::ApiError)))]
 pub async fn pause(
     State(service): State<Service>,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> Result<Json<api::Sandbox>, Error> {
-    Ok(Json(to_api(&service.pause(&id).await?)))
+    let req: api::PauseRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        api::PauseRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let mode = match req.mode {
+        api::PauseMode::Memory => PauseMode::Memory,
+        api::PauseMode::Filesystem => PauseMode::Filesystem,
+    };
+    Ok(Json(to_api(&service.pause_with(&id, mode).await?)))
 }
 
 /// Fork a running gVisor sandbox: one live checkpoint, then `count` new sandboxes, each with its
@@ -322,16 +339,16 @@ pub async fn start(
     Ok(Json(to_api(&service.start(&id).await?.0)))
 }
 
-/// Resume a paused sandbox (a running one is returned unchanged). An auto-paused sandbox gets its
-/// timeout again.
+/// Resume a paused sandbox (a running one is returned unchanged); one paused to its files (stopped)
+/// is started again. An auto-paused sandbox gets its timeout again.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", params(("id" = String, Path, description = "id or name")),
     responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
-              (status = 409, description = "neither paused nor running", body = api::ApiError)))]
+              (status = 409, description = "neither paused, stopped nor running", body = api::ApiError)))]
 pub async fn resume(
     State(service): State<Service>,
     Path(id): Path<String>,
 ) -> Result<Json<api::Sandbox>, Error> {
-    Ok(Json(to_api(&service.resume(&id).await?.0)))
+    Ok(Json(to_api(&service.start(&id).await?.0)))
 }
 
 /// Destroy a sandbox.

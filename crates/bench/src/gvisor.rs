@@ -3,7 +3,8 @@
 //! create→first exec and the exec round trip of gVisor sandboxes (goals ≤ 300 ms and ≤ 3 ms here),
 //! the memory an idle one holds (its cgroup's charge, page cache excluded; goal ≤ 40 MiB), and
 //! pause with memory of a sandbox holding 256 MiB (checkpoint to disk, goal ≤ 1 s) with its
-//! resume→first exec (restore, goal ≤ 400 ms).
+//! resume→first exec (restore, goal ≤ 400 ms), and a fork ×10 of a running sandbox until all ten
+//! have answered a first command (goal ≤ 3 s).
 
 use crate::report::{Latency, Target};
 use crate::runtime::{Fleet, Steps};
@@ -35,6 +36,14 @@ const MEMORY_CYCLES: usize = 3;
 const HELD_MIB: usize = 256;
 /// Idle memory goal per sandbox, MiB.
 const IDLE_MIB_GOAL: f64 = 40.0;
+/// Forks made of one running sandbox in one call.
+const FORKS: usize = 10;
+const FORK_ALL_RUNNING: Target = Target {
+    p50_ms: Some(3000.0),
+    p99_ms: None,
+};
+/// Fork ×[`FORKS`] rounds timed.
+const FORK_ROUNDS: usize = 2;
 
 /// The gVisor tier's figures, or why the host has no such tier.
 #[derive(Debug, Clone, Serialize)]
@@ -59,6 +68,8 @@ pub struct Measured {
     pub pause_with_memory: Latency,
     /// Restore of that sandbox and its first command.
     pub resume_to_exec: Latency,
+    /// One fork call making ten copies of a running sandbox, until each has answered a command.
+    pub fork_ten: Latency,
 }
 
 impl GvisorFigures {
@@ -84,6 +95,7 @@ impl GvisorFigures {
                 );
                 println!("{}", m.pause_with_memory.line("gVisor pause with 256 MiB"));
                 println!("{}", m.resume_to_exec.line("gVisor resume→first exec"));
+                println!("{}", m.fork_ten.line("gVisor fork ×10, all running"));
             }
         }
     }
@@ -128,6 +140,8 @@ pub(crate) async fn measure(
     let rtt = crate::runtime::exec_round_trips(&client, execs).await?;
     let last_id = format!("bench-gv-{tag}-{n}");
     let (pause, resume) = memory_cycles(fleet, &client, &last_id).await?;
+    let fork_slots = first_slot + n as u32 + 1;
+    let fork_ten = fork_rounds(fleet, &format!("bench-gv-{tag}-1"), fork_slots).await?;
     idle.sort_by(f64::total_cmp);
     let p50 = |v: &[Duration]| crate::stats::Summary::of(v).map_or(0.0, |s| s.p50_ms);
     Ok(GvisorFigures::Measured(Box::new(Measured {
@@ -141,7 +155,57 @@ pub(crate) async fn measure(
         idle_mib: idle.get(idle.len() / 2).copied().unwrap_or(0.0),
         pause_with_memory: Latency::new("gVisor pause with memory", &pause, Some(PAUSE))?,
         resume_to_exec: Latency::new("gVisor resume→first exec", &resume, Some(RESUME_TO_EXEC))?,
+        fork_ten: Latency::new("gVisor fork ×10", &fork_ten, Some(FORK_ALL_RUNNING))?,
     })))
+}
+
+/// Times [`FORK_ROUNDS`] forks ×[`FORKS`] of running sandbox `source` (forks on slots from
+/// `first_slot`), each until every fork has run a first command; the forks of a round are destroyed
+/// before the next.
+async fn fork_rounds(
+    fleet: &Fleet,
+    source: &str,
+    first_slot: u32,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut took = Vec::with_capacity(FORK_ROUNDS);
+    for round in 0..FORK_ROUNDS {
+        let clones: Vec<SandboxSpec> = (0..FORKS)
+            .map(|i| SandboxSpec {
+                net_slot: first_slot + i as u32,
+                isolation: Isolation::Gvisor,
+                ..SandboxSpec::base(
+                    format!("{source}-f{round}-{i}"),
+                    format!("bench-token-{source}-f{round}-{i}"),
+                )
+            })
+            .collect();
+        for spec in &clones {
+            fleet.record(&spec.id, None);
+        }
+        let t = Instant::now();
+        let made = fleet.rt.fork(source, &clones).await.context("fork ×10")?;
+        let mut clients = Vec::with_capacity(made.len());
+        for (spec, info) in clones.iter().zip(made) {
+            let info = info.with_context(|| format!("fork {}", spec.id))?;
+            fleet.record(&spec.id, info.pid);
+            clients.push(sandboxd_envd::EnvdClient::new(
+                &info.agent.socket,
+                &info.agent.token,
+            ));
+        }
+        let cmd = ["/bin/true".to_string()];
+        let first_execs = clients.iter().map(|c| c.exec(&cmd, ExecOptions::default()));
+        for out in futures::future::join_all(first_execs).await {
+            if out?.exit_code != 0 {
+                bail!("/bin/true failed in a fork of {source}");
+            }
+        }
+        took.push(t.elapsed());
+        for spec in &clones {
+            fleet.destroy(&spec.id).await?;
+        }
+    }
+    Ok(took)
 }
 
 /// Has the sandbox `id` hold [`HELD_MIB`] in a process, then times [`MEMORY_CYCLES`] pauses with

@@ -474,7 +474,8 @@ impl Fleet {
         Ok(())
     }
 
-    fn record(&self, id: &str, pid: Option<i32>) {
+    /// Remembers sandbox `id` (with its process, once known) for [`Fleet::teardown`].
+    pub(crate) fn record(&self, id: &str, pid: Option<i32>) {
         let mut live = self.live.lock().expect("fleet lock");
         match live.iter_mut().find(|(i, _)| i == id) {
             Some(entry) => entry.1 = pid,

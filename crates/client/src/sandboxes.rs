@@ -99,10 +99,16 @@ impl Client {
             .await
     }
 
-    /// `POST /v1/sandboxes/{idOrName}/pause`.
-    pub async fn pause(&self, id_or_name: &str) -> Result<Sandbox, ClientError> {
+    /// `POST /v1/sandboxes/{idOrName}/pause {mode}`: `memory` keeps processes and memory,
+    /// `filesystem` only the files (a stop).
+    pub async fn pause(
+        &self,
+        id_or_name: &str,
+        mode: crate::types::PauseMode,
+    ) -> Result<Sandbox, ClientError> {
         let url = self.sandbox_endpoint(id_or_name, &["pause"])?;
-        self.send_json(self.request(Method::POST, url), "sandbox")
+        let body = crate::types::PauseRequest { mode };
+        self.send_json(self.request(Method::POST, url).json(&body), "sandbox")
             .await
     }
 

@@ -9,7 +9,9 @@ function summary(s) {
   return el("section.card#summary", {},
     el("p", {}, el("span.mono", {}, s.id), " ", stateBadge(s.state), s.name ? ` ${s.name}` : ""),
     el("p.muted", {},
-      `${s.image || s.template} · ${s.cpu} CPU · ${s.memoryMB} MiB · disk ${s.diskMB || "—"} MiB · age ${age(s.createdAt)}`,
+      `${s.image || s.template} · ${s.isolation || "namespace"} · ${s.cpu} CPU · ${s.memoryMB} MiB · disk ${s.diskMB || "—"} MiB · age ${age(s.createdAt)}`,
+      s.pausedMemory === "ram" ? " · memory frozen in RAM (lost on a host reboot)" : "",
+      s.pausedMemory === "disk" ? " · memory checkpointed to disk (survives a restart)" : "",
       s.expiresAt ? ` · expires ${new Date(s.expiresAt).toLocaleString()}` : "",
       s.failureReason ? ` · ${s.failureReason}` : ""));
 }

@@ -46,6 +46,10 @@ pub struct DaytonaSandbox {
     pub auto_archive_interval: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_delete_interval: Option<i64>,
+    /// Its isolation tier, `namespace` or `gvisor` (sandboxd's own field; Daytona's SDKs ignore
+    /// fields they do not know); absent while its snapshot is still being built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
 }
 
 /// Daytona's name for a sandbox state.
@@ -97,6 +101,7 @@ impl DaytonaSandbox {
             auto_stop_interval: None,
             auto_archive_interval: None,
             auto_delete_interval: None,
+            isolation: Some(s.isolation.clone()),
         }
     }
 

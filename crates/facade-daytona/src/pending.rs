@@ -63,6 +63,7 @@ pub fn describe(p: &PendingCreate, toolbox_url: &str, just_made: bool) -> Dayton
         auto_stop_interval: None,
         auto_archive_interval: None,
         auto_delete_interval: None,
+        isolation: None,
     }
     .with_idle(p.idle)
 }

@@ -169,7 +169,7 @@ pub async fn create(
         }
     };
     let template = service
-        .create_template(&req.name, source, None, commands)
+        .create_template(&req.name, source, None, commands, None)
         .await?;
     Ok(Json(SnapshotDto::of(&template)))
 }

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use sandboxd_service::e2b::{parse_timestamp, CREATE_KEY_SCOPE};
 use sandboxd_service::idempotency::Replayable;
+use sandboxd_service::pause::PauseMode;
 use sandboxd_service::sandboxes::rfc3339;
 use sandboxd_service::Service;
 use sandboxd_store::{unix_millis_now, Sandbox, SandboxFilter, SandboxState};
@@ -153,20 +154,26 @@ pub async fn set_timeout(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /sandboxes/{id}/pause`: 204; 409 when already paused.
+/// `POST /sandboxes/{id}/pause {memory?}`: 204; 409 when already paused. `memory: false` keeps only
+/// the files (a stop); otherwise processes and memory are kept.
 pub async fn pause(
     State(service): State<Service>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode> {
     let req: PauseRequest = parse_optional(&body)?;
-    if req.memory == Some(false) {
-        return Err(E2bError::bad_request(
-            "a filesystem-only pause is not supported: a pause keeps processes and memory",
+    let mode = match req.memory {
+        Some(false) => PauseMode::Filesystem,
+        _ => PauseMode::Memory,
+    };
+    let sandbox = visible(&service, &id).await?;
+    if sandbox.state == SandboxState::Stopped {
+        return Err(E2bError::new(
+            StatusCode::CONFLICT,
+            format!("sandbox {id} is already paused"),
         ));
     }
-    visible(&service, &id).await?;
-    service.pause(&id).await?;
+    service.pause_with(&id, mode).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -234,9 +241,8 @@ async fn connect(
 ) -> Result<Response> {
     let sandbox = visible(&service, &id).await?;
     if req.memory == Some(false) && sandbox.state == SandboxState::Paused {
-        return Err(E2bError::bad_request(
-            "resuming from disk only is not supported: a paused sandbox resumes where it stopped",
-        ));
+        // A cold boot from its files: the memory it was paused with is dropped first.
+        service.pause_with(&id, PauseMode::Filesystem).await?;
     }
     let timeout = Duration::from_secs(req.timeout.unwrap_or(CONNECT_DEFAULT_TIMEOUT));
     let (sandbox, resumed) = service.e2b_connect(&id, timeout).await?;
@@ -256,7 +262,7 @@ pub async fn resume(
 ) -> Result<Response> {
     let req: ConnectRequest = parse_optional(&body)?;
     let sandbox = visible(&service, &id).await?;
-    if sandbox.state != SandboxState::Paused {
+    if sandbox.state == SandboxState::Running {
         return Err(E2bError::new(
             StatusCode::CONFLICT,
             format!("sandbox {id} is already running"),
@@ -307,7 +313,11 @@ pub async fn metrics(
 pub async fn list_v2(State(service): State<Service>, RawQuery(raw): RawQuery) -> Result<Response> {
     let query = ListQuery::parse(
         raw.as_deref(),
-        &[SandboxState::Running, SandboxState::Paused],
+        &[
+            SandboxState::Running,
+            SandboxState::Paused,
+            SandboxState::Stopped,
+        ],
     )?;
     let (rows, next) = service.list(query.filter.clone()).await?;
     let body: Vec<SandboxBody> = rows
@@ -374,17 +384,20 @@ impl ListQuery {
                 }
                 "state" => {
                     for s in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                        let state = match s {
-                            "running" => SandboxState::Running,
-                            "paused" => SandboxState::Paused,
+                        // Paused with memory or to its files (stopped): both are E2B's `paused`.
+                        let states: &[SandboxState] = match s {
+                            "running" => &[SandboxState::Running],
+                            "paused" => &[SandboxState::Paused, SandboxState::Stopped],
                             other => {
                                 return Err(E2bError::bad_request(format!(
                                     "unknown state {other:?}: use running or paused"
                                 )))
                             }
                         };
-                        if !q.filter.states.contains(&state) {
-                            q.filter.states.push(state);
+                        for state in states {
+                            if !q.filter.states.contains(state) {
+                                q.filter.states.push(*state);
+                            }
                         }
                     }
                 }
@@ -491,7 +504,11 @@ mod tests {
         let q = ListQuery::parse(Some("state=paused&state=running,paused"), &[]).unwrap();
         assert_eq!(
             q.filter.states,
-            [SandboxState::Paused, SandboxState::Running]
+            [
+                SandboxState::Paused,
+                SandboxState::Stopped,
+                SandboxState::Running
+            ]
         );
         for bad in [
             "state=failed",

@@ -42,7 +42,8 @@ pub struct NewSandbox {
     pub timeout: Option<u64>,
     #[serde(default)]
     pub auto_pause: Option<bool>,
-    /// Only meaningful with autoPause; a pause here always keeps memory, so either value gets that.
+    /// With autoPause: `false` makes the auto-pause keep only the files (a stop; `connect` boots the
+    /// sandbox again); anything else keeps memory.
     #[serde(default)]
     pub auto_pause_memory: Option<bool>,
     #[serde(default)]
@@ -98,6 +99,9 @@ impl NewSandbox {
             metadata: self.metadata.unwrap_or_default(),
             auto_pause: self.auto_pause.unwrap_or(false),
             auto_resume: self.auto_resume.is_some_and(|a| a.enabled),
+            // Only an auto-pause has a mode; without one, the field means nothing.
+            pause_files_only: self.auto_pause == Some(true)
+                && self.auto_pause_memory == Some(false),
             secure: self.secure,
             allow_internet_access: self.allow_internet_access,
             network: self.network,
@@ -208,7 +212,7 @@ pub struct ConnectRequest {
     /// Seconds from now.
     #[serde(default)]
     pub timeout: Option<u64>,
-    /// `false` asks to cold-boot from disk, which a frozen sandbox cannot do.
+    /// `false` cold-boots a paused sandbox from its files, dropping the memory it was paused with.
     #[serde(default)]
     pub memory: Option<bool>,
 }
@@ -217,7 +221,7 @@ pub struct ConnectRequest {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PauseRequest {
-    /// `false` asks to keep only the filesystem; a freeze always keeps the memory.
+    /// `false` keeps only the filesystem: the sandbox is stopped, and `connect` boots it again.
     #[serde(default)]
     pub memory: Option<bool>,
     /// The agent is not asked before a freeze; accepted.
@@ -261,20 +265,33 @@ pub struct SandboxBody {
     /// Not in listings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_internet_access: Option<bool>,
-    /// `full` for a paused sandbox: a freeze keeps processes and memory.
+    /// For a paused sandbox: `full` (processes and memory kept) or `filesystem` (files only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause_mode: Option<&'static str>,
     /// What the timeout does (`onTimeout`, `autoResume`). Not in listings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<sandboxd_api_types::Lifecycle>,
+    /// Its isolation tier, `namespace` or `gvisor` (sandboxd's own field; E2B's SDKs keep it among
+    /// the fields they do not know).
+    pub isolation: String,
 }
 
-/// The E2B state of a stored sandbox: E2B knows `running` and `paused`; a sandbox in any other state
-/// (being created or deleted, failed, lost) does not exist for E2B clients.
+/// The E2B state of a stored sandbox: E2B knows `running` and `paused` — paused with its memory
+/// (`paused`), or to its files (`stopped`, what E2B's `memory: false` pause makes); a sandbox in any
+/// other state (being created or deleted, failed, lost) does not exist for E2B clients.
 pub fn e2b_state(state: SandboxState) -> Option<&'static str> {
     match state {
         SandboxState::Running => Some("running"),
-        SandboxState::Paused => Some("paused"),
+        SandboxState::Paused | SandboxState::Stopped => Some("paused"),
+        _ => None,
+    }
+}
+
+/// What a paused sandbox kept: `full` (processes and memory) or `filesystem` (its files: stopped).
+fn pause_mode(state: SandboxState) -> Option<&'static str> {
+    match state {
+        SandboxState::Paused => Some("full"),
+        SandboxState::Stopped => Some("filesystem"),
         _ => None,
     }
 }
@@ -301,7 +318,8 @@ impl SandboxBody {
             metadata: s.metadata.clone(),
             allow_internet_access: None,
             lifecycle: None,
-            pause_mode: (state == "paused").then_some("full"),
+            pause_mode: pause_mode(s.state),
+            isolation: s.isolation.clone(),
         }
     }
 

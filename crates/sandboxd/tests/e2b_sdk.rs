@@ -60,7 +60,8 @@ fn python_sdk_acceptance() {
 
 /// A representative subset of the Python acceptance list on the gVisor tier (a daemon whose
 /// creates default to it): create, commands, files, a server reached through the daemon, and pause
-/// and resume keeping a process (a checkpoint to disk and a restore, on this tier), and fork ×3.
+/// and resume keeping a process (a checkpoint to disk and a restore, on this tier), a pause to the
+/// files only, and fork ×3.
 #[test]
 fn python_sdk_on_the_gvisor_tier() {
     e2b_test(async {
@@ -74,6 +75,7 @@ fn python_sdk_on_the_gvisor_tier() {
             "test_files",
             "test_get_host_reaches_a_server_in_the_sandbox",
             "test_pause_and_resume_keep_processes",
+            "test_filesystem_pause_reboots_from_files",
             "test_fork",
         ]
         .join(",");

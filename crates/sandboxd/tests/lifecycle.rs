@@ -151,9 +151,62 @@ fn without_auto_resume_a_paused_sandbox_waits_for_resume() {
         };
         assert!(line("state:").ends_with(" paused"), "{shown}");
         assert!(line("onTimeout:").ends_with(" pause"), "{shown}");
+        // The answer says where the memory is: frozen in RAM, on this tier.
+        let shown = d.get_json(&format!("/v1/sandboxes/{id}")).await;
+        assert_eq!(shown["pausedMemory"], "ram", "{shown}");
         let resumed = d.sbx(&["resume", &id, "--json"]);
         let resumed: Value = serde_json::from_slice(&resumed.stdout).expect("sbx resume --json");
         assert_eq!(resumed["state"], "running", "{resumed}");
+        assert!(resumed.get("pausedMemory").is_none(), "{resumed}");
+
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
+    });
+}
+
+/// Prints whether a `sleep 4242` runs in the sandbox: `alive` or `gone` (the pattern does not match
+/// the grep itself).
+const SLEEPER_ALIVE: &str =
+    "for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done 2>/dev/null \
+                             | grep -q 'sleep 424[2]' && echo alive || echo gone";
+
+/// A pause of mode `filesystem` keeps only the files: the sandbox is stopped (twice is a 409), and
+/// a resume boots it again on them. An unknown mode is a 400.
+#[test]
+fn a_filesystem_pause_is_a_stop_that_resume_boots_again() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let id = id_of(&d.create(json!({})).await);
+        // A pid of the old boot may be reused by the new one: the sleeper is known by its argument.
+        d.exec(&id, &["sh", "-c", "nohup sleep 4242 >/dev/null 2>&1 &"])
+            .await;
+        let alive = d.exec(&id, &["sh", "-c", SLEEPER_ALIVE]).await;
+        assert_eq!(
+            alive.stdout, "alive\n",
+            "the check sees a live sleeper: {alive:?}"
+        );
+        // Paused to its files: stopped, the sleeper gone once a resume boots it again.
+        let paused = d.sbx(&["pause", "--filesystem", &id, "--json"]);
+        let paused: Value = serde_json::from_slice(&paused.stdout).expect("sbx pause --json");
+        assert_eq!(paused["state"], "stopped", "{paused}");
+        let resp = d
+            .post_json(
+                &format!("/v1/sandboxes/{id}/pause"),
+                &json!({"mode": "filesystem"}),
+            )
+            .await;
+        assert_eq!(resp.status(), 409, "paused to its files twice");
+        let resp = d
+            .post_json(
+                &format!("/v1/sandboxes/{id}/pause"),
+                &json!({"mode": "disk"}),
+            )
+            .await;
+        assert_eq!(resp.status(), 400, "an unknown mode");
+        let resumed = d.sbx(&["resume", &id, "--json"]);
+        let resumed: Value = serde_json::from_slice(&resumed.stdout).expect("sbx resume --json");
+        assert_eq!(resumed["state"], "running", "{resumed}");
+        let gone = d.exec(&id, &["sh", "-c", SLEEPER_ALIVE]).await;
+        assert_eq!(gone.stdout, "gone\n", "{gone:?}");
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
     });
 }

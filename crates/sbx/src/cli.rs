@@ -49,10 +49,19 @@ pub enum Command {
         /// Id or name.
         id: String,
     },
-    /// Pause a running sandbox in place (processes and memory kept); prints its id.
+    /// Pause a running sandbox, keeping its processes and memory (the default: frozen in the
+    /// host's RAM on the namespace tier, checkpointed to disk on the gVisor tier, which survives a
+    /// restart) or, with --filesystem, only its files (a stop); prints its id.
     Pause {
         /// Id or name.
         id: String,
+        /// Keep processes and memory (the default).
+        #[arg(long, conflicts_with = "filesystem")]
+        memory: bool,
+        /// Keep only the files: the sandbox is stopped, and `sbx resume` or `sbx start` boots it
+        /// again on them.
+        #[arg(long)]
+        filesystem: bool,
     },
     /// Fork a running gVisor sandbox: N new sandboxes going on from its processes, memory and
     /// files (the source keeps running); prints each fork's id, or its error, one per line. Exits 1
@@ -77,7 +86,7 @@ pub enum Command {
         /// Id or name.
         id: String,
     },
-    /// Resume a paused sandbox; prints its id.
+    /// Resume a paused sandbox (start one paused to its files); prints its id.
     Resume {
         /// Id or name.
         id: String,
@@ -335,6 +344,10 @@ pub enum TemplatesCommand {
         /// A shell command a create from the template waits on until it exits 0.
         #[arg(long)]
         ready_cmd: Option<String>,
+        /// The isolation tier its sandboxes run in when their create names none: namespace or
+        /// gvisor [default: the daemon's --default-isolation at each create].
+        #[arg(long, value_name = "TIER")]
+        isolation: Option<String>,
     },
     /// Print a template's build log.
     Logs {

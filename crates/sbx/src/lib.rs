@@ -28,6 +28,7 @@ pub use cli::{Cli, Command};
 pub use error::SbxError;
 
 use output::Output;
+use sandboxd_client::types::PauseMode;
 use sandboxd_client::Client;
 use std::process::ExitCode;
 
@@ -76,7 +77,13 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Create(args) => sandboxes::create(&client()?, out, args).await,
         Command::Ls(args) => sandboxes::ls(&client()?, out, args).await,
         Command::Get { id } => sandboxes::get(&client()?, out, &id).await,
-        Command::Pause { id } => sandboxes::print(out, client()?.pause(&id).await?),
+        Command::Pause { id, filesystem, .. } => {
+            let mode = match filesystem {
+                true => PauseMode::Filesystem,
+                false => PauseMode::Memory,
+            };
+            sandboxes::print(out, client()?.pause(&id, mode).await?)
+        }
         Command::Resume { id } => sandboxes::print(out, client()?.resume(&id).await?),
         Command::Fork { id, count, timeout } => {
             let body = sandboxd_client::types::ForkRequest {

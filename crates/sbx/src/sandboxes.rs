@@ -36,6 +36,7 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
         lifecycle: args.pause_on_timeout.then_some(Lifecycle {
             on_timeout: OnTimeout::Pause,
             auto_resume: args.auto_resume,
+            pause_mode: Default::default(),
         }),
     };
     let sandbox = client

@@ -39,11 +39,12 @@ pub async fn run(
                             t.image
                                 .map(|d| d.chars().skip(7).take(12).collect())
                                 .unwrap_or_default(),
+                            t.isolation.unwrap_or_else(|| "default".into()),
                             t.updated_at,
                         ]
                     })
                     .collect();
-                out.table(&["NAME", "STATE", "IMAGE", "UPDATED"], &rows)?;
+                out.table(&["NAME", "STATE", "IMAGE", "ISOLATION", "UPDATED"], &rows)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -55,6 +56,7 @@ pub async fn run(
             build_arg,
             start_cmd,
             ready_cmd,
+            isolation,
         } => {
             let dockerfile = match &file {
                 Some(path) => {
@@ -85,6 +87,7 @@ pub async fn run(
                 registry_auth: None,
                 start_cmd,
                 ready_cmd,
+                isolation,
             };
             client.create_template(&body).await?;
             let done = follow(client, out, &name).await?;

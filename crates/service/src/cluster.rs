@@ -64,6 +64,7 @@ fn lost_view(id: &str, p: &Placement) -> api::Sandbox {
         )),
         network: Default::default(),
         lifecycle: Default::default(),
+        paused_memory: None,
     }
 }
 

@@ -86,6 +86,8 @@ pub struct E2bCreate {
     pub auto_pause: bool,
     /// `autoResume.enabled`.
     pub auto_resume: bool,
+    /// `autoPauseMemory: false`: the auto-pause keeps only the files (a stop).
+    pub pause_files_only: bool,
     /// `secure` (older SDKs send it; it changes nothing here).
     pub secure: Option<bool>,
     /// `allow_internet_access`.
@@ -146,6 +148,10 @@ impl E2bCreate {
         }
         put(flag(Some(self.auto_pause)).as_bytes());
         put(flag(Some(self.auto_resume)).as_bytes());
+        // Only when set, so every fingerprint made before the field existed stays the same.
+        if self.pause_files_only {
+            put(b"pause-files-only");
+        }
         put(flag(self.secure).as_bytes());
         put(flag(self.allow_internet_access).as_bytes());
         put(self
@@ -295,6 +301,10 @@ impl Service {
                     api::OnTimeout::Kill
                 },
                 auto_resume: req.auto_resume,
+                pause_mode: match req.pause_files_only {
+                    true => api::PauseMode::Filesystem,
+                    false => api::PauseMode::Memory,
+                },
             }),
             ..Default::default()
         })?;
@@ -499,15 +509,17 @@ impl Service {
             .ok_or_else(|| ServiceError::NotFound(format!("sandbox {id} not found")))
     }
 
-    /// E2B connect: resumes sandbox `key` if it is paused and gives it `timeout` from now (a running
-    /// sandbox's deadline is only ever extended). Returns the sandbox and whether it was resumed.
+    /// E2B connect: resumes sandbox `key` if it is paused (starts it if it was paused to its files)
+    /// and gives it `timeout` from now (a running sandbox's deadline is only ever extended). Returns
+    /// the sandbox and whether it was resumed.
     pub async fn e2b_connect(
         &self,
         key: &str,
         timeout: Duration,
     ) -> Result<(Sandbox, bool), ServiceError> {
         self.check_timeout(timeout)?;
-        let (sandbox, resumed) = self.resume(key).await?;
+        // Paused with memory: a resume; paused to its files (stopped): a start.
+        let (sandbox, resumed) = self.start(key).await?;
         let sandbox = self.set_timeout(&sandbox.id, timeout, !resumed).await?;
         Ok((sandbox, resumed))
     }

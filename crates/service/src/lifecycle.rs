@@ -111,7 +111,10 @@ impl Service {
         let idle = self.sweep_idle(now).await?;
         n += idle.deleted;
         for sandbox in expired {
-            let pausable = matches!(sandbox.state, SandboxState::Running | SandboxState::Paused);
+            // A sandbox paused to its files is stopped; one found so was stopped by its pause,
+            // which a crash kept from dropping its deadline.
+            let pausable = matches!(sandbox.state, SandboxState::Running | SandboxState::Paused)
+                || (sandbox.state == SandboxState::Stopped && sandbox.lifecycle.pause_files_only);
             if sandbox.lifecycle.auto_pause && pausable {
                 if let Err(e) = self.pause_at_deadline(&sandbox.id, now).await {
                     tracing::warn!(sandbox_id = %sandbox.id, error = %crate::error::chain(&e), "auto-pause failed");

@@ -1,7 +1,10 @@
 //! Pausing and resuming a sandbox in place, and reading its resource usage.
 //!
-//! A pause freezes every process of the sandbox (the runtime's cgroup freezer): processes, memory, open
-//! files and sockets are kept and nothing runs until the resume. Guarantees:
+//! A pause keeps every process of the sandbox with its memory, open files and sockets, and nothing
+//! runs until the resume: a namespace sandbox is frozen in place (the cgroup freezer; its memory stays
+//! in the host's RAM and is lost on a reboot), a gVisor sandbox is checkpointed to disk and its memory
+//! freed (it resumes after a daemon restart or a host reboot). A pause of mode
+//! [`PauseMode::Filesystem`] keeps only the files: it is a stop. Guarantees:
 //! - **One operation per sandbox at a time.** Pause and resume of one sandbox are serialized by a
 //!   per-sandbox lock ([`KeyedLocks`]), so the runtime never sees a freeze and a thaw of one sandbox
 //!   interleave and the store's state always names the last one that completed.
@@ -13,9 +16,10 @@
 //!   was done. Any other state is a conflict too.
 //!
 //! - **Auto-pause** (a sandbox created with `lifecycle.onTimeout: "pause"`): at its deadline the expiry
-//!   sweep pauses it instead of deleting it ([`Service::pause_at_deadline`]) and then drops its
-//!   deadline, conditionally on the deadline still being due, so a timeout set meanwhile stands. A crash
-//!   between the two leaves a paused sandbox still due, which the next sweep finishes.
+//!   sweep pauses it instead of deleting it ([`Service::pause_at_deadline`]; with `pauseMode:
+//!   "filesystem"` it stops it) and then drops its deadline, conditionally on the deadline still
+//!   being due, so a timeout set meanwhile stands. A crash between the two leaves a paused (stopped)
+//!   sandbox still due, which the next sweep finishes. A resume (a start) gives it its timeout again.
 //! - **Auto-resume** (`lifecycle.autoResume`): every request that needs a running sandbox (commands,
 //!   files, ports, traffic through the proxy) goes through [`Service::awake`], which resumes such a
 //!   sandbox first. A resume of a sandbox whose deadline was dropped gives it its create's timeout again.
@@ -51,7 +55,34 @@ impl KeyedLocks {
     }
 }
 
+/// What a pause keeps ([`Service::pause_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PauseMode {
+    /// Processes, memory and files: a freeze in RAM (namespace tier) or a checkpoint on disk
+    /// (gVisor tier).
+    #[default]
+    Memory,
+    /// Files only: the sandbox is stopped ([`Service::stop`]) and boots again on them.
+    Filesystem,
+}
+
 impl Service {
+    /// Pauses sandbox `key` keeping what `mode` says; returns it (`paused`, or `stopped` for a
+    /// filesystem pause). Pausing a sandbox already paused that way is a conflict; a sandbox paused
+    /// with memory may still be paused to its files (its memory is dropped).
+    pub async fn pause_with(&self, key: &str, mode: PauseMode) -> Result<Sandbox, ServiceError> {
+        match mode {
+            PauseMode::Memory => self.pause(key).await,
+            PauseMode::Filesystem => match self.stop(key).await? {
+                (sandbox, true) => Ok(sandbox),
+                (sandbox, false) => Err(ServiceError::Conflict(format!(
+                    "sandbox {} is already paused to its files (stopped)",
+                    sandbox.id
+                ))),
+            },
+        }
+    }
+
     /// Freezes running sandbox `key` and records it `paused`; returns the paused sandbox.
     pub async fn pause(&self, key: &str) -> Result<Sandbox, ServiceError> {
         let id = self.get(key).await?.id;
@@ -68,8 +99,15 @@ impl Service {
         if !sandbox.lifecycle.auto_pause || !due {
             return Ok(());
         }
-        if sandbox.state == SandboxState::Running {
-            self.pause_locked(id).await?;
+        match sandbox.state {
+            // Paused to its files: a stop (of a sandbox paused with memory by hand, too).
+            SandboxState::Running | SandboxState::Paused if sandbox.lifecycle.pause_files_only => {
+                self.stop_locked(id).await?;
+            }
+            SandboxState::Running => {
+                self.pause_locked(id).await?;
+            }
+            _ => {}
         }
         crate::failpoints::hold("expiry.after-pause").await;
         let rid = id.to_string();
@@ -255,6 +293,7 @@ mod tests {
                 lifecycle: Some(api::Lifecycle {
                     on_timeout: api::OnTimeout::Pause,
                     auto_resume,
+                    pause_mode: api::PauseMode::Memory,
                 }),
                 ..Default::default()
             })
@@ -305,6 +344,64 @@ mod tests {
         );
     }
 
+    /// With `pauseMode: "filesystem"` the deadline stops the sandbox (nothing is frozen) and drops
+    /// its deadline, once however often the sweep runs; a start gives it its timeout again. It cannot
+    /// be combined with auto-resume, nor stand without an auto-pause.
+    #[tokio::test]
+    async fn a_files_only_auto_pause_stops_at_the_deadline() {
+        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
+        let lifecycle = |on_timeout, auto_resume| api::Lifecycle {
+            on_timeout,
+            auto_resume,
+            pause_mode: api::PauseMode::Filesystem,
+        };
+        let create = |lifecycle| api::CreateSandbox {
+            timeout_sec: Some(60),
+            lifecycle: Some(lifecycle),
+            ..Default::default()
+        };
+        for refused in [
+            lifecycle(api::OnTimeout::Pause, true),
+            lifecycle(api::OnTimeout::Kill, false),
+        ] {
+            assert!(
+                matches!(
+                    t.svc.create(create(refused)).await,
+                    Err(ServiceError::InvalidRequest(_))
+                ),
+                "{refused:?}"
+            );
+        }
+        let sb = t
+            .svc
+            .create(create(lifecycle(api::OnTimeout::Pause, false)))
+            .await
+            .unwrap();
+        assert!(sb.lifecycle.pause_files_only);
+        let now = unix_millis_now();
+        let id = sb.id.clone();
+        t.svc
+            .writer()
+            .write(move |tx| tx.set_expires_at(&id, Some(now), now))
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            t.svc.sweep_expired().await.unwrap();
+        }
+        let stopped = t.svc.get(&sb.id).await.unwrap();
+        assert_eq!(stopped.state, SandboxState::Stopped);
+        assert_eq!(stopped.expires_at, None);
+        assert_eq!(t.rt.pauses.load(Ordering::SeqCst), 0, "nothing was frozen");
+        let before = unix_millis_now();
+        let (started, did) = t.svc.start(&sb.id).await.unwrap();
+        assert!(did);
+        let deadline = started.expires_at.expect("a deadline again");
+        assert!(
+            (before + 60_000..=unix_millis_now() + 60_000).contains(&deadline),
+            "{deadline}"
+        );
+    }
+
     /// Concurrency: 200 requests that find an auto-resuming sandbox paused resume it once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_requests_resume_once() {
@@ -324,6 +421,39 @@ mod tests {
         assert_eq!(t.rt.resumes.load(Ordering::SeqCst), 1);
         let after = t.svc.get(&sb.id).await.unwrap();
         assert_eq!(after.generation, generation + 1, "one state change");
+    }
+
+    /// A filesystem pause is a stop (nothing is frozen), twice is a conflict and so is a memory pause
+    /// of the stopped sandbox; E2B's connect boots it again. A memory-paused sandbox may still be
+    /// paused to its files.
+    #[tokio::test]
+    async fn a_filesystem_pause_stops_and_connect_boots_it_again() {
+        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
+        let sb = t.svc.create(api::CreateSandbox::default()).await.unwrap();
+        let paused = t.svc.pause_with(&sb.id, PauseMode::Filesystem).await;
+        assert_eq!(paused.unwrap().state, SandboxState::Stopped);
+        assert_eq!(t.rt.pauses.load(Ordering::SeqCst), 0, "nothing was frozen");
+        for mode in [PauseMode::Filesystem, PauseMode::Memory] {
+            assert!(
+                matches!(
+                    t.svc.pause_with(&sb.id, mode).await,
+                    Err(ServiceError::Conflict(_))
+                ),
+                "{mode:?}"
+            );
+        }
+        let (back, resumed) = t
+            .svc
+            .e2b_connect(&sb.id, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(resumed);
+        assert_eq!(back.state, SandboxState::Running);
+        let paused = t.svc.pause_with(&sb.id, PauseMode::Memory).await.unwrap();
+        assert_eq!(paused.state, SandboxState::Paused);
+        assert_eq!(t.rt.pauses.load(Ordering::SeqCst), 1);
+        let dropped = t.svc.pause_with(&sb.id, PauseMode::Filesystem).await;
+        assert_eq!(dropped.unwrap().state, SandboxState::Stopped);
     }
 
     #[tokio::test]

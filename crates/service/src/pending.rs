@@ -282,7 +282,7 @@ mod tests {
     async fn a_pending_create_holds_its_name_until_it_ends() {
         let t = service();
         let svc = &t.svc;
-        svc.begin_template("slow", serde_json::json!({}))
+        svc.begin_template("slow", serde_json::json!({}), None)
             .await
             .unwrap();
         let pending = svc
@@ -351,7 +351,7 @@ mod tests {
     async fn a_failed_build_fails_the_create_and_a_cancel_ends_it() {
         let t = service();
         let svc = &t.svc;
-        svc.begin_template("broken", serde_json::json!({}))
+        svc.begin_template("broken", serde_json::json!({}), None)
             .await
             .unwrap();
         let pending = svc

@@ -69,8 +69,21 @@ pub struct CreatePlan {
     pub lifecycle: api::Lifecycle,
     /// The id of the API key creating it, whose limits apply ([`crate::per_key`]); `""` for none.
     pub owner: String,
-    /// The isolation tier it runs in (one the runtime offers).
-    pub isolation: Isolation,
+    /// The isolation tier it runs in (one the runtime offers); `None`: its template's, else the
+    /// daemon's default.
+    pub isolation: Option<Isolation>,
+}
+
+/// What a create's root is made of ([`Service::resolve_root`]).
+pub(crate) struct Root {
+    /// The template's name (for an image, its reference).
+    template: String,
+    /// The image, unless it is `base`.
+    image: Option<sandboxd_store::ImageRecord>,
+    /// What its sandboxes start once up.
+    commands: crate::templates::StartCommands,
+    /// The tier the template names, if any.
+    isolation: Option<String>,
 }
 
 /// Random lowercase alphanumeric id of `len` characters.
@@ -161,7 +174,12 @@ impl Service {
         }
         let (cpu_millis, memory_mb, disk_mb) =
             self.check_resources(req.cpu, req.memory_mb, req.disk_mb)?;
-        let isolation = self.check_isolation(req.isolation.as_deref())?;
+        // Checked now; a create that names none takes its template's tier once that is resolved.
+        let isolation = req
+            .isolation
+            .as_deref()
+            .map(|tier| self.check_isolation(Some(tier)))
+            .transpose()?;
         let timeout_sec = req.timeout_sec.unwrap_or(cfg.default_timeout.as_secs());
         if timeout_sec > cfg.max_timeout.as_secs() {
             return Err(ServiceError::InvalidRequest(format!(
@@ -179,6 +197,20 @@ impl Service {
             return Err(ServiceError::InvalidRequest(
                 "lifecycle.autoResume needs lifecycle.onTimeout \"pause\"".into(),
             ));
+        }
+        if lifecycle.pause_mode == api::PauseMode::Filesystem {
+            if lifecycle.on_timeout != api::OnTimeout::Pause {
+                return Err(ServiceError::InvalidRequest(
+                    "lifecycle.pauseMode needs lifecycle.onTimeout \"pause\"".into(),
+                ));
+            }
+            if lifecycle.auto_resume {
+                return Err(ServiceError::InvalidRequest(
+                    "lifecycle.pauseMode \"filesystem\" cannot be combined with autoResume: a \
+                     sandbox paused to its files boots again, which no request should wait for"
+                        .into(),
+                ));
+            }
         }
         Ok(CreatePlan {
             name,
@@ -229,7 +261,17 @@ impl Service {
         }
         // An image is pulled (or found) before anything is recorded: a pull may take minutes, and a
         // `creating` row would look stuck to the reconciler meanwhile.
-        let (template, image, commands) = self.resolve_root(&plan).await?;
+        let Root {
+            template,
+            image,
+            commands,
+            isolation,
+        } = self.resolve_root(&plan).await?;
+        // The create's own tier, else its template's, else the daemon's default.
+        let isolation = match plan.isolation {
+            Some(tier) => tier,
+            None => self.check_isolation(isolation.as_deref())?,
+        };
         let image_root = match &image {
             Some(image) => {
                 let config = Service::run_config(image);
@@ -269,11 +311,12 @@ impl Service {
                 auto_pause: plan.lifecycle.on_timeout == api::OnTimeout::Pause,
                 auto_resume: plan.lifecycle.auto_resume,
                 timeout_ms: (plan.timeout_sec as i64).saturating_mul(1000),
+                pause_files_only: plan.lifecycle.pause_mode == api::PauseMode::Filesystem,
             },
             image: image.as_ref().map(|i| i.digest.clone()),
             disk_mb: plan.disk_mb as u32,
             owner: plan.owner.clone(),
-            isolation: plan.isolation.as_str().to_string(),
+            isolation: isolation.as_str().to_string(),
         };
         // Cluster mode: the name is the log's to give first (`crate::cluster`).
         self.reserve_placement(&new).await?;
@@ -334,7 +377,7 @@ impl Service {
             envs: envs.into_iter().collect(),
             agent_token: token,
             image: image_root,
-            isolation: plan.isolation,
+            isolation,
         };
         let started = async {
             let made = self.runtime().create(&spec).await?;
@@ -438,32 +481,31 @@ impl Service {
 
     /// What a create's root is made of: the template name the sandbox shows, and its image (`None`
     /// for `base`) — the image the build gave, the template's, or the reference's, pulled if need be.
-    pub(crate) async fn resolve_root(
-        &self,
-        plan: &CreatePlan,
-    ) -> Result<
-        (
-            String,
-            Option<sandboxd_store::ImageRecord>,
-            crate::templates::StartCommands,
-        ),
-        ServiceError,
-    > {
-        let none = crate::templates::StartCommands::default;
+    pub(crate) async fn resolve_root(&self, plan: &CreatePlan) -> Result<Root, ServiceError> {
+        let root = |template: &str, image| Root {
+            template: template.to_string(),
+            image,
+            commands: Default::default(),
+            isolation: None,
+        };
         if let Some(image) = &plan.resolved {
-            return Ok((plan.template.clone(), Some(image.clone()), none()));
+            return Ok(root(&plan.template, Some(image.clone())));
         }
         if let Some(reference) = &plan.image {
             let image = self
                 .ensure_image(reference, plan.registry_auth.clone())
                 .await?;
-            return Ok((image.reference.clone(), Some(image), none()));
+            return Ok(root(&image.reference.clone(), Some(image)));
         }
         if plan.template == DEFAULT_TEMPLATE {
-            return Ok((plan.template.clone(), None, none()));
+            return Ok(root(&plan.template, None));
         }
-        let (image, commands) = self.template_root(&plan.template).await?;
-        Ok((plan.template.clone(), Some(image), commands))
+        let (image, commands, isolation) = self.template_root(&plan.template).await?;
+        Ok(Root {
+            commands,
+            isolation,
+            ..root(&plan.template, Some(image))
+        })
     }
 
     /// Undoes a create that failed before its sandbox booted: the runtime's sandbox, then the row
@@ -576,6 +618,11 @@ pub fn to_api(s: &Sandbox) -> api::Sandbox {
         // The store keeps what `network::EgressPolicy::to_json` wrote, which is this shape.
         network: serde_json::from_value(s.network.clone()).unwrap_or_default(),
         lifecycle: lifecycle_to_api(&s.lifecycle),
+        // The gVisor tier pauses into a checkpoint; the namespace tier freezes in place.
+        paused_memory: (s.state == SandboxState::Paused).then_some(match s.isolation.as_str() {
+            "gvisor" => api::PausedMemory::Disk,
+            _ => api::PausedMemory::Ram,
+        }),
     }
 }
 
@@ -588,6 +635,10 @@ pub fn lifecycle_to_api(l: &Lifecycle) -> api::Lifecycle {
             api::OnTimeout::Kill
         },
         auto_resume: l.auto_resume,
+        pause_mode: match l.pause_files_only {
+            true => api::PauseMode::Filesystem,
+            false => api::PauseMode::Memory,
+        },
     }
 }
 
@@ -644,10 +695,10 @@ mod tests {
                 ..Default::default()
             })
         };
-        assert_eq!(plan(None).unwrap().isolation, Isolation::Namespace);
+        assert_eq!(plan(None).unwrap().isolation, None, "left to the template");
         assert_eq!(
             plan(Some("namespace")).unwrap().isolation,
-            Isolation::Namespace
+            Some(Isolation::Namespace)
         );
         match plan(Some("vm")) {
             Err(ServiceError::InvalidRequest(why)) => assert!(why.contains("\"gvisor\""), "{why}"),

@@ -40,7 +40,9 @@ impl Service {
             Ok(t) => (t.start_cmd, t.ready_cmd),
             Err(_) => (None, None),
         };
-        self.begin_template(name, serde_json::json!({ "snapshotOf": sandbox.id }))
+        // Its sandboxes run where the source ran (a snapshot of a gVisor sandbox makes gVisor ones).
+        let tier = sandbox.isolation.parse().ok();
+        self.begin_template(name, serde_json::json!({ "snapshotOf": sandbox.id }), tier)
             .await?;
         if commands != (None, None) {
             let n = name.to_string();

@@ -24,6 +24,12 @@ impl Service {
     pub async fn stop(&self, key: &str) -> Result<(Sandbox, bool), ServiceError> {
         let id = self.get(key).await?.id;
         let _serial = self.inner.sandbox_locks.lock(&id).await;
+        self.stop_locked(&id).await
+    }
+
+    /// [`Service::stop`] for a caller that holds sandbox `id`'s lock.
+    pub(crate) async fn stop_locked(&self, id: &str) -> Result<(Sandbox, bool), ServiceError> {
+        let id = id.to_string();
         let sandbox = self.get(&id).await?;
         let from = match sandbox.state {
             SandboxState::Stopped => return Ok((sandbox, false)),
@@ -109,7 +115,13 @@ impl Service {
                 return Err(e.into());
             }
         }
-        let ready = self.await_ready(&id, deadline).await?;
+        let mut ready = self.await_ready(&id, deadline).await?;
+        // Auto-paused to its files, it lost its deadline: it gets its create's timeout again.
+        let lifecycle = ready.lifecycle;
+        if lifecycle.auto_pause && ready.expires_at.is_none() && lifecycle.timeout_ms > 0 {
+            let timeout = std::time::Duration::from_millis(lifecycle.timeout_ms as u64);
+            ready = self.set_timeout(&id, timeout, false).await?;
+        }
         drop(serial);
         let commands = match self.get_template(&ready.template).await {
             Ok(t) => crate::templates::StartCommands {

@@ -16,6 +16,7 @@
 use crate::sandboxes::DEFAULT_TEMPLATE;
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
+use sandboxd_runtime::Isolation;
 use sandboxd_store::{
     unix_millis_now, ImageRecord, LogLine, StoreError, TemplateRecord, TemplateState,
 };
@@ -107,15 +108,20 @@ pub enum TemplateSource {
 impl Service {
     /// Creates template `name` from `source` and starts its build; answers at once with the
     /// `building` record (poll it, or follow its log). `credentials` are for the pulls of this build
-    /// only.
+    /// only. Its sandboxes run in tier `isolation` when their create names none (`None`: the
+    /// daemon's default); a tier this host does not offer is refused.
     pub async fn create_template(
         &self,
         name: &str,
         source: TemplateSource,
         credentials: Option<sandboxd_images::Credentials>,
         commands: StartCommands,
+        isolation: Option<&str>,
     ) -> Result<TemplateRecord, ServiceError> {
         validate_name(name)?;
+        let isolation = isolation
+            .map(|tier| self.check_isolation(Some(tier)))
+            .transpose()?;
         for cmd in [&commands.start, &commands.ready].into_iter().flatten() {
             if cmd.trim().is_empty() || cmd.contains('\0') {
                 return Err(ServiceError::InvalidRequest(
@@ -140,7 +146,7 @@ impl Service {
             TemplateSource::Image { reference } => serde_json::json!({ "image": reference }),
             TemplateSource::Dockerfile(spec) => spec.summary(),
         };
-        let mut record = self.begin_template(name, summary).await?;
+        let mut record = self.begin_template(name, summary, isolation).await?;
         if commands != StartCommands::default() {
             let (n, c) = (name.to_string(), commands.clone());
             self.writer()
@@ -169,15 +175,18 @@ impl Service {
         Ok(record)
     }
 
-    /// Records template `name` as `building` from `summary`; a conflict when the name is taken.
+    /// Records template `name` as `building` from `summary`, its sandboxes in tier `isolation`
+    /// (`None`: the daemon's default); a conflict when the name is taken.
     pub(crate) async fn begin_template(
         &self,
         name: &str,
         summary: serde_json::Value,
+        isolation: Option<Isolation>,
     ) -> Result<TemplateRecord, ServiceError> {
         let n = name.to_string();
+        let tier = isolation.map(Isolation::as_str);
         self.writer()
-            .write(move |tx| tx.begin_template(&n, &summary, unix_millis_now()))
+            .write(move |tx| tx.begin_template(&n, &summary, tier, unix_millis_now()))
             .await
             .map_err(|e| match e {
                 StoreError::TemplateExists { name } => {
@@ -360,7 +369,7 @@ impl Service {
         }
         let source = TemplateSource::Dockerfile(spec);
         match self
-            .create_template(name, source, None, StartCommands::default())
+            .create_template(name, source, None, StartCommands::default(), None)
             .await
         {
             Ok(t) => Ok(t),
@@ -425,7 +434,7 @@ impl Service {
     pub(crate) async fn template_root(
         &self,
         name: &str,
-    ) -> Result<(ImageRecord, StartCommands), ServiceError> {
+    ) -> Result<(ImageRecord, StartCommands, Option<String>), ServiceError> {
         let template = self.template_when_built(name).await?;
         match (template.state, &template.image) {
             (TemplateState::Ready, Some(digest)) => Ok((
@@ -434,6 +443,7 @@ impl Service {
                     start: template.start_cmd.clone(),
                     ready: template.ready_cmd.clone(),
                 },
+                template.isolation.clone(),
             )),
             (TemplateState::Building, _) => Err(ServiceError::Conflict(format!(
                 "template {name:?} is still being built"
@@ -456,6 +466,7 @@ pub fn template_to_api(t: &TemplateRecord) -> api::Template {
         error: t.error.clone(),
         start_cmd: t.start_cmd.clone(),
         ready_cmd: t.ready_cmd.clone(),
+        isolation: t.isolation.clone(),
         created_at: crate::sandboxes::rfc3339(t.created_at),
         updated_at: crate::sandboxes::rfc3339(t.updated_at),
     }
@@ -490,5 +501,66 @@ mod tests {
         ] {
             assert!(validate_name(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A create that names no tier takes its template's (a snapshot of a gVisor sandbox makes gVisor
+    /// sandboxes), one that names a tier keeps its own, and a template of a tier this host does not
+    /// offer is the client's 400 with nothing recorded.
+    #[tokio::test]
+    async fn a_create_takes_its_templates_tier() {
+        use crate::test_support::{InMemoryRuntimeForTests, TestService};
+        // An image store, empty: the template's image has no layers.
+        let store = tempfile::tempdir().unwrap();
+        let images = crate::images::ImageSettings {
+            registry: sandboxd_images::Registry::new(Default::default()),
+            layers: sandboxd_images::LayerStore::open(store.path(), 0).unwrap(),
+        };
+        let t = TestService::new(
+            crate::ServiceConfig {
+                images: Some(images),
+                ..Default::default()
+            },
+            InMemoryRuntimeForTests {
+                gvisor: true,
+                ..Default::default()
+            },
+        );
+        let digest = format!("sha256:{}", "a".repeat(64));
+        t.svc
+            .writer()
+            .write(move |tx| {
+                tx.begin_image_pull(&digest, "r:a", 1, 1)?;
+                tx.complete_image(&digest, &serde_json::json!({}), &[], None, 2)?;
+                for (name, tier) in [("gv", Some("gvisor")), ("plain", None)] {
+                    tx.begin_template(name, &serde_json::json!({"image": "r:a"}), tier, 3)?;
+                    tx.template_ready(name, &digest, 4)?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let create = |template: &str, isolation: Option<&str>| api::CreateSandbox {
+            template: Some(template.into()),
+            isolation: isolation.map(str::to_string),
+            ..Default::default()
+        };
+        let made = t.svc.create(create("gv", None)).await.unwrap();
+        assert_eq!(made.isolation, "gvisor");
+        let own = t.svc.create(create("gv", Some("namespace"))).await.unwrap();
+        assert_eq!(own.isolation, "namespace");
+        let plain = t.svc.create(create("plain", None)).await.unwrap();
+        assert_eq!(plain.isolation, "namespace", "the daemon's default");
+        let shown = t.svc.get_template("gv").await.unwrap();
+        assert_eq!(template_to_api(&shown).isolation.as_deref(), Some("gvisor"));
+
+        t.rt.gvisor_gone
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let refused = t.svc.create(create("gv", None)).await;
+        assert!(
+            matches!(&refused, Err(ServiceError::InvalidRequest(why)) if why.contains("gvisor")),
+            "{refused:?}"
+        );
+        let rows = t.svc.list(Default::default()).await.unwrap().0;
+        assert_eq!(rows.len(), 3, "the refused create recorded nothing");
     }
 }

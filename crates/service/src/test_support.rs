@@ -3,7 +3,8 @@
 use crate::Service;
 use sandboxd_envd::callback::{AgentEvent, CallbackEvent};
 use sandboxd_runtime::{
-    AgentEndpoint, NetAddrs, Runtime, RuntimeError, RuntimeState, SandboxInfo, SandboxSpec,
+    AgentEndpoint, Isolation, NetAddrs, Runtime, RuntimeError, RuntimeState, SandboxInfo,
+    SandboxSpec,
 };
 use sandboxd_store::{NewSandbox, Sandbox, SandboxState, UnixMillis};
 use std::collections::HashMap;
@@ -14,8 +15,8 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// A runtime that keeps sandboxes in a map; tests stop or plant sandboxes behind the service's back.
-/// Knobs: `delay` before each create finishes, `fail` to make creates fail; `creates`, `inspects`,
-/// `pauses` and `resumes` count calls.
+/// Knobs: `delay` before each create finishes, `fail` to make creates fail, `gvisor` to offer that
+/// tier; `creates`, `inspects`, `pauses` and `resumes` count calls.
 /// Its sandboxes' "agents" call home through [`call_home_for_tests`] once started.
 #[derive(Default)]
 pub(crate) struct InMemoryRuntimeForTests {
@@ -26,6 +27,9 @@ pub(crate) struct InMemoryRuntimeForTests {
     pub(crate) resumes: AtomicUsize,
     pub(crate) fail: AtomicBool,
     pub(crate) delay: Duration,
+    /// Offers the gVisor tier too (until `gvisor_gone`).
+    pub(crate) gvisor: bool,
+    pub(crate) gvisor_gone: AtomicBool,
     pub(crate) started: Mutex<Option<UnboundedSender<(String, String)>>>,
 }
 
@@ -98,6 +102,15 @@ impl InMemoryRuntimeForTests {
 
 #[async_trait::async_trait]
 impl Runtime for InMemoryRuntimeForTests {
+    fn offers(&self, tier: Isolation) -> Result<(), RuntimeError> {
+        match tier {
+            Isolation::Namespace => Ok(()),
+            Isolation::Gvisor if self.gvisor && !self.gvisor_gone.load(Ordering::SeqCst) => Ok(()),
+            other => Err(RuntimeError::Unsupported(format!(
+                "isolation \"{other}\" is not offered by the test runtime"
+            ))),
+        }
+    }
     async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
         self.creates.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;

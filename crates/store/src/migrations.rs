@@ -91,6 +91,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "the isolation tier each sandbox runs in",
         sql: SCHEMA_V13,
     },
+    Migration {
+        version: 14,
+        name: "auto-pauses that keep only the files",
+        sql: SCHEMA_V14,
+    },
+    Migration {
+        version: 15,
+        name: "the isolation tier a template's sandboxes run in",
+        sql: SCHEMA_V15,
+    },
 ];
 
 /// Idle policies (`idle`): a sandbox's auto-stop, auto-delete and auto-archive intervals and its
@@ -366,6 +376,21 @@ CREATE INDEX idx_sandboxes_owner ON sandboxes(owner, state) WHERE owner <> '';
 const SCHEMA_V13: &str = r#"
 ALTER TABLE sandboxes ADD COLUMN isolation TEXT NOT NULL DEFAULT 'namespace'
     CHECK (isolation IN ('namespace', 'gvisor'));
+"#;
+
+/// Whether a sandbox's auto-pause keeps only its files (a stop; E2B's `mode: "filesystem"`). Only
+/// with `auto_pause`, and never with `auto_resume`: a request cannot wait for a cold boot.
+const SCHEMA_V14: &str = r#"
+ALTER TABLE sandboxes ADD COLUMN pause_files_only INTEGER NOT NULL DEFAULT 0
+    CHECK (pause_files_only IN (0, 1) AND pause_files_only <= auto_pause
+           AND (pause_files_only = 0 OR auto_resume = 0));
+"#;
+
+/// The isolation tier sandboxes made from a template run in when their create names none (a
+/// snapshot of a gVisor sandbox makes gVisor sandboxes); `NULL` leaves it to the daemon's default.
+const SCHEMA_V15: &str = r#"
+ALTER TABLE templates ADD COLUMN isolation TEXT
+    CHECK (isolation IS NULL OR isolation IN ('namespace', 'gvisor'));
 "#;
 
 /// Brings the schema on `conn` up to the newest of `migrations`, one transaction per migration.

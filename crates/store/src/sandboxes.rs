@@ -141,6 +141,9 @@ pub struct Lifecycle {
     pub auto_resume: bool,
     /// How long a resume gives the sandbox, ms (its create's timeout; 0 for none).
     pub timeout_ms: i64,
+    /// The auto-pause keeps only the files: the sandbox is stopped at its deadline. Only with
+    /// `auto_pause` and without `auto_resume` (the schema refuses the rest).
+    pub pause_files_only: bool,
 }
 
 impl fmt::Debug for Sandbox {
@@ -212,7 +215,7 @@ pub struct SandboxFilter {
 
 const COLUMNS: &str = "id, name, state, template, cpu_millis, memory_mb, metadata, env, network, \
      agent_token, net_slot, created_at, expires_at, updated_at, failure_reason, generation, \
-     auto_pause, auto_resume, timeout_ms, image_digest, disk_mb, isolation";
+     auto_pause, auto_resume, timeout_ms, image_digest, disk_mb, isolation, pause_files_only";
 
 fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
     let text: String = row.get(idx)?;
@@ -243,6 +246,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
             auto_pause: row.get(16)?,
             auto_resume: row.get(17)?,
             timeout_ms: row.get(18)?,
+            pause_files_only: row.get(22)?,
         },
         image: row.get(19)?,
         disk_mb: row.get(20)?,
@@ -401,9 +405,9 @@ impl WriteTx<'_> {
             "INSERT INTO sandboxes (id, name, state, template, cpu_millis, memory_mb, metadata, env, network,
                                     agent_token, created_at, expires_at, updated_at, generation,
                                     auto_pause, auto_resume, timeout_ms, image_digest, disk_mb, owner,
-                                    isolation)
+                                    isolation, pause_files_only)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?11, 0, ?13, ?14, ?15, ?16, ?17, ?18,
-                     ?19)
+                     ?19, ?20)
              RETURNING {COLUMNS}"
         );
         let inserted = self.conn().prepare_cached(&sql)?.query_row(
@@ -427,6 +431,7 @@ impl WriteTx<'_> {
                 new.disk_mb,
                 new.owner,
                 new.isolation,
+                new.lifecycle.pause_files_only,
             ],
             from_row,
         );
@@ -495,14 +500,16 @@ impl WriteTx<'_> {
         Ok(n == 1)
     }
 
-    /// Drops the deadline of auto-pausing sandbox `id` if it is paused and its deadline is still at or
-    /// before `now` (a deadline moved meanwhile stands). Returns whether it was dropped.
+    /// Drops the deadline of auto-pausing sandbox `id` if it is paused (or stopped: paused to its
+    /// files) and its deadline is still at or before `now` (a deadline moved meanwhile stands).
+    /// Returns whether it was dropped.
     pub fn drop_paused_deadline(&mut self, id: &str, now: UnixMillis) -> Result<bool> {
         let n = self
             .conn()
             .prepare_cached(
                 "UPDATE sandboxes SET expires_at = NULL, updated_at = ?2
-                 WHERE id = ?1 AND auto_pause = 1 AND state = 'paused' AND expires_at <= ?2",
+                 WHERE id = ?1 AND auto_pause = 1 AND state IN ('paused', 'stopped')
+                   AND expires_at <= ?2",
             )?
             .execute(params![id, now])?;
         Ok(n == 1)

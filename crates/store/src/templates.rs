@@ -65,6 +65,9 @@ pub struct TemplateRecord {
     pub start_cmd: Option<String>,
     /// Polled until it exits 0 before a create from it answers.
     pub ready_cmd: Option<String>,
+    /// The isolation tier its sandboxes run in when their create names none (`namespace` or
+    /// `gvisor`); `None` leaves it to the daemon's default.
+    pub isolation: Option<String>,
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
 }
@@ -79,7 +82,8 @@ pub struct LogLine {
 }
 
 const COLUMNS: &str =
-    "name, state, image_digest, source, error, created_at, updated_at, start_cmd, ready_cmd";
+    "name, state, image_digest, source, error, created_at, updated_at, start_cmd, ready_cmd, \
+     isolation";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<TemplateRecord> {
     let state: String = r.get(1)?;
@@ -96,6 +100,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<TemplateRecord> {
         updated_at: r.get(6)?,
         start_cmd: r.get(7)?,
         ready_cmd: r.get(8)?,
+        isolation: r.get(9)?,
     })
 }
 
@@ -178,12 +183,14 @@ impl ReadTx<'_> {
 }
 
 impl WriteTx<'_> {
-    /// Records template `name` as `building` from `source`, replacing a `failed` one of that name
-    /// (and its log). [`StoreError::TemplateExists`] if one is building or ready.
+    /// Records template `name` as `building` from `source`, its sandboxes running in tier
+    /// `isolation` (`None`: the daemon's default), replacing a `failed` one of that name (and its
+    /// log). [`StoreError::TemplateExists`] if one is building or ready.
     pub fn begin_template(
         &mut self,
         name: &str,
         source: &serde_json::Value,
+        isolation: Option<&str>,
         now: UnixMillis,
     ) -> Result<TemplateRecord> {
         let replaced = self
@@ -198,10 +205,10 @@ impl WriteTx<'_> {
         let inserted = self
             .conn()
             .prepare_cached(
-                "INSERT INTO templates (name, state, source, created_at, updated_at)
-                 VALUES (?1, 'building', ?2, ?3, ?3)",
+                "INSERT INTO templates (name, state, source, created_at, updated_at, isolation)
+                 VALUES (?1, 'building', ?2, ?3, ?3, ?4)",
             )?
-            .execute(params![name, source.to_string(), now]);
+            .execute(params![name, source.to_string(), now, isolation]);
         match inserted {
             Ok(_) => {}
             Err(e) if is_unique_violation_on(&e, "templates.name") => {
@@ -345,7 +352,7 @@ mod tests {
                 unpacked_bytes: 1,
             };
             tx.complete_image(&digest('a'), &serde_json::json!({}), &[layer], None, 2)?;
-            tx.begin_template("py", &serde_json::json!({"image": "r:a"}), 3)?;
+            tx.begin_template("py", &serde_json::json!({"image": "r:a"}), None, 3)?;
             assert!(tx.template_ready("py", &digest('a'), 4)?);
             Ok(())
         })
@@ -359,7 +366,7 @@ mod tests {
         // The schema refuses a ready template without an image.
         let no_image = w
             .write(|tx| {
-                tx.begin_template("bad", &serde_json::json!({}), 5)?;
+                tx.begin_template("bad", &serde_json::json!({}), None, 5)?;
                 tx.conn().execute(
                     "UPDATE templates SET state = 'ready' WHERE name = 'bad'",
                     [],
@@ -388,7 +395,7 @@ mod tests {
             let w = w.clone();
             async move {
                 w.write(|tx| {
-                    tx.begin_template("t", &serde_json::json!({}), 1)
+                    tx.begin_template("t", &serde_json::json!({}), None, 1)
                         .map(|_| ())
                 })
                 .await
@@ -408,7 +415,7 @@ mod tests {
         .await
         .unwrap();
         let again = w
-            .write(|tx| tx.begin_template("t", &serde_json::json!({"again": true}), 4))
+            .write(|tx| tx.begin_template("t", &serde_json::json!({"again": true}), None, 4))
             .await
             .unwrap();
         assert_eq!(again.state, TemplateState::Building);
@@ -425,7 +432,7 @@ mod tests {
         let (_dir, store, _t) = open_temp();
         let w = store.writer();
         w.write(|tx| {
-            tx.begin_template("t", &serde_json::json!({}), 1)?;
+            tx.begin_template("t", &serde_json::json!({}), None, 1)?;
             tx.append_template_log("t", &["a".into(), "b".into()], 2)?;
             tx.append_template_log("t", &["c".into()], 3)
         })

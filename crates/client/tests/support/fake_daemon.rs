@@ -161,6 +161,7 @@ fn sandbox(id: &str, name: &str, metadata: BTreeMap<String, String>) -> Sandbox 
         failure_reason: None,
         network: Default::default(),
         lifecycle: Default::default(),
+        paused_memory: None,
     }
 }
 

@@ -34,6 +34,7 @@ use crate::{
     cgroup, quota, Isolation, ResourceLimits, Runtime, RuntimeError, SandboxInfo, SandboxSpec,
     WritableLayer,
 };
+use futures::StreamExt;
 use launch::Runsc;
 use sandboxd_envd::init::{Identity, InitConfig, RESUME_MARKER, SUSPENDED_MARKER, SUSPEND_SIGNAL};
 use std::io::Write;
@@ -51,6 +52,8 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
 const SUSPEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long writing a checkpoint may take.
 const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How many forks of one call are restored at once.
+const FORK_PARALLELISM: usize = 4;
 /// The oldest runsc build the tier runs on (the date in its version): older ones (Debian 12's own)
 /// lack the systrap platform and a working live checkpoint.
 const OLDEST_RUNSC: u32 = 20240101;
@@ -346,16 +349,33 @@ impl GvisorRuntime {
             .with_extension(format!("fork-{}", std::process::id()));
         self.save(paths, id, &image, true).await?;
         let source = self.host.writable_layer(id).await?;
-        let mut made = Vec::with_capacity(clones.len());
-        for spec in clones {
-            let clone = self.clone_from(p, spec, &image, &source.path).await;
-            if clone.is_err() {
-                let _ = self.destroy(&spec.id).await;
-            }
-            made.push(clone);
-        }
+        // The restores overlap (each waits on runsc for much of its time); answers keep their order.
+        // The futures are made up front: a lazily mapping stream would not be `Send` here.
+        let forks: Vec<_> = clones
+            .iter()
+            .map(|spec| self.clone_or_undo(p, spec, &image, &source.path))
+            .collect();
+        let made = futures::stream::iter(forks)
+            .buffered(FORK_PARALLELISM)
+            .collect::<Vec<_>>()
+            .await;
         remove_dir(&image)?;
         Ok(made)
+    }
+
+    /// [`Self::clone_from`], destroying what it made when it fails.
+    async fn clone_or_undo(
+        &self,
+        source: &Persisted,
+        spec: &SandboxSpec,
+        image: &Path,
+        layer: &Path,
+    ) -> Result<SandboxInfo, RuntimeError> {
+        let clone = self.clone_from(source, spec, image, layer).await;
+        if clone.is_err() {
+            let _ = self.destroy(&spec.id).await;
+        }
+        clone
     }
 
     /// One fork: `spec`'s sandbox made with a copy of the source's writable layer `layer` and

@@ -395,7 +395,7 @@ impl Service {
         plan.template = name.to_string();
         plan.resolved = Some(image.clone());
         // A step's layer is the same on every tier; the fastest one builds it.
-        plan.isolation = sandboxd_runtime::Isolation::Namespace;
+        plan.isolation = Some(sandboxd_runtime::Isolation::Namespace);
         let id = crate::sandboxes::random_id("bld", 12);
         self.create_with_id(id.clone(), plan).await?;
         let result = self.run_in(name, &id, ctx, argv).await;

@@ -62,7 +62,8 @@ impl Service {
             start: Some(builtin.start_cmd.to_string()),
             ready: Some(builtin.ready_cmd.to_string()),
         };
-        self.create_template(name, source, None, commands).await
+        self.create_template(name, source, None, commands, None)
+            .await
     }
 
     /// Template `name` once it is ready: built-in templates are built on this first need (or the

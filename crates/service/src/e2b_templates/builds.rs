@@ -312,6 +312,7 @@ impl Service {
                     start: build.start_cmd.filter(|c| !c.trim().is_empty()),
                     ready: build.ready_cmd.filter(|c| !c.trim().is_empty()),
                 },
+                None,
             )
             .await?;
         Ok(record)

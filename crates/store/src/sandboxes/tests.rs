@@ -407,17 +407,38 @@ async fn lifecycle_round_trips_and_resume_needs_pause() {
         auto_pause: true,
         auto_resume: true,
         timeout_ms: 60_000,
+        pause_files_only: false,
     };
     let inserted = w.write(move |tx| tx.insert_sandbox(n)).await.unwrap();
     assert_eq!(inserted.lifecycle.timeout_ms, 60_000);
     assert!(inserted.lifecycle.auto_pause && inserted.lifecycle.auto_resume);
-    let mut n = new_sandbox("r", "", 1);
-    n.lifecycle.auto_resume = true;
-    let refused = w.write(move |tx| tx.insert_sandbox(n)).await;
-    assert!(
-        matches!(&refused, Err(StoreError::Sqlite(e)) if e.to_string().contains("CHECK")),
-        "{refused:?}"
-    );
+    let mut n = new_sandbox("f", "", 1);
+    n.lifecycle.auto_pause = true;
+    n.lifecycle.pause_files_only = true;
+    let inserted = w.write(move |tx| tx.insert_sandbox(n)).await.unwrap();
+    assert!(inserted.lifecycle.pause_files_only);
+    // Resume without pause; a files-only pause without pause, or with auto-resume.
+    let refusals: [fn(&mut Lifecycle); 3] = [
+        |l| l.auto_resume = true,
+        |l| l.pause_files_only = true,
+        |l| {
+            *l = Lifecycle {
+                auto_pause: true,
+                auto_resume: true,
+                timeout_ms: 0,
+                pause_files_only: true,
+            }
+        },
+    ];
+    for (i, refuse) in refusals.into_iter().enumerate() {
+        let mut n = new_sandbox(&format!("r{i}"), "", 1);
+        refuse(&mut n.lifecycle);
+        let refused = w.write(move |tx| tx.insert_sandbox(n)).await;
+        assert!(
+            matches!(&refused, Err(StoreError::Sqlite(e)) if e.to_string().contains("CHECK")),
+            "{i}: {refused:?}"
+        );
+    }
 }
 
 /// The deadline of an auto-pausing sandbox goes only once it is paused and still due; a deadline
@@ -430,6 +451,7 @@ async fn a_paused_deadline_is_dropped_only_when_due() {
         .write(|tx| {
             for (id, auto_pause, state, expires_at) in [
                 ("due", true, SandboxState::Paused, 100),
+                ("stopped", true, SandboxState::Stopped, 100),
                 ("moved", true, SandboxState::Paused, 200),
                 ("running", true, SandboxState::Running, 100),
                 ("kill", false, SandboxState::Paused, 100),
@@ -440,14 +462,14 @@ async fn a_paused_deadline_is_dropped_only_when_due() {
                 n.lifecycle.auto_pause = auto_pause;
                 tx.insert_sandbox(n)?;
             }
-            ["due", "moved", "running", "kill", "absent"]
+            ["due", "stopped", "moved", "running", "kill", "absent"]
                 .map(|id| tx.drop_paused_deadline(id, 150))
                 .into_iter()
                 .collect::<Result<Vec<_>>>()
         })
         .await
         .unwrap();
-    assert_eq!(dropped, [true, false, false, false, false]);
+    assert_eq!(dropped, [true, true, false, false, false, false]);
     let deadlines = store
         .reader()
         .read(|tx| {
