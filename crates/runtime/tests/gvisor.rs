@@ -390,3 +390,52 @@ async fn unfinished_checkpoint_images_are_removed_at_start() {
         "a whole checkpoint stays"
     );
 }
+
+/// A daemon killed mid-pause, after the agent closed its door for the checkpoint and before the
+/// checkpoint was written, leaves a running sandbox nobody can reach; the next runtime's resume
+/// opens the door again, and the same processes answer.
+#[tokio::test]
+async fn a_resume_reopens_the_door_a_cut_short_checkpoint_closed() {
+    if !require_root() || !require_gvisor() {
+        return;
+    }
+    let tf = TieredFixture::new().await;
+    let mut sb = tf
+        .sandbox(Isolation::Gvisor, ResourceLimits::default())
+        .await;
+    let id = sb.info.id().to_string();
+    let looper = start_counting(&sb).await;
+    wait_count_past(&sb, 2).await;
+    // What the dying daemon's pause did: ask init to close the door (`runsc kill ID USR2`).
+    let state = tf.dir.path().join("runtime/sandboxes").join(&id);
+    let asked = std::process::Command::new("runsc")
+        .arg(format!("--root={}", state.join("runsc").display()))
+        .args(["kill", &id, "USR2"])
+        .status()
+        .expect("runsc");
+    assert!(asked.success());
+    let suspended = state.join("shared/suspended");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !suspended.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the door never closed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let cmd = ["/bin/true".to_string()];
+    let knock = sb.client.exec(&cmd, Default::default());
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(2), knock).await;
+    assert!(
+        !matches!(answered, Ok(Ok(_))),
+        "nothing answers behind a closed door"
+    );
+    let again = TieredFixture::reopen(&tf).await;
+    again.tiers.resume(&id).await.unwrap();
+    let info = again.tiers.inspect(&id).await.unwrap().unwrap();
+    assert_eq!(info.state, RuntimeState::Running);
+    sb.restarted(info);
+    let same = sb.sh(&format!("test -d /proc/{looper} && echo same")).await;
+    assert_eq!(text(&same.stdout), "same\n", "the loop is the same process");
+    again.tiers.destroy(&id).await.unwrap();
+}

@@ -301,17 +301,11 @@ mod tests {
             .unwrap()
     }
 
-    /// At its deadline an auto-pausing sandbox is paused and loses its deadline, once however often
-    /// the sweep runs; a resume gives it its timeout again. A plain sandbox is deleted as before.
-    #[tokio::test]
-    async fn the_deadline_pauses_once_and_a_resume_restores_the_timeout() {
-        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
-        let sb = auto_pausing(&t, false).await;
-        let plain = t.svc.create(api::CreateSandbox::default()).await.unwrap();
-        // Both deadlines are due now.
+    /// Makes the deadlines of `ids` due now, then runs the expiry sweep three times.
+    async fn expire_now(t: &TestService, ids: &[&str]) {
         let now = unix_millis_now();
-        for id in [&sb.id, &plain.id] {
-            let id = id.clone();
+        for id in ids {
+            let id = id.to_string();
             t.svc
                 .writer()
                 .write(move |tx| tx.set_expires_at(&id, Some(now), now))
@@ -321,6 +315,17 @@ mod tests {
         for _ in 0..3 {
             t.svc.sweep_expired().await.unwrap();
         }
+    }
+
+    /// At its deadline an auto-pausing sandbox is paused and loses its deadline, once however often
+    /// the sweep runs; a resume gives it its timeout again. A plain sandbox is deleted as before.
+    #[tokio::test]
+    async fn the_deadline_pauses_once_and_a_resume_restores_the_timeout() {
+        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
+        let sb = auto_pausing(&t, false).await;
+        let plain = t.svc.create(api::CreateSandbox::default()).await.unwrap();
+        // Both deadlines are due now.
+        expire_now(&t, &[&sb.id, &plain.id]).await;
         let paused = t.svc.get(&sb.id).await.unwrap();
         assert_eq!(paused.state, SandboxState::Paused);
         assert_eq!(paused.expires_at, None);
@@ -378,16 +383,7 @@ mod tests {
             .await
             .unwrap();
         assert!(sb.lifecycle.pause_files_only);
-        let now = unix_millis_now();
-        let id = sb.id.clone();
-        t.svc
-            .writer()
-            .write(move |tx| tx.set_expires_at(&id, Some(now), now))
-            .await
-            .unwrap();
-        for _ in 0..3 {
-            t.svc.sweep_expired().await.unwrap();
-        }
+        expire_now(&t, &[&sb.id]).await;
         let stopped = t.svc.get(&sb.id).await.unwrap();
         assert_eq!(stopped.state, SandboxState::Stopped);
         assert_eq!(stopped.expires_at, None);

@@ -415,6 +415,31 @@ impl GvisorRuntime {
         self.host.info(&p)
     }
 
+    /// Has the agent of running sandbox `paths` open its door again if it closed it for a checkpoint
+    /// that never finished (the daemon that asked died meanwhile), and waits until it listens.
+    async fn reopen_door(&self, paths: &SandboxPaths) -> Result<(), RuntimeError> {
+        let suspended = paths.shared().join(SUSPENDED_MARKER);
+        if !suspended.exists() {
+            return Ok(());
+        }
+        touch(&paths.shared().join(RESUME_MARKER))?;
+        let socket = paths.agent_socket(Isolation::Gvisor);
+        let deadline = tokio::time::Instant::now() + SUSPEND_TIMEOUT;
+        // Init takes both markers away, then listens again.
+        while suspended.exists() || tokio::net::UnixStream::connect(&socket).await.is_err() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(RuntimeError::Boot {
+                    stage: "resume".into(),
+                    message: format!(
+                        "the agent did not open its door again within {SUSPEND_TIMEOUT:?}"
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
     /// Runs a short runsc command on sandbox `paths`' state; its output is the error when it fails.
     async fn runsc_quick(&self, paths: &SandboxPaths, args: &[&str]) -> Result<(), RuntimeError> {
         let mut cmd = self.runsc.command(&paths.runsc_root());
@@ -726,10 +751,12 @@ impl Runtime for GvisorRuntime {
         self.checkpoint(&paths, &p).await
     }
 
-    /// Restores a sandbox paused with memory under the same identity; thaws one frozen in place.
+    /// Restores a sandbox paused with memory under the same identity; thaws one frozen in place,
+    /// and opens the door of one whose checkpoint was cut short (a daemon killed mid-pause).
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
-        let (_, p) = self.load_gvisor(id)?;
+        let (paths, p) = self.load_gvisor(id)?;
         if p.live_pid().is_some() {
+            self.reopen_door(&paths).await?;
             return self.host.resume(id).await;
         }
         if !self.checkpoint_dir(id).is_dir() {
