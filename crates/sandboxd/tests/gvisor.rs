@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{e2e, id_of, Daemon};
+use common::{assert_agree, e2e, id_of, in_background, restart_and_reconcile, runtime_ids, Daemon};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -191,6 +191,61 @@ fn sbx_forks_a_gvisor_sandbox_and_refuses_a_namespace_one() {
                 daemon.delete(&format!("/v1/sandboxes/{id}")).await.status(),
                 204
             );
+        }
+    });
+}
+
+/// Invariant: a fork killed after its copies were restored, before they were recorded running,
+/// leaves no half copy: after a restart and a reconcile the copies are settled with a reason, and
+/// nothing of them is left on the host (runsc processes, runtime directory, layer, cgroup, slot);
+/// the source runs on and answers.
+#[test]
+fn a_fork_killed_mid_way_leaves_no_half_copy() {
+    if !require_gvisor() {
+        return;
+    }
+    e2e(|| async {
+        let mut d =
+            Daemon::start_with(&[], &[("FAILPOINTS", "fork.after-restore=return(60000)")]).await;
+        let source = id_of(
+            &d.create(json!({ "isolation": "gvisor", "timeoutSec": 600 }))
+                .await,
+        );
+        let path = format!("/v1/sandboxes/{source}/fork");
+        let hung = in_background(&d, |c, url| {
+            c.post(format!("{url}{path}")).json(&json!({ "count": 2 }))
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !d.log_tail(200).contains("holding at a failpoint") {
+            assert!(
+                Instant::now() < deadline,
+                "the fork never reached its failpoint"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let forks: Vec<String> = runtime_ids(&d)
+            .into_iter()
+            .filter(|id| *id != source)
+            .collect();
+        assert_eq!(forks.len(), 2, "{forks:?}");
+        let running = |id: &str| {
+            std::process::Command::new("pgrep")
+                .args(["-f", &format!("runsc.* {id}$")])
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        };
+        assert!(forks.iter().all(|f| running(f)), "the copies run");
+        d.kill9();
+        assert!(
+            hung.await.unwrap().is_err(),
+            "the fork cannot have answered"
+        );
+        restart_and_reconcile(&mut d).await;
+        assert_agree(&d, &[&source]).await;
+        for f in &forks {
+            assert!(d.remains(f).is_empty(), "left of {f}: {:?}", d.remains(f));
+            assert!(!running(f), "a runsc process of {f} outlived the reconcile");
         }
     });
 }

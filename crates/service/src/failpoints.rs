@@ -12,6 +12,7 @@
 //! | `idempotency.before-complete` | the work done; its claim not yet completed |
 //! | `callback.before-apply` | an agent's event received; nothing written |
 //! | `callback.after-apply` | the event's change committed; not yet answered |
+//! | `fork.after-restore` | fork rows `creating` with their slots; the runtime restored the copies, which run; none recorded running yet |
 //! | `expiry.after-pause` | an auto-pausing sandbox paused at its deadline; the deadline not yet dropped |
 //! | `domain.bind-write` | a custom hostname bound in the cluster log; `return` fails its local write |
 //! | `agent.exit-before-ready` (runtime) | `return`: the booting agent exits before its first call home |

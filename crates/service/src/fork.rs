@@ -131,6 +131,7 @@ impl Service {
             Ok(made) => made,
             Err(e) => return Err(self.undo_forks(&rows, e.into()).await),
         };
+        crate::failpoints::hold("fork.after-restore").await;
         let mut results = Vec::with_capacity(made.len());
         for (row, made) in rows.iter().zip(made) {
             results.push(match made {
