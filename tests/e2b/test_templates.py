@@ -207,6 +207,33 @@ def test_from_a_private_registry_image():
     assert Sandbox.delete_snapshot(alias) is True
 
 
+def test_a_template_is_the_users_to_write():
+    # As in E2B, steps run as `user`: what a template copies without naming a user, and the
+    # directory set_workdir makes, are the user's, so the sandbox's default user can write there
+    # (the SDK's own example copies into /home/user/, which must stay the user's home).
+    ctx = context_dir()
+    template = (
+        Template(file_context_path=ctx)
+        .from_template("base")
+        .copy("tool.sh", "/app/")
+        .copy("tool.sh", "/home/user/")
+        .set_workdir("/app")
+        .set_workdir("/work/area")
+    )
+    alias = f"as-user-{RUN}"
+    Template.build(template, alias)
+    sbx = new_sandbox(alias)
+    try:
+        r = sbx.commands.run(
+            "echo x > /app/state.txt && echo y > /home/user/new.txt && touch /work/area/f && pwd && id -un"
+        )
+        assert r.stdout == "/work/area\nuser\n", repr(r.stdout)
+        assert sbx.files.read("/app/state.txt") == "x\n"
+    finally:
+        sbx.kill()
+    assert Sandbox.delete_snapshot(alias) is True
+
+
 def test_start_cmd_runs_and_create_waits_for_ready():
     from e2b import wait_for_port
 

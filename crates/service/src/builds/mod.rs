@@ -6,7 +6,8 @@
 //!   steps before it left it; when its command exits 0 the sandbox is stopped and its writable layer
 //!   packed into an OCI layer tar (`sandboxd_images::pack`) and installed through the hardened
 //!   unpacker like any pulled layer; then the sandbox is deleted. A COPY/ADD layer is a tar of the
-//!   selected context files ([`context`]).
+//!   selected context files ([`context`]); a WORKDIR layer holds the directory, owned by the
+//!   current USER as BuildKit makes it (root, `user` or a numeric id; root for other names).
 //! - **Cached by (parent, instruction, inputs).** A step's key chains the previous layer (or the
 //!   base image), the parser's step key (the instruction with its substituted values and, for RUN,
 //!   the ENV/ARG it sees) and, for COPY/ADD, a digest of the context files it copies. A key the cache
@@ -190,10 +191,17 @@ impl Service {
                     }
                     Instruction::Workdir(dir) => {
                         state.config.working_dir = Some(dir.clone());
-                        let key = step_key(&state.parent, step.cache_key(), "");
+                        // Made for the current USER, as BuildKit does (root when it names one the
+                        // builder cannot resolve); a user's owner is part of the step's key.
+                        let owner = context::owner(state.config.user.as_deref()).unwrap_or((0, 0));
+                        let inputs = match owner {
+                            (0, 0) => String::new(),
+                            (uid, gid) => format!("{uid}:{gid}"),
+                        };
+                        let key = step_key(&state.parent, step.cache_key(), &inputs);
                         if !self.use_cache(name, &key, &mut state).await? {
                             let tar =
-                                context::layer_tar(&[], (0, 0), None, std::slice::from_ref(dir))?;
+                                context::layer_tar(&[], owner, None, std::slice::from_ref(dir))?;
                             let layer = self.install_tar(tar).await?;
                             self.add_layer(&key, layer, &mut state).await?;
                         }

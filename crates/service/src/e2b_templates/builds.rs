@@ -147,6 +147,10 @@ pub fn dockerfile_of(build: &E2bBuild, nonce: &str) -> Result<Translated, Servic
                 let mut flags = String::new();
                 if !arg(2).is_empty() {
                     flags.push_str(&format!("--chown={} ", plain_word("COPY's user", arg(2))?));
+                } else if crate::builds::context::owner(Some(&user)).is_ok() {
+                    // E2B copies as the current user (`user` unless set_user said otherwise), so
+                    // what a template copies into `/app/` or `/home/user/` is that user's to write.
+                    flags.push_str(&format!("--chown={user} "));
                 }
                 if !arg(3).is_empty() {
                     flags.push_str(&format!("--chmod={} ", plain_word("COPY's mode", arg(3))?));

@@ -90,6 +90,13 @@ fn the_e2b_base_image_is_base_and_forced_steps_get_fresh_inputs() {
     b.start_cmd = Some("python app.py".into());
     let t = dockerfile_of(&b, "n0nce").unwrap();
     assert!(t.dockerfile.contains("FROM base\n"), "{}", t.dockerfile);
+    // A COPY that names no user copies as the current one (`user` by default).
+    assert!(
+        t.dockerfile
+            .contains(r#"COPY --chown=user ["step-1-n0nce/a","/a"]"#),
+        "{}",
+        t.dockerfile
+    );
     assert!(t.dockerfile.contains("ARG E2B_FORCE_1=n0nce\n"));
     assert_eq!(t.copies[0].0, "step-1-n0nce");
     assert!(t
