@@ -530,8 +530,12 @@ impl GvisorRuntime {
                 .identity
                 .map(|id| serde_json::to_vec(id).unwrap_or_default())
                 .unwrap_or_default();
+            // Whole or absent: init acts on the marker as soon as it exists, and a word read half
+            // written would reopen a fork's door under its source's token.
             let marker = paths.shared().join(RESUME_MARKER);
-            std::fs::write(&marker, word).map_err(RuntimeError::io("write", &marker))?;
+            let written = marker.with_extension("new");
+            std::fs::write(&written, word).map_err(RuntimeError::io("write", &written))?;
+            std::fs::rename(&written, &marker).map_err(RuntimeError::io("rename", &marker))?;
         }
         let pid: i32 = std::fs::read_to_string(&pid_file)
             .map_err(RuntimeError::io("read", &pid_file))?
