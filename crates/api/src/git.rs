@@ -223,7 +223,8 @@ mod tests {
     /// where a remote is involved.
     #[test]
     fn the_git_routes_are_documented() {
-        let doc = crate::openapi::document(&sandboxd_service::ServiceConfig::default());
+        let doc =
+            crate::openapi::document(&sandboxd_service::ServiceConfig::default(), &["namespace"]);
         let base = "/v1/sandboxes/{id}/git";
         let routes = [
             ("clone", "post", "git_clone", "201"),

@@ -183,7 +183,8 @@ pub fn router(
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
         .route("/v1/openapi.json", {
-            let doc = Arc::new(openapi::document(service.config()));
+            let tiers: Vec<&str> = service.offered_tiers().iter().map(|t| t.as_str()).collect();
+            let doc = Arc::new(openapi::document(service.config(), &tiers));
             get(move || async move { Json(doc.as_ref().clone()) })
         })
         .route(

@@ -231,6 +231,14 @@ impl Service {
         })
     }
 
+    /// The isolation tiers this daemon's runtime offers.
+    pub fn offered_tiers(&self) -> Vec<Isolation> {
+        Isolation::ALL
+            .into_iter()
+            .filter(|tier| self.runtime().offers(*tier).is_ok())
+            .collect()
+    }
+
     /// The tier `asked` names (the daemon's default when none), if the runtime offers it: an
     /// unknown name or a tier this host lacks is the client's 400, saying why.
     pub(crate) fn check_isolation(&self, asked: Option<&str>) -> Result<Isolation, ServiceError> {

@@ -91,7 +91,8 @@ mod tests {
     /// sandbox's create links to its commands.
     #[test]
     fn every_link_resolves() {
-        let doc = super::super::document(&sandboxd_service::ServiceConfig::default());
+        let doc =
+            super::super::document(&sandboxd_service::ServiceConfig::default(), &["namespace"]);
         let mut count = 0;
         for item in doc["paths"].as_object().unwrap().values() {
             for op in item.as_object().unwrap().values() {

@@ -31,12 +31,13 @@ use sandboxd_service::ServiceConfig;
 use serde_json::Value;
 use utoipa::openapi::{path::Operation, ContentBuilder, Ref, ResponseBuilder};
 
-/// The document `/v1/openapi.json` serves for a daemon configured as `config`: the generated one
-/// with this daemon's limits ([`requests`]) and the links between operations ([`links`]).
-pub fn document(config: &ServiceConfig) -> Value {
+/// The document `/v1/openapi.json` serves for a daemon configured as `config` whose runtime offers
+/// the isolation tiers `tiers`: the generated one with this daemon's limits ([`requests`]) and the
+/// links between operations ([`links`]).
+pub fn document(config: &ServiceConfig, tiers: &[&str]) -> Value {
     use utoipa::OpenApi;
     let mut doc = serde_json::to_value(crate::ApiDoc::openapi()).expect("the document serializes");
-    requests::constrain(&mut doc, config);
+    requests::constrain(&mut doc, config, tiers);
     links::link_creates(&mut doc);
     unique_operation_ids(&mut doc);
     doc
@@ -79,12 +80,13 @@ fn for_each_operation(doc: &mut Value, mut f: impl FnMut(&mut Value)) {
 }
 
 /// The operations the sandbox's agent carries out (path, method).
-pub const AGENT_OPERATIONS: [(&str, &str); 7] = [
+pub const AGENT_OPERATIONS: [(&str, &str); 8] = [
     ("/v1/sandboxes/{id}/exec", "post"),
     ("/v1/sandboxes/{id}/exec/stream", "post"),
     ("/v1/sandboxes/{id}/code", "post"),
     ("/v1/sandboxes/{id}/files", "get"),
     ("/v1/sandboxes/{id}/files", "put"),
+    ("/v1/sandboxes/{id}/files", "delete"),
     ("/v1/sandboxes/{id}/files/list", "get"),
     ("/v1/sandboxes/{id}/ports", "post"),
 ];
@@ -186,7 +188,7 @@ mod tests {
     /// Every operation has an id of its own; the sandboxes' keep their handlers' names.
     #[test]
     fn operation_ids_are_unique() {
-        let doc = super::document(&sandboxd_service::ServiceConfig::default());
+        let doc = super::document(&sandboxd_service::ServiceConfig::default(), &["namespace"]);
         let mut ids = std::collections::BTreeSet::new();
         for item in doc["paths"].as_object().unwrap().values() {
             for op in item.as_object().unwrap().values() {
@@ -268,6 +270,8 @@ mod tests {
             pause["409"]["description"],
             "already paused, or not running"
         );
-        assert!(pause["413"].is_null(), "no body, no 413");
+        assert!(pause["413"].is_object(), "a pause takes a body (its mode)");
+        let resume = &doc["paths"]["/v1/sandboxes/{id}/resume"]["post"]["responses"];
+        assert!(resume["413"].is_null(), "no body, no 413");
     }
 }

@@ -7,8 +7,9 @@ use super::shapes::*;
 use sandboxd_service::ServiceConfig;
 use serde_json::{json, Value};
 
-/// Writes the limits of a daemon configured as `config` into `doc`.
-pub(super) fn constrain(doc: &mut Value, config: &ServiceConfig) {
+/// Writes the limits of a daemon configured as `config`, offering isolation tiers `tiers`, into
+/// `doc`.
+pub(super) fn constrain(doc: &mut Value, config: &ServiceConfig, tiers: &[&str]) {
     let schemas = &mut doc["components"]["schemas"];
     let env = json!({"type": ["object", "null"], "propertyNames": {"pattern": ENV_NAME},
         "additionalProperties": {"type": "string", "pattern": NO_NUL}});
@@ -58,11 +59,24 @@ pub(super) fn constrain(doc: &mut Value, config: &ServiceConfig) {
         {"if": {"properties": {"registryAuth": {"type": "object"}}, "required": ["registryAuth"]},
          "then": image_given},
     ]);
+    // A tier this daemon offers, for a sandbox and for a template's sandboxes.
+    let tier =
+        json!({"enum": tiers.iter().map(|t| json!(t)).chain([Value::Null]).collect::<Vec<_>>()});
+    patch(&mut create["properties"]["isolation"], tier.clone());
     patch(
-        &mut schemas["Lifecycle"],
-        json!({"if": {"properties": {"autoResume": {"const": true}}, "required": ["autoResume"]},
-               "then": {"properties": {"onTimeout": {"const": "pause"}}, "required": ["onTimeout"]}}),
+        &mut schemas["CreateTemplate"]["properties"]["isolation"],
+        tier,
     );
+    // Auto-resume, and an auto-pause that keeps only the files, are for a timeout that pauses;
+    // the two do not go together.
+    let pausing =
+        json!({"properties": {"onTimeout": {"const": "pause"}}, "required": ["onTimeout"]});
+    schemas["Lifecycle"]["allOf"] = json!([
+        {"if": {"properties": {"autoResume": {"const": true}}, "required": ["autoResume"]},
+         "then": pausing},
+        {"if": {"properties": {"pauseMode": {"const": "filesystem"}}, "required": ["pauseMode"]},
+         "then": {"allOf": [pausing, {"properties": {"autoResume": {"const": false}}}]}},
+    ]);
     for list in ["allowOut", "denyOut"] {
         patch(
             &mut schemas["NetworkPolicy"]["properties"][list],
@@ -161,6 +175,10 @@ pub(super) fn constrain(doc: &mut Value, config: &ServiceConfig) {
     ]);
     // Parameters.
     let paths = &mut doc["paths"];
+    // Bodies whose every field has a default: an empty request may leave them out.
+    for path in ["/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/fork"] {
+        paths[path]["post"]["requestBody"]["required"] = json!(false);
+    }
     for (path, method, file) in [
         ("/v1/sandboxes/{id}/files", "get", false),
         ("/v1/sandboxes/{id}/files", "put", true),
@@ -261,17 +279,27 @@ mod tests {
             max_memory_mb: 2048,
             ..ServiceConfig::default()
         };
-        let doc = super::super::document(&config);
+        let doc = super::super::document(&config, &["namespace"]);
         let create = &doc["components"]["schemas"]["CreateSandbox"]["properties"];
         assert_eq!(create["cpu"]["maximum"], 3.0);
+        // Only the tiers the runtime offers.
+        assert_eq!(create["isolation"]["enum"], json!(["namespace", null]));
         assert_eq!(create["memoryMB"]["maximum"], 2048);
         assert_eq!(create["memoryMB"]["minimum"], 32);
         assert!(create["diskMB"].is_null(), "no quota backend, no diskMB");
-        let with_quota = super::super::document(&ServiceConfig {
-            disk_quota: true,
-            max_disk_mb: 4096,
-            ..ServiceConfig::default()
-        });
+        let with_quota = super::super::document(
+            &ServiceConfig {
+                disk_quota: true,
+                max_disk_mb: 4096,
+                ..ServiceConfig::default()
+            },
+            &["namespace", "gvisor"],
+        );
+        let tiers = &with_quota["components"]["schemas"]["CreateTemplate"]["properties"];
+        assert_eq!(
+            tiers["isolation"]["enum"],
+            json!(["namespace", "gvisor", null])
+        );
         let disk = &with_quota["components"]["schemas"]["CreateSandbox"]["properties"]["diskMB"];
         assert_eq!(
             (disk["minimum"].as_u64(), disk["maximum"].as_u64()),
