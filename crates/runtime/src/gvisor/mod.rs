@@ -292,18 +292,10 @@ impl GvisorRuntime {
         let saved = async {
             self.runsc_quick(paths, &["kill", id, SUSPEND_SIGNAL])
                 .await?;
-            let deadline = tokio::time::Instant::now() + SUSPEND_TIMEOUT;
-            while !suspended.exists() {
-                if tokio::time::Instant::now() > deadline {
-                    return Err(RuntimeError::Boot {
-                        stage: "suspend".into(),
-                        message: format!(
-                            "the agent did not close its sockets within {SUSPEND_TIMEOUT:?}"
-                        ),
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            wait_for_agent("suspend", "close its sockets", || async {
+                suspended.exists()
+            })
+            .await?;
             let path = format!("--image-path={}", image.display());
             let mut cmd = self.runsc.command(&paths.runsc_root());
             // Uncompressed, without the zero pages: a pause and its resume are bound by how
@@ -424,20 +416,11 @@ impl GvisorRuntime {
         }
         touch(&paths.shared().join(RESUME_MARKER))?;
         let socket = paths.agent_socket(Isolation::Gvisor);
-        let deadline = tokio::time::Instant::now() + SUSPEND_TIMEOUT;
         // Init takes both markers away, then listens again.
-        while suspended.exists() || tokio::net::UnixStream::connect(&socket).await.is_err() {
-            if tokio::time::Instant::now() > deadline {
-                return Err(RuntimeError::Boot {
-                    stage: "resume".into(),
-                    message: format!(
-                        "the agent did not open its door again within {SUSPEND_TIMEOUT:?}"
-                    ),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        Ok(())
+        wait_for_agent("resume", "open its door again", || async {
+            !suspended.exists() && tokio::net::UnixStream::connect(&socket).await.is_ok()
+        })
+        .await
     }
 
     /// Runs a short runsc command on sandbox `paths`' state; its output is the error when it fails.
@@ -607,6 +590,26 @@ async fn copy_layer(from: &Path, to: &Path) -> Result<(), RuntimeError> {
 }
 
 /// Creates the empty file `path`.
+/// Polls `done` every 2 ms until it holds; when [`SUSPEND_TIMEOUT`] passes first, a boot error of
+/// `stage` saying the agent did not `what` in time.
+async fn wait_for_agent<F, Fut>(stage: &str, what: &str, mut done: F) -> Result<(), RuntimeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + SUSPEND_TIMEOUT;
+    while !done().await {
+        if tokio::time::Instant::now() > deadline {
+            return Err(RuntimeError::Boot {
+                stage: stage.into(),
+                message: format!("the agent did not {what} within {SUSPEND_TIMEOUT:?}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
 fn touch(path: &Path) -> Result<(), RuntimeError> {
     std::fs::File::create(path)
         .map(drop)
