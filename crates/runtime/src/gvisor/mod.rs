@@ -27,6 +27,7 @@
 pub(crate) mod bundle;
 pub mod launch;
 pub mod netns;
+mod steps;
 
 use crate::namespace::state::{Persisted, SandboxPaths};
 use crate::namespace::{limits, mkdir_owned, NamespaceRuntime};
@@ -41,6 +42,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use steps::{copy_layer, remove_dir, remove_file, run_to_end, sync_dir, touch, wait_for_agent};
 
 /// Where a gVisor sandbox sees its `shared/` directory (its agent's socket is made there).
 pub const SHARED_DIR: &str = "/.sandboxd/shared";
@@ -542,109 +544,6 @@ impl GvisorRuntime {
         }
         Ok(pid)
     }
-}
-
-/// Runs `cmd` to its end within `limit`; a failure carries its standard error.
-async fn run_to_end(
-    cmd: std::process::Command,
-    limit: Duration,
-    what: &str,
-) -> Result<(), RuntimeError> {
-    let mut cmd = tokio::process::Command::from(cmd);
-    cmd.stdin(std::process::Stdio::null()).kill_on_drop(true);
-    let output = tokio::time::timeout(limit, cmd.output())
-        .await
-        .map_err(|_| RuntimeError::Host(format!("{what} did not finish within {limit:?}")))?
-        .map_err(RuntimeError::Spawn)?;
-    if output.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let first = stderr.lines().next().unwrap_or_default();
-    Err(RuntimeError::Host(format!(
-        "{what} failed ({}): {first}",
-        output.status
-    )))
-}
-
-/// Copies the writable layer `from` into `to` (empty), keeping owners, modes, links and overlay
-/// whiteouts; shares the data blocks where the filesystem can (reflinks on btrfs and XFS).
-async fn copy_layer(from: &Path, to: &Path) -> Result<(), RuntimeError> {
-    let mut cmd = tokio::process::Command::new("cp");
-    cmd.arg("-a")
-        .arg("--reflink=auto")
-        .arg("--")
-        .arg(from.join("."))
-        .arg(to)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let output = cmd.output().await.map_err(RuntimeError::Spawn)?;
-    if output.status.success() {
-        return Ok(());
-    }
-    Err(RuntimeError::Host(format!(
-        "copying the writable layer {} failed: {}",
-        from.display(),
-        String::from_utf8_lossy(&output.stderr).trim()
-    )))
-}
-
-/// Creates the empty file `path`.
-/// Polls `done` every 2 ms until it holds; when [`SUSPEND_TIMEOUT`] passes first, a boot error of
-/// `stage` saying the agent did not `what` in time.
-async fn wait_for_agent<F, Fut>(stage: &str, what: &str, mut done: F) -> Result<(), RuntimeError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + SUSPEND_TIMEOUT;
-    while !done().await {
-        if tokio::time::Instant::now() > deadline {
-            return Err(RuntimeError::Boot {
-                stage: stage.into(),
-                message: format!("the agent did not {what} within {SUSPEND_TIMEOUT:?}"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    Ok(())
-}
-
-fn touch(path: &Path) -> Result<(), RuntimeError> {
-    std::fs::File::create(path)
-        .map(drop)
-        .map_err(RuntimeError::io("create", path))
-}
-
-fn remove_file(path: &Path) -> Result<(), RuntimeError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(RuntimeError::io("remove", path)(e)),
-    }
-}
-
-fn remove_dir(path: &Path) -> Result<(), RuntimeError> {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(RuntimeError::io("remove", path)(e)),
-    }
-}
-
-/// Syncs every file directly in `dir`, then `dir` itself.
-fn sync_dir(dir: &Path) -> Result<(), RuntimeError> {
-    for entry in std::fs::read_dir(dir).map_err(RuntimeError::io("list", dir))? {
-        let path = entry.map_err(RuntimeError::io("list", dir))?.path();
-        if path.is_file() {
-            std::fs::File::open(&path)
-                .and_then(|f| f.sync_all())
-                .map_err(RuntimeError::io("sync", &path))?;
-        }
-    }
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(RuntimeError::io("sync", dir))
 }
 
 #[async_trait::async_trait]

@@ -1,0 +1,115 @@
+//! The small host-side steps the gVisor runtime's flows are made of: running runsc to its end,
+//! copying a writable layer, waiting on the agent's markers, and files made, removed and synced
+//! without caring whether they were there.
+
+use super::SUSPEND_TIMEOUT;
+use crate::RuntimeError;
+use std::path::Path;
+use std::time::Duration;
+
+/// Runs `cmd` to its end within `limit`; a failure carries its standard error.
+pub(super) async fn run_to_end(
+    cmd: std::process::Command,
+    limit: Duration,
+    what: &str,
+) -> Result<(), RuntimeError> {
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.stdin(std::process::Stdio::null()).kill_on_drop(true);
+    let output = tokio::time::timeout(limit, cmd.output())
+        .await
+        .map_err(|_| RuntimeError::Host(format!("{what} did not finish within {limit:?}")))?
+        .map_err(RuntimeError::Spawn)?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let first = stderr.lines().next().unwrap_or_default();
+    Err(RuntimeError::Host(format!(
+        "{what} failed ({}): {first}",
+        output.status
+    )))
+}
+
+/// Copies the writable layer `from` into `to` (empty), keeping owners, modes, links and overlay
+/// whiteouts; shares the data blocks where the filesystem can (reflinks on btrfs and XFS).
+pub(super) async fn copy_layer(from: &Path, to: &Path) -> Result<(), RuntimeError> {
+    let mut cmd = tokio::process::Command::new("cp");
+    cmd.arg("-a")
+        .arg("--reflink=auto")
+        .arg("--")
+        .arg(from.join("."))
+        .arg(to)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = cmd.output().await.map_err(RuntimeError::Spawn)?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(RuntimeError::Host(format!(
+        "copying the writable layer {} failed: {}",
+        from.display(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    )))
+}
+
+/// Polls `done` every 2 ms until it holds; when [`SUSPEND_TIMEOUT`] passes first, a boot error of
+/// `stage` saying the agent did not `what` in time.
+pub(super) async fn wait_for_agent<F, Fut>(
+    stage: &str,
+    what: &str,
+    mut done: F,
+) -> Result<(), RuntimeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + SUSPEND_TIMEOUT;
+    while !done().await {
+        if tokio::time::Instant::now() > deadline {
+            return Err(RuntimeError::Boot {
+                stage: stage.into(),
+                message: format!("the agent did not {what} within {SUSPEND_TIMEOUT:?}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+/// Creates the empty file `path`.
+pub(super) fn touch(path: &Path) -> Result<(), RuntimeError> {
+    std::fs::File::create(path)
+        .map(drop)
+        .map_err(RuntimeError::io("create", path))
+}
+
+pub(super) fn remove_file(path: &Path) -> Result<(), RuntimeError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RuntimeError::io("remove", path)(e)),
+    }
+}
+
+pub(super) fn remove_dir(path: &Path) -> Result<(), RuntimeError> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RuntimeError::io("remove", path)(e)),
+    }
+}
+
+/// Syncs every file directly in `dir`, then `dir` itself.
+pub(super) fn sync_dir(dir: &Path) -> Result<(), RuntimeError> {
+    for entry in std::fs::read_dir(dir).map_err(RuntimeError::io("list", dir))? {
+        let path = entry.map_err(RuntimeError::io("list", dir))?.path();
+        if path.is_file() {
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(RuntimeError::io("sync", &path))?;
+        }
+    }
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(RuntimeError::io("sync", dir))
+}
