@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod http;
+
 use crate::common::{run_serially, Auth, Daemon, Setup};
 use sandboxd_test_support::workspace_root;
 use std::future::Future;
