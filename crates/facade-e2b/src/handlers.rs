@@ -166,13 +166,8 @@ pub async fn pause(
         Some(false) => PauseMode::Filesystem,
         _ => PauseMode::Memory,
     };
-    let sandbox = visible(&service, &id).await?;
-    if sandbox.state == SandboxState::Stopped {
-        return Err(E2bError::new(
-            StatusCode::CONFLICT,
-            format!("sandbox {id} is already paused"),
-        ));
-    }
+    visible(&service, &id).await?;
+    // A sandbox paused either way is a conflict for both modes (`Service::pause_with`).
     service.pause_with(&id, mode).await?;
     Ok(StatusCode::NO_CONTENT)
 }
