@@ -70,6 +70,44 @@ try {
   assert.equal((await call("DELETE", `/v1/sandboxes/${other.id}`)).status, 204);
   await page.locator(`#sandboxes tr[data-id="${other.id}"]`).waitFor({ state: "detached" });
 
+  // Volumes: made on their page; a sandbox's page shows what it mounts; deleted once unmounted.
+  const go = (hash) => page.evaluate((h) => { location.hash = h; }, hash);
+  await go("#/volumes");
+  await page.fill("#create-volume input[name=name]", "console-vol");
+  await page.click("#create-volume button[type=submit]");
+  const volumeRow = page.locator('#volumes tr[data-id="console-vol"]');
+  await volumeRow.waitFor();
+  await shot("volume-created");
+  const mounted = await (await call("POST", "/v1/sandboxes", { volumes: [{ name: "console-vol", path: "/data" }] })).json();
+  await go(`#/sandbox/${mounted.id}`);
+  await page.locator("#mounts", { hasText: "console-vol at /data" }).waitFor();
+  await shot("mounts");
+  assert.equal((await call("DELETE", `/v1/sandboxes/${mounted.id}`)).status, 204);
+  await go("#/volumes");
+  await volumeRow.waitFor();
+  page.once("dialog", (d) => d.accept());
+  await volumeRow.locator("button.danger").click();
+  await volumeRow.waitFor({ state: "detached" });
+
+  // Secrets: made on their page with a value typed once; the page shows the name and placeholder,
+  // never the value (no answer carries it); deleted from the page.
+  const secretValue = "sk-console-never-shown-4242";
+  await go("#/secrets");
+  await page.fill("#create-secret input[name=name]", "console_key");
+  await page.fill("#create-secret input[name=value]", secretValue);
+  await page.fill("#create-secret input[name=hosts]", "api.example.com");
+  await page.click("#create-secret button[type=submit]");
+  const secretRow = page.locator('#secrets tr[data-id="console_key"]');
+  await secretRow.waitFor();
+  assert.match(await secretRow.innerText(), /\$\{sandboxd\.secrets\.console_key\}[\s\S]*api\.example\.com/);
+  assert.ok(!(await page.content()).includes(secretValue), "the page shows a secret's value");
+  await shot("secret-created");
+  page.once("dialog", (d) => d.accept());
+  await secretRow.locator("button.danger").click();
+  await secretRow.waitFor({ state: "detached" });
+  await go("#/");
+  await row.waitFor();
+
   // Its page: the terminal answers.
   await row.click();
   await page.locator("#terminal .xterm-rows").waitFor();

@@ -4,7 +4,7 @@
 // is a conflict; exec with exit codes, cwd and env; files both ways, binary-safe; sessions keeping
 // shell state, an async command's logs and its input; a PTY that keeps its shell across
 // connections and resizes; previews refused without their token; stop (no process left) and start
-// with the files kept; delete, then not found.
+// with the files kept; a volume shared by sandboxes, one through a subpath; delete, then not found.
 //
 // Environment: DAYTONA_API_URL (the daemon's URL + `/api`), DAYTONA_API_KEY (a daemon token). Exit
 // status 0 = every check passed. Run by crates/sandboxd/tests/daytona_files.rs.
@@ -151,6 +151,29 @@ const tests = {
     assert.equal(sandbox.state, 'started')
     assert.equal((await sandbox.fs.downloadFile('/home/user/kept.txt')).toString(), 'kept\n')
     assert.equal((await sandbox.process.executeCommand('pgrep -x sleep')).exitCode, 1)
+  },
+
+  async volumesPersistAndMountASubpath() {
+    const name = `ts-vol-${RUN}`
+    const volume = await daytona.volume.get(name, true)
+    assert.equal(volume.name, name)
+    assert.equal(volume.state, 'ready')
+    assert.ok((await daytona.volume.list()).some((v) => v.id === volume.id))
+    const whole = await create({ labels: { suite: RUN }, volumes: [{ volumeId: volume.id, mountPath: '/mnt/whole' }] })
+    const part = await create({
+      labels: { suite: RUN },
+      volumes: [{ volumeId: name, mountPath: '/mnt/part', subpath: 'projects/b' }],
+    })
+    assert.equal((await part.process.executeCommand('echo from-ts > /mnt/part/f && echo ok')).result.trim(), 'ok')
+    assert.equal((await whole.process.executeCommand('cat /mnt/whole/projects/b/f')).result.trim(), 'from-ts')
+    await assert.rejects(daytona.volume.delete(volume), (e) => /mounted/.test(`${e}`))
+    await whole.delete()
+    await part.delete()
+    const later = await create({ labels: { suite: RUN }, volumes: [{ volumeId: volume.id, mountPath: '/data' }] })
+    assert.equal((await later.process.executeCommand('cat /data/projects/b/f')).result.trim(), 'from-ts')
+    await later.delete()
+    await until('the volume is deleted', () => daytona.volume.delete(volume).then(() => true, () => false), 15000)
+    await assert.rejects(daytona.volume.get(name), DaytonaNotFoundError)
   },
 
   async deleteThenNotFound() {

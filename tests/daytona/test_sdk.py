@@ -24,6 +24,7 @@ from daytona import (
     DaytonaNotFoundError,
     DaytonaTimeoutError,
     PtySize,
+    VolumeMount,
 )
 
 RUN = uuid.uuid4().hex[:8]
@@ -432,6 +433,107 @@ def test_an_idle_sandbox_is_stopped_then_deleted():
             break
         assert time.monotonic() < deadline, "auto-delete 0 kept a stopped sandbox"
         time.sleep(0.5)
+
+
+def test_volumes_persist_across_sandboxes_and_mount_a_subpath():
+    """A volume (get(create=True)) mounted whole in one sandbox and by a subpath in another:
+    what one writes the other sees; a sandbox made after both are gone still has the files; a
+    mounted volume is not deleted; after, it is gone."""
+    name = f"dt-vol-{RUN}"
+    vol = DAYTONA.volume.get(name, create=True)
+    assert vol.name == name and vol.state == "ready", vol
+    assert DAYTONA.volume.get(name).id == vol.id
+    assert vol.id in [v.id for v in DAYTONA.volume.list()]
+    whole = DAYTONA.create(CreateSandboxFromSnapshotParams(
+        language="python", labels={"suite": RUN},
+        volumes=[VolumeMount(volume_id=vol.id, mount_path="/mnt/whole")]))
+    part = DAYTONA.create(CreateSandboxFromSnapshotParams(
+        language="python", labels={"suite": RUN},
+        volumes=[VolumeMount(volume_id=name, mount_path="/mnt/part", subpath="projects/a")]))
+    try:
+        r = part.process.exec("echo from-subpath > /mnt/part/file.txt && echo ok")
+        assert r.result.strip() == "ok", r
+        r = whole.process.exec("cat /mnt/whole/projects/a/file.txt")
+        assert r.result.strip() == "from-subpath", r
+        try:
+            DAYTONA.volume.delete(vol)
+            raise AssertionError("a mounted volume was deleted")
+        except DaytonaConflictError:
+            pass
+        except DaytonaError as e:
+            assert "mounted" in str(e), e
+    finally:
+        DAYTONA.delete(whole)
+        DAYTONA.delete(part)
+    later = DAYTONA.create(CreateSandboxFromSnapshotParams(
+        language="python", labels={"suite": RUN},
+        volumes=[VolumeMount(volume_id=vol.id, mount_path="/data")]))
+    try:
+        r = later.process.exec("cat /data/projects/a/file.txt")
+        assert r.result.strip() == "from-subpath", r
+    finally:
+        DAYTONA.delete(later)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            DAYTONA.volume.delete(vol)
+            break
+        except DaytonaError:
+            assert time.monotonic() < deadline, "the volume stayed in use"
+            time.sleep(0.2)
+    try:
+        DAYTONA.volume.get(name)
+        raise AssertionError("a deleted volume was found")
+    except DaytonaNotFoundError:
+        pass
+
+
+def test_secrets_are_write_only_and_an_unknown_one_is_refused():
+    """A secret (allowed hosts, a description) is created, found, paged and updated without its
+    value ever coming back; a taken name is a conflict; a create with `secrets=` naming an unknown
+    secret is refused naming it; after the delete it is not found. (Using one through the egress
+    gateway is tests/daytona/test_secrets.py's.)"""
+    from daytona import CreateSecretParams, UpdateSecretParams
+    # The SDK's secret service raises its API client's exceptions as they are.
+    from daytona_api_client.exceptions import ConflictException, NotFoundException
+
+    name, value = f"dt_key_{RUN}", f"sk-{RUN}-first"
+    made = DAYTONA.secret.create(CreateSecretParams(
+        name=name, value=value, description="for tests", hosts=["API.example.com", "*.example.org"]))
+    try:
+        assert made.hosts == ["api.example.com", "*.example.org"], made
+        assert made.placeholder == "${sandboxd.secrets.%s}" % name, made
+        assert value not in made.model_dump_json(), made
+        assert DAYTONA.secret.get(made.id).name == name
+        changed = DAYTONA.secret.update(made.id, UpdateSecretParams(value=f"sk-{RUN}-second", hosts=["10.0.0.7"]))
+        assert changed.hosts == ["10.0.0.7"] and changed.description == "for tests", changed
+        seen, cursor = [], None
+        while True:
+            page = DAYTONA.secret.list(cursor=cursor, limit=1, name=RUN)
+            seen += [s.name for s in page.items]
+            assert page.total == 1, page
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert seen == [name], seen
+        try:
+            DAYTONA.secret.create(CreateSecretParams(name=name, value="another"))
+            raise AssertionError("a taken name was accepted")
+        except ConflictException as e:
+            assert "exists" in str(e.body), e
+        try:
+            DAYTONA.create(CreateSandboxFromSnapshotParams(
+                language="python", labels={"suite": RUN}, secrets={"OPENAI_API_KEY": f"ghost_{RUN}"}))
+            raise AssertionError("a create naming an unknown secret was accepted")
+        except DaytonaError as e:
+            assert f"ghost_{RUN}" in str(e), e
+    finally:
+        DAYTONA.secret.delete(made.id)
+    try:
+        DAYTONA.secret.get(made.id)
+        raise AssertionError("a deleted secret was found")
+    except NotFoundException:
+        pass
 
 
 def test_delete_then_not_found():

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 import { createRequire } from 'node:module'
-import { CommandExitError, Sandbox, SandboxNotFoundError } from 'e2b'
+import { CommandExitError, Sandbox, SandboxNotFoundError, Volume } from 'e2b'
 
 const run = randomUUID().slice(0, 12)
 const created = new Set()
@@ -371,6 +371,38 @@ const checks = {
       assert.ok(e instanceof SandboxNotFoundError || /not found/i.test(`${e}`), `getInfo of a killed sandbox: ${e}`)
       return true
     })
+  },
+
+  // A volume shared by two sandboxes at once, written through its own API, outliving both; not
+  // destroyed while mounted.
+  async volumes() {
+    const name = `vol-js-${run}`
+    const vol = await Volume.create(name)
+    try {
+      assert.equal(vol.name, name)
+      await vol.makeDir('/seed')
+      const entry = await vol.writeFile('/seed/hello.txt', 'from js')
+      assert.equal(entry.path, '/seed/hello.txt')
+      assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId))
+      const a = await newSandbox('volume-a', { volumeMounts: { '/data': vol } })
+      const b = await newSandbox('volume-b', { volumeMounts: { '/mnt/shared': name } })
+      assert.equal((await a.commands.run('cat /data/seed/hello.txt')).stdout, 'from js')
+      await a.commands.run('echo from-a > /data/note')
+      assert.equal((await b.commands.run('cat /mnt/shared/note')).stdout, 'from-a\n')
+      assert.equal(await vol.readFile('/note'), 'from-a\n')
+      const names = (await vol.list('/')).map((e) => e.name).sort()
+      assert.deepEqual(names, ['note', 'seed'])
+      await assert.rejects(Volume.destroy(vol.volumeId), (e) => /mounted/.test(`${e}`))
+      await a.kill()
+      await b.kill()
+      const c = await newSandbox('volume-c', { volumeMounts: { '/data': vol } })
+      assert.equal((await c.commands.run('cat /data/note')).stdout, 'from-a\n')
+      await c.kill()
+    } finally {
+      const gone = await until(() => Volume.destroy(vol.volumeId).catch(() => false), 15_000)
+      assert.ok(gone, 'the volume could not be destroyed')
+    }
+    assert.ok(!(await Volume.list()).some((v) => v.volumeId === vol.volumeId))
   },
 }
 

@@ -22,7 +22,7 @@ TOOLS = {
     "create_sandbox", "run_command", "run_code", "read_file", "write_file",
     "list_files", "expose_port", "list_sandboxes", "delete_sandbox",
     "git_clone", "git_status", "git_add", "git_commit", "git_branches", "git_checkout", "git_push",
-    "git_pull",
+    "git_pull", "create_volume", "list_volumes",
 }
 
 
@@ -71,6 +71,22 @@ async def exercise(session, via):
     assert "note.txt" in [e["name"] for e in listed["entries"]], listed
     sandboxes = await call(session, "list_sandboxes", {})
     assert sid in [s["id"] for s in sandboxes["sandboxes"]], sandboxes
+
+    # A volume shared by two sandboxes: one writes, the other reads.
+    volume = await call(session, "create_volume", {"name": f"mcp-{via}"})
+    assert volume["name"] == f"mcp-{via}", volume
+    listed_volumes = await call(session, "list_volumes", {})
+    assert volume["id"] in [v["id"] for v in listed_volumes["volumes"]], listed_volumes
+    mounts = [{"name": f"mcp-{via}", "path": "/data"}]
+    first = await call(session, "create_sandbox", {"timeout_sec": 120, "volumes": mounts})
+    second = await call(session, "create_sandbox", {"timeout_sec": 120, "volumes": mounts})
+    await call(session, "write_file", {"sandbox": first["id"], "path": "/data/shared.txt", "content": "shared\n"})
+    shared = await call(session, "read_file", {"sandbox": second["id"], "path": "/data/shared.txt"})
+    assert shared["content"] == "shared\n", shared
+    await expect_error(session, "create_sandbox", {"volumes": [{"name": "no-such-volume", "path": "/data"}]},
+                       "not found", "not_found", 404)
+    for other in (first, second):
+        await call(session, "delete_sandbox", {"sandbox": other["id"]})
 
     await exercise_git(session, sid)
 

@@ -3,7 +3,8 @@
 //! Runs as PID 1 of fresh mount, pid, net, uts and ipc namespaces, still as the host's root, with the
 //! handshake socket on fd 3 and the agent's listening socket on fd 4. In order it:
 //! 1. makes every mount private, mounts the overlay root (of idmapped views of its lower layers when
-//!    the plan says so, see `RootfsPlan::idmapped_at`), the read-only binds, /proc, /sys, /dev, /run;
+//!    the plan says so, see `RootfsPlan::idmapped_at`), the read-only binds, the volumes (idmapped
+//!    the same way), /proc, /sys, /dev, /run;
 //! 2. pivots into the new root and detaches the old one (nothing of the host is reachable by path after);
 //! 3. sets the hostname, then unshares a user namespace: the namespaces above stay owned by the host's
 //!    user namespace, so even the sandbox's root can never mount, or reconfigure its network;
@@ -22,10 +23,11 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{pivot_root, sethostname, Gid, Uid};
 use sandboxd_envd::boot::{
-    BindMount, BootConfig, BootFault, BootMessage, AGENT_LISTEN_FD, BOOT_SYNC_FD, IDMAP_USERNS_FD,
+    BindMount, BootConfig, BootFault, BootMessage, VolumeMount, AGENT_LISTEN_FD, BOOT_SYNC_FD,
+    IDMAP_USERNS_FD,
 };
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd};
 use std::os::unix::fs::symlink;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -160,9 +162,16 @@ fn build_root(config: &BootConfig) -> Result<(), BootError> {
         .chain(&plan.below)
         .cloned()
         .collect();
-    let layers = match &plan.idmapped_at {
-        Some(at) => idmapped_layers(&layers, at)?,
-        None => layers,
+    // SAFETY: the runtime hands us this descriptor (only when the layers are idmapped) and nothing
+    // else in this process owns it; it is closed when this function returns, so no process of the
+    // sandbox ever holds it.
+    let userns = plan
+        .idmapped_at
+        .as_ref()
+        .map(|_| unsafe { std::os::fd::OwnedFd::from_raw_fd(IDMAP_USERNS_FD) });
+    let layers = match (&plan.idmapped_at, &userns) {
+        (Some(at), Some(userns)) => idmapped_layers(&layers, at, userns.as_fd())?,
+        _ => layers,
     };
     let lowers: Vec<String> = layers.iter().map(|p| p.display().to_string()).collect();
     let options = format!(
@@ -182,6 +191,10 @@ fn build_root(config: &BootConfig) -> Result<(), BootError> {
     for bind in &config.binds {
         bind_into(root, bind)?;
     }
+    for volume in &config.volumes {
+        mount_volume(root, volume, userns.as_ref().map(|ns| ns.as_fd()))?;
+    }
+    drop(userns);
     mount_kernel_filesystems(root, config.id_map_base)?;
     std::env::set_current_dir(root).map_err(fail("chdir new root"))?;
     pivot_root(".", ".").map_err(fail("pivot_root"))?;
@@ -190,10 +203,14 @@ fn build_root(config: &BootConfig) -> Result<(), BootError> {
     Ok(())
 }
 
-/// The lower layers seen through the user namespace on `IDMAP_USERNS_FD`: each an idmapped clone
-/// attached at `at/<n>`, on a private tmpfs mounted over `at` (none of it is visible on the host, and
-/// all of it goes with the old root; the overlay keeps its own references to the layers).
-fn idmapped_layers(layers: &[PathBuf], at: &Path) -> Result<Vec<PathBuf>, BootError> {
+/// The lower layers seen through `userns`: each an idmapped clone attached at `at/<n>`, on a private
+/// tmpfs mounted over `at` (none of it is visible on the host, and all of it goes with the old root;
+/// the overlay keeps its own references to the layers).
+fn idmapped_layers(
+    layers: &[PathBuf],
+    at: &Path,
+    userns: BorrowedFd<'_>,
+) -> Result<Vec<PathBuf>, BootError> {
     mount(
         Some("tmpfs"),
         at,
@@ -202,10 +219,6 @@ fn idmapped_layers(layers: &[PathBuf], at: &Path) -> Result<Vec<PathBuf>, BootEr
         Some("mode=700,size=16k"),
     )
     .map_err(fail("mount the idmapped layers' directory"))?;
-    // SAFETY: the runtime hands us this descriptor and nothing else in this process owns it; it is
-    // closed when this function returns, so no process of the sandbox ever holds it.
-    let userns = unsafe { std::os::fd::OwnedFd::from_raw_fd(IDMAP_USERNS_FD) };
-    let userns = std::os::fd::AsFd::as_fd(&userns);
     layers
         .iter()
         .enumerate()
@@ -290,6 +303,46 @@ fn bind_into(root: &Path, bind: &BindMount) -> Result<(), BootError> {
         )
         .map_err(fail("remount bind read-only"))?;
     }
+    Ok(())
+}
+
+/// Mounts a volume at its target: its directory opened beneath the volume's root without following
+/// any link (a link a sandbox planted in a shared volume never redirects the mount), then bound —
+/// through `userns` when the layers are idmapped, so its owners read as this sandbox's ids — always
+/// `nosuid,nodev`, read-only when asked.
+fn mount_volume(
+    root: &Path,
+    volume: &VolumeMount,
+    userns: Option<BorrowedFd<'_>>,
+) -> Result<(), BootError> {
+    use sandboxd_volumes::beneath;
+    let none: Option<&str> = None;
+    let target = inside(root, &volume.target);
+    no_links_on_the_way(root, &target)?;
+    let subpath =
+        sandboxd_volumes::RelPath::parse(&volume.subpath).map_err(fail("volume subpath"))?;
+    let dir = beneath::open_root(&volume.root)
+        .and_then(|r| beneath::open_dir(&r, &subpath, true))
+        .map_err(|e| BootError {
+            stage: "open volume",
+            message: format!("{}{}: {e}", volume.root.display(), subpath.display()),
+        })?;
+    std::fs::create_dir_all(&target).map_err(fail("create volume mount point"))?;
+    let source = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    match userns {
+        Some(userns) => {
+            let tree =
+                sandboxd_idmap::idmapped_clone(&source, userns).map_err(fail("idmap volume"))?;
+            sandboxd_idmap::attach(tree, &target).map_err(fail("attach volume"))?;
+        }
+        None => mount(Some(&source), &target, none, MsFlags::MS_BIND, none)
+            .map_err(fail("bind volume"))?,
+    }
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if volume.read_only {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    mount(none, &target, none, flags, none).map_err(fail("remount volume"))?;
     Ok(())
 }
 

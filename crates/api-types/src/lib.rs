@@ -9,14 +9,27 @@ use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 mod git;
+mod images;
 mod memory;
+mod network;
+mod secrets;
 mod terminal;
+mod volumes;
 pub use git::{
     GitAdd, GitBranches, GitCheckout, GitClone, GitCloned, GitCommit, GitCommitted,
     GitCreateBranch, GitFileStatus, GitStatus, GitSync, Secret,
 };
+pub use images::{
+    CreateSnapshot, CreateTemplate, Image, ImageList, LogLine, PruneImages, PullImage,
+    RegistryAuth, Template, TemplateList,
+};
 pub use memory::{ForkRequest, ForkResult, ForkResults, PauseMode, PauseRequest, PausedMemory};
+pub use network::{NetworkPolicy, NetworkRule, NetworkTransform};
+pub use secrets::{CreateSecret, EgressEntry, EgressLog, SecretInfo, SecretList, UpdateSecret};
 pub use terminal::{TerminalControl, TerminalNotice};
+pub use volumes::{
+    CreateVolume, Volume, VolumeEntries, VolumeEntry, VolumeList, VolumeMount, VolumeUser,
+};
 
 /// `POST /v1/sandboxes`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -68,218 +81,9 @@ pub struct CreateSandbox {
     /// Network posture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkPolicy>,
-}
-
-/// Credentials for a registry (basic auth, or a token as the password).
-#[derive(Clone, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RegistryAuth {
-    /// User name.
-    pub username: String,
-    /// Password or access token.
-    pub password: String,
-}
-
-impl std::fmt::Debug for RegistryAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegistryAuth")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
-
-/// `POST /v1/images`: pull an image onto this node.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PullImage {
-    /// The image reference, resolved as Docker does (`python:3.12-slim` is
-    /// `docker.io/library/python:3.12-slim`).
-    pub reference: String,
-    /// Credentials for this pull; never stored.
+    /// Volumes to mount ([`VolumeMount`]); several sandboxes may mount one volume at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub registry_auth: Option<RegistryAuth>,
-}
-
-/// An image on this node.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Image {
-    /// Manifest digest (`sha256:…`), its identity.
-    pub digest: String,
-    /// `pulling` or `ready`.
-    pub state: String,
-    /// The reference it was first pulled as.
-    pub reference: String,
-    /// The references that name it now.
-    pub tags: Vec<String>,
-    /// Compressed size of its layers, bytes.
-    pub size: u64,
-    /// While pulling: bytes fetched so far.
-    pub pulled_bytes: u64,
-    /// Its layers' digests, lowest first.
-    pub layers: Vec<String>,
-    /// Environment its sandboxes start with.
-    pub env: Vec<String>,
-    /// Where commands start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub working_dir: Option<String>,
-    /// The image's own user (sandboxes run as `user` unless told otherwise).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Recorded, not run at boot.
-    pub entrypoint: Vec<String>,
-    /// Recorded, not run at boot.
-    pub cmd: Vec<String>,
-    /// When it was pulled, RFC 3339.
-    pub created_at: String,
-    /// When a sandbox last used it, RFC 3339.
-    pub last_used_at: String,
-}
-
-/// `GET /v1/images`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
-pub struct ImageList {
-    /// Every image on this node, newest first.
-    pub images: Vec<Image>,
-}
-
-/// `POST /v1/images/prune`: what was freed.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct PruneImages {
-    /// Layers removed.
-    pub layers: u64,
-    /// Bytes their files took.
-    pub bytes: u64,
-}
-
-/// `POST /v1/templates`: a template from an image reference, or built from a Dockerfile.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CreateTemplate {
-    /// Its name: 1–128 of `[a-z0-9._/-]` and an optional `:tag`, starting with a letter or digit.
-    pub name: String,
-    /// An image reference to pull as the template (instead of `dockerfile`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    /// A Dockerfile to build (instead of `image`): FROM (an image, a template or `base`), RUN,
-    /// COPY/ADD (from `context`), ENV, ARG, WORKDIR, USER, LABEL, EXPOSE, ENTRYPOINT, CMD, SHELL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dockerfile: Option<String>,
-    /// The build context: a tar of the files COPY and ADD read, base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
-    /// Build arguments for the Dockerfile's ARGs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub build_args: Option<BTreeMap<String, String>>,
-    /// Credentials for the pulls of this build; never stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub registry_auth: Option<RegistryAuth>,
-    /// A shell command every sandbox made from the template starts in the background once it is up
-    /// (as `user`, in the image's working directory).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_cmd: Option<String>,
-    /// A shell command polled until it exits 0 before a create from the template answers
-    /// (`--ready-cmd-timeout-secs` at most, else the create fails and the sandbox goes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready_cmd: Option<String>,
-    /// The isolation tier sandboxes made from it run in when their create names none: `namespace`
-    /// or `gvisor` (one this daemon offers). Default: the daemon's `--default-isolation` at each
-    /// create. The build itself always runs on the namespace tier.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub isolation: Option<String>,
-}
-
-/// A template.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Template {
-    /// Its name.
-    pub name: String,
-    /// `building`, `ready` or `failed`.
-    pub state: String,
-    /// The image's digest, once ready.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    /// What it is made from (`{image}`, `{dockerfile, contextBytes, buildArgs}` or `{snapshotOf}`).
-    #[schema(value_type = Object)]
-    pub source: serde_json::Value,
-    /// Why its build failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// What sandboxes made from it start once up.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_cmd: Option<String>,
-    /// What a create from it waits for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready_cmd: Option<String>,
-    /// The tier its sandboxes run in when their create names none; absent: the daemon's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub isolation: Option<String>,
-    /// When it was created, RFC 3339.
-    pub created_at: String,
-    /// When it last changed (a log line, its end), RFC 3339.
-    pub updated_at: String,
-}
-
-/// `GET /v1/templates`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
-pub struct TemplateList {
-    /// Every template, by name (`base` is built in and not listed).
-    pub templates: Vec<Template>,
-}
-
-/// One line of a template's build log (`GET /v1/templates/{name}/logs`, NDJSON).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct LogLine {
-    /// Its number, from 0; pass the next one as `offset` to continue.
-    pub seq: u64,
-    /// The text.
-    pub line: String,
-    /// When it was written, RFC 3339.
-    pub at: String,
-}
-
-/// `POST /v1/sandboxes/{id}/snapshot`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CreateSnapshot {
-    /// The template's name.
-    pub name: String,
-}
-
-/// Network posture of a sandbox: `egress` is the default for every destination, `allowOut` and
-/// `denyOut` are the exceptions. A destination in `allowOut` is reachable even when it is also in
-/// `denyOut` or `egress` is false; one in `denyOut` only is unreachable. The host's own addresses
-/// are unreachable unless they are in `allowOut`. A domain name's destinations are the IPv4
-/// addresses the sandbox's own resolver (the daemon's DNS forwarder, its only nameserver when a list
-/// names domains) answered for it, from that answer on and for its TTL (at least 30 s); a sandbox's
-/// network comes back with blocks canonical and names lowercased, sorted and deduplicated, after the
-/// blocks.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NetworkPolicy {
-    /// Whether the sandbox may reach the outside world (default false); never the host itself.
-    #[serde(default)]
-    pub egress: bool,
-    /// Destinations the sandbox may reach whatever `egress` says: IPv4 addresses (`"1.1.1.1"`),
-    /// CIDR blocks (`"8.8.8.0/24"`), domain names (`"api.openai.com"`) or every name below one
-    /// (`"*.example.com"`, not `example.com` itself), at most 256 in all. IPv6 is refused.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allow_out: Vec<String>,
-    /// Destinations the sandbox may not reach unless they are in `allowOut`: IPv4 addresses, CIDR
-    /// blocks, domain names or `*.` patterns, at most 256 in all (`"0.0.0.0/0"` denies everything
-    /// not allowed).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub deny_out: Vec<String>,
-    /// Whether anyone may reach the sandbox's ports through the proxy (absent: yes). When `false`,
-    /// a request needs the sandbox's traffic token (header `X-Daytona-Preview-Token` or
-    /// `e2b-traffic-access-token`), an API key (`Authorization: Bearer`), or a signed preview link;
-    /// the agent's own port is opened by its own token either way.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow_public_traffic: Option<bool>,
+    pub volumes: Option<Vec<VolumeMount>>,
 }
 
 fn namespace() -> String {
@@ -332,6 +136,9 @@ pub struct Sandbox {
     /// Where a paused sandbox's memory is; absent unless it is paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_memory: Option<PausedMemory>,
+    /// The volumes it mounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeMount>,
 }
 
 /// What a sandbox's timeout does.

@@ -12,6 +12,8 @@
 //! 5. `/mcp` serves the same tools over MCP's Streamable HTTP (`sandboxd_mcp`), with a key;
 //! 6. anything else is a JSON 404 — in the E2B shape outside `/v1` (`sandboxd_facade_e2b::error::shape_errors`).
 //!
+//! Every request runs in a span with its id and the sandbox it names ([`request_log`]).
+//!
 //! Sandboxes' agents report on another listener, the callback socket ([`callbacks::router`]).
 
 pub mod callbacks;
@@ -23,9 +25,12 @@ pub mod images;
 pub mod keys;
 pub mod metrics;
 pub mod openapi;
+pub mod request_log;
+pub mod secrets;
 pub mod templates;
 pub mod terminal;
 pub mod v1;
+pub mod volumes;
 pub mod webhooks;
 
 pub use sandboxd_surface::{auth, error};
@@ -53,6 +58,9 @@ use utoipa::OpenApi;
           callbacks::list, images::pull, images::import, images::list, images::get, images::remove, images::prune,
           templates::create, templates::list, templates::get, templates::delete, templates::logs,
           templates::snapshot, cluster::status,
+          volumes::create, volumes::list, volumes::get, volumes::delete, volumes::list_files,
+          volumes::download, volumes::upload, volumes::mkdir, volumes::remove,
+          secrets::create, secrets::list, secrets::get, secrets::update, secrets::delete, secrets::egress,
           git::clone, git::status, git::add, git::commit, git::branches, git::create_branch,
           git::delete_branch, git::checkout, git::push, git::pull),
     components(schemas(sandboxd_api_types::ApiError)),
@@ -134,9 +142,24 @@ pub fn router(
             get(templates::get).delete(templates::delete),
         )
         .route("/templates/{name}/logs", get(templates::logs))
+        .route("/volumes", post(volumes::create).get(volumes::list))
+        .route("/volumes/{name}", get(volumes::get).delete(volumes::delete))
+        .route(
+            "/volumes/{name}/files",
+            get(volumes::list_files).delete(volumes::remove),
+        )
+        .route("/volumes/{name}/files/mkdir", post(volumes::mkdir))
+        .route("/secrets", post(secrets::create).get(secrets::list))
+        .route(
+            "/secrets/{name}",
+            get(secrets::get)
+                .patch(secrets::update)
+                .delete(secrets::delete),
+        )
         .route("/sandboxes/{id}/snapshot", post(templates::snapshot))
         .route("/events", get(webhooks::events))
         .route("/sandboxes/{id}/agent-events", get(callbacks::list))
+        .route("/sandboxes/{id}/egress", get(secrets::egress))
         .route("/sandboxes/{id}/exec", post(v1::exec))
         .route("/sandboxes/{id}/exec/stream", post(v1::exec_stream))
         .route("/sandboxes/{id}/terminal", get(terminal::open))
@@ -167,6 +190,12 @@ pub fn router(
         .route(
             "/images/import",
             post(images::import).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/volumes/{name}/files/content",
+            get(volumes::download)
+                .put(volumes::upload)
+                .layer(DefaultBodyLimit::disable()),
         )
         .route(
             "/templates",
@@ -209,6 +238,10 @@ pub fn router(
             )
             .into_response()
         })
+        // An early answer (a full volume, a refused upload) keeps its connection: the client still
+        // writing the body reads the answer instead of a broken pipe. API requests only; the proxy
+        // relays sandboxes' bodies as they are.
+        .layer(middleware::from_fn(sandboxd_drain::drain_unread))
         .layer(middleware::from_fn(
             sandboxd_facade_e2b::error::shape_errors,
         ))
@@ -220,6 +253,11 @@ pub fn router(
         .layer(middleware::from_fn_with_state(forwarding, cluster::forward))
         .layer(middleware::from_fn(
             sandboxd_facade_e2b::unroute_control_calls,
+        ))
+        // Outermost: every line logged while a request is served carries its id and sandbox.
+        .layer(middleware::from_fn_with_state(
+            &SURFACES[..],
+            request_log::request_span,
         ))
 }
 

@@ -1,6 +1,8 @@
 //! `/metrics` in the Prometheus text format: sandboxes by state, request latencies by route, the store
 //! writer's queue depth and batching, and what sandboxes' agents' call-home events came to
-//! (`sandboxd_agent_events_total{outcome}`: applied, duplicate, unchanged, refused, rejected).
+//! (`sandboxd_agent_events_total{outcome}`: applied, duplicate, unchanged, refused, rejected), and
+//! each volume's usage and limit (`sandboxd_volume_used_bytes{volume}`,
+//! `sandboxd_volume_limit_bytes{volume}`, where the host's disk quota measures them).
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
@@ -34,6 +36,11 @@ struct OutcomeLabels {
     outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VolumeLabels {
+    volume: String,
+}
+
 /// The daemon's metrics.
 #[derive(Clone)]
 pub struct Metrics {
@@ -48,6 +55,8 @@ struct Inner {
     batches: Counter,
     writes: Counter,
     agent_events: Family<OutcomeLabels, Counter>,
+    volume_used: Family<VolumeLabels, Gauge>,
+    volume_limit: Family<VolumeLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -87,6 +96,18 @@ impl Default for Metrics {
             "Events sandboxes' agents reported, by what they came to",
             agent_events.clone(),
         );
+        let volume_used = Family::<VolumeLabels, Gauge>::default();
+        registry.register(
+            "volume_used_bytes",
+            "Bytes each volume holds",
+            volume_used.clone(),
+        );
+        let volume_limit = Family::<VolumeLabels, Gauge>::default();
+        registry.register(
+            "volume_limit_bytes",
+            "Each volume's size limit in bytes (volumes with one)",
+            volume_limit.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -96,6 +117,8 @@ impl Default for Metrics {
                 batches,
                 writes,
                 agent_events,
+                volume_used,
+                volume_limit,
             }),
         }
     }
@@ -150,6 +173,23 @@ pub async fn render(State((metrics, service)): State<(Metrics, Service)>) -> Res
             outcome: outcome.to_string(),
         };
         bump_to(&inner.agent_events.get_or_create(&labels), total);
+    }
+    // Only the volumes there are now: a deleted one's series goes with it.
+    inner.volume_used.clear();
+    inner.volume_limit.clear();
+    for volume in service.list_volumes().await.unwrap_or_default() {
+        let Some(usage) = service.volume_usage(&volume.id).await else {
+            continue;
+        };
+        let labels = VolumeLabels {
+            volume: volume.name,
+        };
+        let used = i64::try_from(usage.used_bytes).unwrap_or(i64::MAX);
+        inner.volume_used.get_or_create(&labels).set(used);
+        if let Some(limit) = usage.limit_bytes {
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            inner.volume_limit.get_or_create(&labels).set(limit);
+        }
     }
     let mut body = String::new();
     if prometheus_client::encoding::text::encode(&mut body, &inner.registry).is_err() {

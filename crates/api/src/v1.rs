@@ -15,7 +15,7 @@ use sandboxd_service::sandboxes::random_id;
 use sandboxd_service::sandboxes::to_api;
 use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::{SandboxFilter, SandboxState};
-use sandboxd_surface::routes::{CreateRoute, ListRoute, ListShape, SurfaceRoutes};
+use sandboxd_surface::routes::{CreateRoute, ListRoute, ListShape, SurfaceRoutes, VolumesField};
 
 fn query_pairs(raw: &Option<String>) -> Vec<(String, String)> {
     raw.as_deref()
@@ -65,7 +65,8 @@ pub async fn create(
                     Err(e) => return Err(e.into()),
                 }
             }
-            Ok::<_, Error>(to_api(&service.create_with_id(id.clone(), plan).await?))
+            let sandbox = service.create_with_id(id.clone(), plan).await?;
+            with_volumes(&service, to_api(&sandbox)).await
         };
         json_response(StatusCode::CREATED, created.await)
     };
@@ -90,12 +91,24 @@ pub const CLUSTER_ROUTES: SurfaceRoutes = SurfaceRoutes {
     creates: &[CreateRoute {
         path: "/v1/sandboxes",
         template_field: "template",
+        volumes: VolumesField {
+            list: "volumes",
+            volume: "name",
+        },
         fingerprint: None,
     }],
-    lists: &[ListRoute {
-        path: "/v1/sandboxes",
-        shape: LIST_SHAPE,
-    }],
+    // The sandbox list first: the cluster layer adds the lost sandboxes to it.
+    lists: &[
+        ListRoute {
+            path: "/v1/sandboxes",
+            shape: LIST_SHAPE,
+        },
+        ListRoute {
+            path: "/v1/volumes",
+            shape: ListShape::WholeIn { items: "volumes" },
+        },
+    ],
+    volume_roots: &["/v1/volumes"],
 };
 
 /// How a `/v1` list answers.
@@ -224,6 +237,12 @@ pub(crate) fn list_filter(raw: &Option<String>) -> Result<SandboxFilter, Error> 
     Ok(filter)
 }
 
+/// `sandbox` with the volumes it mounts.
+async fn with_volumes(service: &Service, mut sandbox: api::Sandbox) -> Result<api::Sandbox, Error> {
+    sandbox.volumes = service.sandbox_volumes(&sandbox.id).await?;
+    Ok(sandbox)
+}
+
 /// Get a sandbox by id or name.
 #[utoipa::path(get, path = "/v1/sandboxes/{id}", params(("id" = String, Path, description = "id or name")),
     responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError)))]
@@ -232,7 +251,7 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<api::Sandbox>, Error> {
     match service.get(&id).await {
-        Ok(sandbox) => Ok(Json(to_api(&sandbox))),
+        Ok(sandbox) => Ok(Json(with_volumes(&service, to_api(&sandbox)).await?)),
         // Cluster mode: one lost with its node is shown as `lost` through every other node.
         Err(ServiceError::NotFound(message)) => match service.lost_sandbox(&id) {
             Some(lost) => Ok(Json(lost)),

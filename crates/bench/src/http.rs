@@ -140,6 +140,8 @@ pub struct HttpReport {
     pub ratio_met: bool,
     pub api_create_to_first_exec: Latency,
     pub api_delete: Option<Latency>,
+    /// The volume file API against the same bytes through a sandbox.
+    pub volume_files: crate::volume_files::VolumeFilesFigure,
 }
 
 impl HttpReport {
@@ -184,6 +186,7 @@ impl HttpReport {
         if let Some(d) = &self.api_delete {
             println!("{}", d.line("API delete"));
         }
+        self.volume_files.print();
     }
 }
 
@@ -298,6 +301,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let direct = figures.pop().expect("two figures");
     let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
     let (create, delete) = api_create_first_exec(&fleet, args.creates).await?;
+    let volume_files = crate::volume_files::measure(&fleet).await?;
     Ok(HttpReport {
         server: args.server,
         requests: args.requests,
@@ -309,6 +313,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         ratio_met: ratio >= RATIO_TARGET,
         api_create_to_first_exec: Latency::new("API create→first-exec", &create, None)?,
         api_delete: Latency::new("API delete", &delete, None).ok(),
+        volume_files,
     })
 }
 

@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod conn;
 pub mod daemon;
 pub mod daytona;
+pub mod egress;
 pub mod gvisor;
 pub mod http;
 pub mod images;
@@ -33,6 +34,8 @@ pub mod quota;
 pub mod report;
 pub mod runtime;
 pub mod stats;
+pub mod volume_files;
+pub mod volumes;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
@@ -68,7 +71,10 @@ pub enum Command {
     /// Cluster mode on three loopback nodes of its own: name claims through the log, create→first
     /// exec local vs forwarded, creates per second.
     Cluster(cluster::ClusterArgs),
-    /// `runtime`, then `http` and `images` against a daemon this command starts and stops.
+    /// HTTPS through the egress gateway to a host it rewrites for, against direct, on loopback.
+    Egress(egress::EgressArgs),
+    /// `runtime`, then `http` and `images` against a daemon this command starts and stops, then
+    /// `egress`.
     All(AllArgs),
 }
 
@@ -81,6 +87,8 @@ pub struct AllArgs {
     pub load: http::LoadArgs,
     #[command(flatten)]
     pub images: images::ImageArgs,
+    #[command(flatten)]
+    pub egress: egress::EgressArgs,
     /// The sandboxd binary (default: beside this executable, else target/release/sandboxd).
     #[arg(long)]
     pub daemon: Option<PathBuf>,
@@ -137,6 +145,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let report = cluster::run(args, interrupt).await?;
             emit(cli.json, &report, || report.print())
         }
+        Command::Egress(args) => {
+            let report = egress::run(args).await?;
+            emit(cli.json, &report, || report.print())
+        }
         Command::All(args) => all(args, cli.json, interrupt).await,
     }
 }
@@ -190,6 +202,7 @@ struct AllReport {
     runtime: runtime::RuntimeReport,
     http: serde_json::Value,
     images: images::ImagesReport,
+    egress: egress::EgressReport,
     daemon: DaemonFacts,
 }
 
@@ -236,11 +249,13 @@ async fn all(args: &AllArgs, json: bool, interrupt: Interrupt) -> anyhow::Result
         daemon: image_figures,
         quota: quota::quota_part(&agent, &args.images, interrupt).await?,
     };
+    let egress = egress::run(&args.egress).await?;
     if json {
         let report = AllReport {
             runtime,
             http: http.unwrap_or_default(),
             images,
+            egress,
             daemon: DaemonFacts {
                 binary,
                 left_behind,
@@ -249,6 +264,8 @@ async fn all(args: &AllArgs, json: bool, interrupt: Interrupt) -> anyhow::Result
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         images.print();
+        println!();
+        egress.print();
     }
     Ok(())
 }

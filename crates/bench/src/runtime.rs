@@ -74,6 +74,10 @@ pub struct RuntimeArgs {
     /// tier.
     #[arg(long, default_value_t = 10)]
     pub gvisor_sandboxes: usize,
+    /// Sandboxes with one volume mounted, and as many without, interleaved, for the volume figure
+    /// (after one untimed of each); 0 skips it.
+    #[arg(long, default_value_t = 20)]
+    pub volume_sandboxes: usize,
 }
 
 /// Median of each step of create→first-exec.
@@ -108,6 +112,8 @@ pub struct RuntimeReport {
     pub unshare_floor: Latency,
     /// The gVisor tier in the same run; `None` when not asked for.
     pub gvisor: Option<crate::gvisor::GvisorFigures>,
+    /// What one mounted volume adds to create→first exec; `None` when not asked for.
+    pub volume: Option<crate::volumes::VolumeFigure>,
 }
 
 impl RuntimeReport {
@@ -143,6 +149,9 @@ impl RuntimeReport {
         println!("{}", self.pause.line("pause"));
         println!("{}", self.resume_to_exec.line("resume→exec"));
         println!("{}", self.unshare_floor.line("floor: unshare … true"));
+        if let Some(volume) = &self.volume {
+            volume.print();
+        }
         if let Some(gvisor) = &self.gvisor {
             gvisor.print();
         }
@@ -178,7 +187,7 @@ pub async fn run(args: &RuntimeArgs, interrupt: Interrupt) -> anyhow::Result<Run
     if args.sandboxes == 0 || args.execs == 0 || args.resumes == 0 {
         bail!("--sandboxes, --execs and --resumes must be at least 1");
     }
-    if FIRST_SLOT as usize + total > SLOTS as usize {
+    if FIRST_SLOT as usize + total > crate::volumes::first_slot(args.volume_sandboxes) as usize {
         bail!(
             "at most {} sandboxes fit above slot {FIRST_SLOT}",
             SLOTS - FIRST_SLOT
@@ -237,6 +246,10 @@ async fn measure(
     let rtt = exec_round_trips(&client, args.execs).await?;
     let (pause, resume_to_exec) = pause_cycles(&fleet, &client, args.resumes).await?;
     let floor = unshare_floor(args.sandboxes).await?;
+    let volume = match args.volume_sandboxes {
+        0 => None,
+        n => Some(crate::volumes::measure(&fleet, n).await?),
+    };
     let gvisor = match args.gvisor_sandboxes {
         0 => None,
         n => {
@@ -266,6 +279,7 @@ async fn measure(
         },
         unshare_floor: Latency::new("unshare", &floor, None)?,
         gvisor,
+        volume,
     })
 }
 

@@ -50,15 +50,28 @@ impl Client {
         S: Stream<Item = std::io::Result<Bytes>> + Send + 'static,
     {
         let url = self.file_endpoint(id, &["files"], path)?;
-        let mut request = self
+        self.send(self.put_stream(url, chunks, len)).await?;
+        Ok(())
+    }
+
+    /// A `PUT` of the raw bytes of `chunks` to `url`; `len`, when known, as `Content-Length`.
+    pub(crate) fn put_stream<S>(
+        &self,
+        url: Url,
+        chunks: S,
+        len: Option<u64>,
+    ) -> reqwest::RequestBuilder
+    where
+        S: Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+    {
+        let request = self
             .request(Method::PUT, url)
             .header(header::CONTENT_TYPE, "application/octet-stream")
             .body(Body::wrap_stream(chunks));
-        if let Some(len) = len {
-            request = request.header(header::CONTENT_LENGTH, len);
+        match len {
+            Some(len) => request.header(header::CONTENT_LENGTH, len),
+            None => request,
         }
-        self.send(request).await?;
-        Ok(())
     }
 
     /// Uploads the local file `local` to `path`, streaming it.
@@ -97,15 +110,7 @@ impl Client {
     {
         let url = self.file_endpoint(id, &["files"], path)?;
         let response = self.send(self.request(Method::GET, url)).await?;
-        let mut body = response.bytes_stream();
-        let mut written = 0u64;
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(ClientError::Transport)?;
-            out.write_all(&chunk).await.map_err(ClientError::Io)?;
-            written += chunk.len() as u64;
-        }
-        out.flush().await.map_err(ClientError::Io)?;
-        Ok(written)
+        copy_body(response, out).await
     }
 
     /// `GET /v1/sandboxes/{id}/files/list?path=`.
@@ -114,4 +119,23 @@ impl Client {
         self.send_json(self.request(Method::GET, url), "file list")
             .await
     }
+}
+
+/// Streams `response`'s body into `out` (flushed at the end); returns the byte count.
+pub(crate) async fn copy_body<W>(
+    response: reqwest::Response,
+    out: &mut W,
+) -> Result<u64, ClientError>
+where
+    W: AsyncWrite + Unpin + ?Sized,
+{
+    let mut body = response.bytes_stream();
+    let mut written = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(ClientError::Transport)?;
+        out.write_all(&chunk).await.map_err(ClientError::Io)?;
+        written += chunk.len() as u64;
+    }
+    out.flush().await.map_err(ClientError::Io)?;
+    Ok(written)
 }

@@ -25,8 +25,10 @@ pub mod images;
 pub mod ndjson;
 pub mod ports;
 pub mod sandboxes;
+pub mod secrets;
 pub mod templates;
 pub mod terminal;
+pub mod volumes;
 
 pub use error::ClientError;
 pub use exec::decode_data;

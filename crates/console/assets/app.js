@@ -5,6 +5,8 @@ import { el, showError } from "./ui.js";
 import { sandboxesView } from "./sandboxes.js";
 import { sandboxView } from "./sandbox.js";
 import { keysView, templatesView, webhooksView } from "./admin.js";
+import { secretsView } from "./secrets.js";
+import { volumesView } from "./volumes.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -55,6 +57,8 @@ async function route() {
     "": () => sandboxesView(main),
     sandbox: () => sandboxView(main, decodeURIComponent(arg || "")),
     templates: () => templatesView(main),
+    volumes: () => volumesView(main),
+    secrets: () => secretsView(main),
     webhooks: () => webhooksView(main),
     keys: () => keysView(main),
   }[page || ""];

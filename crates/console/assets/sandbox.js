@@ -13,7 +13,11 @@ function summary(s) {
       s.pausedMemory === "ram" ? " · memory frozen in RAM (lost on a host reboot)" : "",
       s.pausedMemory === "disk" ? " · memory checkpointed to disk (survives a restart)" : "",
       s.expiresAt ? ` · expires ${new Date(s.expiresAt).toLocaleString()}` : "",
-      s.failureReason ? ` · ${s.failureReason}` : ""));
+      s.failureReason ? ` · ${s.failureReason}` : ""),
+    (s.volumes || []).length
+      ? el("p.muted#mounts", {}, "Volumes: ", (s.volumes || [])
+        .map((v) => `${v.name}${v.subpath ? `:${v.subpath}` : ""} at ${v.path}${v.readOnly ? " (read-only)" : ""}`).join(", "))
+      : "");
 }
 
 function terminal(id, box) {
@@ -117,6 +121,19 @@ function history(id) {
     el("section.card", {}, el("h2", {}, "Agent deliveries"), deliveries)), add };
 }
 
+function egress(id) {
+  const box = el("div#egress");
+  guarded(async () => {
+    const { requests } = await api("GET", `/v1/sandboxes/${enc(id)}/egress`);
+    box.replaceChildren(requests.length
+      ? table([["Host", (r) => r.host], ["Request", (r) => `${r.method} ${r.path}`], ["Status", (r) => String(r.status)],
+        ["Rule", (r) => r.rule || "—"], ["Secrets", (r) => r.secrets.join(", ") || "—"], ["ms", (r) => String(r.millis)]],
+      requests.slice().reverse(), { id: "egress-list" })
+      : el("p.muted", {}, "No request went through the egress gateway."));
+  });
+  return el("section.card", {}, el("h2", {}, "Egress gateway"), box);
+}
+
 function charts(id) {
   const box = el("div.split#charts");
   const samples = [];
@@ -159,7 +176,7 @@ export function sandboxView(main, id) {
   const resources = charts(id);
   cleanups.push(resources.stop);
   main.replaceChildren(el("h1", {}, el("a", { href: "#/" }, "Sandboxes"), " / ", id), head, actions,
-    el("section.card", {}, el("h2", {}, "Terminal"), termBox), files(id), ports(id), resources.node, events.node);
+    el("section.card", {}, el("h2", {}, "Terminal"), termBox), files(id), ports(id), resources.node, egress(id), events.node);
   guarded(async () => {
     const s = await api("GET", `/v1/sandboxes/${enc(id)}`);
     render(s);

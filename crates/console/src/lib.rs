@@ -21,6 +21,8 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("sandboxes.js", JS, include_bytes!("../assets/sandboxes.js")),
     ("sandbox.js", JS, include_bytes!("../assets/sandbox.js")),
     ("admin.js", JS, include_bytes!("../assets/admin.js")),
+    ("volumes.js", JS, include_bytes!("../assets/volumes.js")),
+    ("secrets.js", JS, include_bytes!("../assets/secrets.js")),
     ("app.css", CSS, include_bytes!("../assets/app.css")),
     (
         "vendor/xterm.js",

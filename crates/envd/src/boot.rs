@@ -56,9 +56,27 @@ pub struct BootConfig {
     /// for call-home events ([`crate::callback`]); `None`: the agent reports nothing.
     #[serde(default)]
     pub callback_socket: Option<PathBuf>,
+    /// Volumes to mount after the binds, in order; each seen through the id mapping of the lower
+    /// layers when those are idmapped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeMount>,
     /// A fault the runtime injects for tests (only set by a daemon built with failpoints).
     #[serde(default)]
     pub fault: Option<BootFault>,
+}
+
+/// A volume to mount: a directory beneath `root`, opened without following any link.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VolumeMount {
+    /// The volume's root on the host.
+    pub root: PathBuf,
+    /// The directory of the volume to mount, relative to `root` (empty: the root).
+    #[serde(default)]
+    pub subpath: String,
+    /// Absolute path inside the sandbox.
+    pub target: PathBuf,
+    /// Mounted read-only.
+    pub read_only: bool,
 }
 
 /// Faults a test can inject into a booting agent.
@@ -179,6 +197,12 @@ mod tests {
             workdir: Some("/app".into()),
             envs: HashMap::from([("A".into(), "line1\nline2".into())]),
             callback_socket: Some("/.sandboxd/callback/daemon.sock".into()),
+            volumes: vec![VolumeMount {
+                root: "/state/layers/vol.v1/data".into(),
+                subpath: "a/b".into(),
+                target: "/data".into(),
+                read_only: true,
+            }],
             fault: Some(BootFault::ExitBeforeReady),
         };
         for msg in [

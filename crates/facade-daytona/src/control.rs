@@ -151,7 +151,7 @@ pub async fn create(
         cpu: req.cpu.map(|c| c as f64),
         memory_mb: req.memory.map(|g| g.saturating_mul(1024)),
         disk_mb: req.disk.map(|g| g.saturating_mul(1024)),
-        env: req.env.clone(),
+        env: env_with_secrets(&req)?,
         metadata: Some(labels),
         // No deadline: its idle policy ends it.
         timeout_sec: Some(0),
@@ -161,6 +161,17 @@ pub async fn create(
             // Daytona's sandboxes are private unless made public.
             allow_public_traffic: Some(req.public.unwrap_or(false)),
             ..Default::default()
+        }),
+        volumes: req.volumes.clone().map(|mounts| {
+            mounts
+                .into_iter()
+                .map(|m| api::VolumeMount {
+                    name: m.volume_id,
+                    path: m.mount_path,
+                    read_only: false,
+                    subpath: m.subpath,
+                })
+                .collect()
         }),
         ..Default::default()
     };
@@ -371,6 +382,25 @@ pub async fn toolbox_proxy_url(
 ) -> Result<Json<serde_json::Value>, DaytonaError> {
     service.get(&key).await?;
     Ok(Json(serde_json::json!({ "url": toolbox_url(&headers) })))
+}
+
+/// A create's environment with its `secrets`: each variable they name holds its secret's
+/// placeholder. A variable given both ways is the caller's 400. (Whether the secrets exist is the
+/// shared create's check.)
+fn env_with_secrets(req: &CreateSandbox) -> Result<Option<BTreeMap<String, String>>, DaytonaError> {
+    let Some(secrets) = &req.secrets else {
+        return Ok(req.env.clone());
+    };
+    let mut env = req.env.clone().unwrap_or_default();
+    for (var, secret) in secrets.iter().flatten() {
+        if env.contains_key(var) {
+            return Err(DaytonaError::bad_request(format!(
+                "{var} is given both in env and in secrets"
+            )));
+        }
+        env.insert(var.clone(), sandboxd_secrets::placeholder(secret));
+    }
+    Ok(Some(env))
 }
 
 #[cfg(test)]

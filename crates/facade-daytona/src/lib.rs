@@ -45,11 +45,13 @@ pub mod object_storage;
 pub mod pending;
 pub mod previews;
 pub mod pty;
+pub mod secrets;
 pub mod sessions;
 pub mod snapshots;
 pub mod toolbox;
 pub mod toolbox_error;
 pub mod transfer;
+pub mod volumes;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
@@ -58,7 +60,7 @@ use axum::routing::{delete, get, post};
 use axum::{middleware, Router};
 use sandboxd_service::Service;
 use sandboxd_surface::auth::{self, Auth};
-use sandboxd_surface::routes::{CreateRoute, ListRoute, ListShape, SurfaceRoutes};
+use sandboxd_surface::routes::{CreateRoute, ListRoute, ListShape, SurfaceRoutes, VolumesField};
 
 /// Largest JSON body accepted.
 const JSON_LIMIT: usize = 1024 * 1024;
@@ -70,22 +72,47 @@ pub const CLUSTER_ROUTES: SurfaceRoutes = SurfaceRoutes {
     creates: &[CreateRoute {
         path: "/api/sandbox",
         template_field: "snapshot",
+        volumes: VolumesField {
+            list: "volumes",
+            volume: "volumeId",
+        },
         fingerprint: None,
     }],
-    lists: &[ListRoute {
-        path: "/api/sandbox",
-        shape: ListShape::Envelope {
-            items: "items",
-            created: "createdAt",
-            id: "id",
+    lists: &[
+        ListRoute {
+            path: "/api/sandbox",
+            shape: ListShape::Envelope {
+                items: "items",
+                created: "createdAt",
+                id: "id",
+            },
         },
-    }],
+        ListRoute {
+            path: "/api/volumes",
+            shape: ListShape::Whole,
+        },
+    ],
+    volume_roots: &["/api/volumes/by-name", "/api/volumes"],
 };
 
 /// The Daytona routes, authenticated, to merge into the daemon's router.
 pub fn router(service: Service, auth: Auth) -> Router {
     Router::new()
         .route("/api/sandbox", post(control::create).get(control::list))
+        .route("/api/volumes", post(volumes::create).get(volumes::list))
+        .route(
+            "/api/volumes/{key}",
+            get(volumes::get).delete(volumes::delete),
+        )
+        .route("/api/volumes/by-name/{key}", get(volumes::get))
+        .route("/api/secret", post(secrets::create).get(secrets::list))
+        .route("/api/secret/paginated", get(secrets::paginated))
+        .route(
+            "/api/secret/{id}",
+            get(secrets::get)
+                .patch(secrets::update)
+                .delete(secrets::delete),
+        )
         .route(
             "/api/sandbox/{key}",
             get(control::get).delete(control::delete),

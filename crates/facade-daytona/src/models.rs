@@ -168,9 +168,23 @@ pub struct CreateSandbox {
     #[serde(default)]
     pub build_info: Option<BuildInfo>,
     #[serde(default)]
-    pub volumes: Option<Vec<serde_json::Value>>,
+    pub volumes: Option<Vec<SandboxVolume>>,
     #[serde(default)]
     pub kvm: Option<bool>,
+    /// Secrets to put in the environment: `[{ENV_VAR: secret name}]`, each variable holding the
+    /// secret's placeholder.
+    #[serde(default)]
+    pub secrets: Option<Vec<BTreeMap<String, String>>>,
+}
+
+/// One of a create's `volumes`: a volume by id or name, where, and which of its directories.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxVolume {
+    pub volume_id: String,
+    pub mount_path: String,
+    #[serde(default)]
+    pub subpath: Option<String>,
 }
 
 impl CreateSandbox {
@@ -181,9 +195,6 @@ impl CreateSandbox {
         }
         if self.kvm == Some(true) {
             return Some("KVM inside sandboxes is not available on sandboxd".into());
-        }
-        if self.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Some("volumes are not available on sandboxd".into());
         }
         None
     }

@@ -56,7 +56,13 @@ impl E2bError {
 /// each service error means; only the shape differs.
 impl From<ServiceError> for E2bError {
     fn from(e: ServiceError) -> Self {
-        let native = sandboxd_surface::error::Error::from(e);
+        sandboxd_surface::error::Error::from(e).into()
+    }
+}
+
+/// The native error in E2B's shape (a body [`sandboxd_surface::error::parse_json`] refused, say).
+impl From<sandboxd_surface::error::Error> for E2bError {
+    fn from(native: sandboxd_surface::error::Error) -> Self {
         Self {
             status: native.status,
             message: native.message,

@@ -131,7 +131,17 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<SandboxBody>> {
     let sandbox = visible(&service, &id).await?;
-    Ok(Json(detail(&service, &sandbox)))
+    let mut body = detail(&service, &sandbox);
+    body.volume_mounts = service
+        .sandbox_volumes(&sandbox.id)
+        .await?
+        .into_iter()
+        .map(|m| crate::models::VolumeMountBody {
+            name: m.name,
+            path: m.path,
+        })
+        .collect();
+    Ok(Json(body))
 }
 
 /// `DELETE /sandboxes/{id}`: 204, or 404 when there is no such sandbox.

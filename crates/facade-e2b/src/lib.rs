@@ -17,6 +17,9 @@
 //!   `PUT /e2b/files/{hash}` (the signed upload URL, no API key), `POST /v2/templates/{id}/builds/{b}`,
 //!   `GET /templates/{id}/builds/{b}/status`, `GET /templates/aliases/{alias}`,
 //!   `DELETE /templates/{id}`, `POST /sandboxes/{id}/snapshots`, `GET /snapshots`.
+//! - Volumes ([`volumes`]): `/volumes`, `/volumes/{id}` and the volume content API.
+//! - Secrets ([`secrets`]): `POST`/`GET /secrets`, `GET`/`POST`/`DELETE /secrets/{id}`; values are
+//!   write-only.
 //!
 //! The sandbox side (envd at port 49983, the sandbox's own ports) is the proxy's: with
 //! `E2B_SANDBOX_URL` the SDK sends `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers to the same listener and
@@ -32,7 +35,9 @@
 pub mod error;
 pub mod handlers;
 pub mod models;
+pub mod secrets;
 pub mod templates;
+pub mod volumes;
 
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::Next;
@@ -43,7 +48,9 @@ use sandboxd_proxy::{SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
 use sandboxd_service::ports::AGENT_PORT;
 use sandboxd_service::{Service, ServiceError};
 use sandboxd_surface::auth::{self, Auth};
-use sandboxd_surface::routes::{CreateRoute, Fingerprint, ListRoute, ListShape, SurfaceRoutes};
+use sandboxd_surface::routes::{
+    CreateRoute, Fingerprint, ListRoute, ListShape, SurfaceRoutes, VolumesField,
+};
 
 /// Largest JSON body accepted.
 const JSON_LIMIT: usize = sandboxd_surface::JSON_LIMIT;
@@ -57,11 +64,13 @@ pub const CLUSTER_ROUTES: SurfaceRoutes = SurfaceRoutes {
         CreateRoute {
             path: "/sandboxes",
             template_field: "templateID",
+            volumes: MOUNTS,
             fingerprint: Some(FINGERPRINT),
         },
         CreateRoute {
             path: "/v2/sandboxes",
             template_field: "templateID",
+            volumes: MOUNTS,
             fingerprint: Some(FINGERPRINT),
         },
     ],
@@ -77,7 +86,18 @@ pub const CLUSTER_ROUTES: SurfaceRoutes = SurfaceRoutes {
             path: "/sandboxes",
             shape: ListShape::Whole,
         },
+        ListRoute {
+            path: "/volumes",
+            shape: ListShape::Whole,
+        },
     ],
+    volume_roots: &["/volumes", "/volumecontent"],
+};
+
+/// E2B names a create's volumes in `volumeMounts[].name`.
+const MOUNTS: VolumesField = VolumesField {
+    list: "volumeMounts",
+    volume: "name",
 };
 
 const FINGERPRINT: Fingerprint = Fingerprint {
@@ -120,6 +140,15 @@ pub fn router(service: Service, auth: Auth) -> Router {
             "/templates/{id}/builds/{build}/status",
             get(templates::build_status),
         )
+        .route("/volumes", post(volumes::create).get(volumes::list))
+        .route("/volumes/{id}", get(volumes::get).delete(volumes::destroy))
+        .route("/secrets", post(secrets::create).get(secrets::list))
+        .route(
+            "/secrets/{id}",
+            get(secrets::get)
+                .post(secrets::update)
+                .delete(secrets::destroy),
+        )
         .layer(DefaultBodyLimit::max(JSON_LIMIT))
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
         .with_state(service.clone())
@@ -128,6 +157,21 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .merge(
             Router::new()
                 .route("/e2b/files/{hash}", put(templates::upload))
+                // The volume content API carries the volume's own token (`volumes::volume`).
+                .route(
+                    "/volumecontent/{id}/dir",
+                    get(volumes::list_dir).post(volumes::make_dir),
+                )
+                .route(
+                    "/volumecontent/{id}/path",
+                    get(volumes::get_path)
+                        .patch(volumes::patch_path)
+                        .delete(volumes::remove),
+                )
+                .route(
+                    "/volumecontent/{id}/file",
+                    get(volumes::read_file).put(volumes::write_file),
+                )
                 .layer(DefaultBodyLimit::disable())
                 .with_state(service),
         )

@@ -63,7 +63,15 @@ pub struct NewSandbox {
     #[serde(default)]
     pub iam: Option<serde_json::Value>,
     #[serde(default)]
-    pub volume_mounts: Option<Vec<serde_json::Value>>,
+    pub volume_mounts: Option<Vec<VolumeMountBody>>,
+}
+
+/// One of `volumeMounts`: a volume by name, and where it appears in the sandbox.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeMountBody {
+    pub name: String,
+    pub path: String,
 }
 
 impl NewSandbox {
@@ -84,13 +92,11 @@ impl NewSandbox {
                 "workload identity (iam) is not supported",
             ));
         }
-        if self.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Err(E2bError::bad_request("volume mounts are not supported"));
-        }
         let E2bNetwork {
             allow_out,
             deny_out,
             public,
+            rules,
         } = network_lists(self.network.as_ref())?;
         Ok(E2bCreate {
             template_id: self.template_id.unwrap_or_default(),
@@ -107,8 +113,20 @@ impl NewSandbox {
             network: self.network,
             allow_out,
             deny_out,
+            rules,
             private: !public,
             owner: String::new(),
+            volume_mounts: self
+                .volume_mounts
+                .unwrap_or_default()
+                .into_iter()
+                .map(|m| sandboxd_api_types::VolumeMount {
+                    name: m.name,
+                    path: m.path,
+                    read_only: false,
+                    subpath: None,
+                })
+                .collect(),
         })
     }
 }
@@ -120,14 +138,16 @@ pub struct E2bNetwork {
     pub deny_out: Vec<String>,
     /// `allowPublicTraffic` (absent: true).
     pub public: bool,
+    /// `rules`: the egress gateway's per-host headers, as sent (the service checks them).
+    pub rules: std::collections::BTreeMap<String, Vec<sandboxd_api_types::NetworkRule>>,
 }
 
 /// `network.allowOut` and `network.denyOut` of a create, as sent (the service checks the entries:
 /// IPv4 addresses, CIDR blocks, domain names and `*.` patterns), and `allowPublicTraffic` (a bool
 /// or null; `false` makes the sandbox's ports answer only requests carrying its
-/// `trafficAccessToken`). The other options of E2B's `network` are refused unless they ask for
-/// nothing: `egressProxy`, `maskRequestHost` (null or empty), `rules`, `httpsPorts` (null or
-/// empty). `dnsServers` is accepted (a list of strings) and has no effect: a sandbox's names are
+/// `trafficAccessToken`), and `rules` (`{host: [{transform: {headers}}]}`, for the egress gateway).
+/// The other options of E2B's `network` are refused unless they ask for nothing: `egressProxy`,
+/// `maskRequestHost` (null or empty), `httpsPorts` (null or empty). `dnsServers` is accepted (a list of strings) and has no effect: a sandbox's names are
 /// resolved through the daemon's upstream resolvers, the same for every sandbox. Any other key is
 /// refused.
 pub fn network_lists(network: Option<&serde_json::Value>) -> Result<E2bNetwork, E2bError> {
@@ -136,6 +156,7 @@ pub fn network_lists(network: Option<&serde_json::Value>) -> Result<E2bNetwork, 
         allow_out: Vec::new(),
         deny_out: Vec::new(),
         public: true,
+        rules: Default::default(),
     };
     let object = match network {
         None | Some(Value::Null) => return Ok(out),
@@ -174,7 +195,17 @@ pub fn network_lists(network: Option<&serde_json::Value>) -> Result<E2bNetwork, 
                 strings(key, value)?;
                 false
             }
-            "egressProxy" | "maskRequestHost" | "rules" | "httpsPorts" => !empty(value),
+            "rules" => {
+                if !value.is_null() {
+                    out.rules = serde_json::from_value(value.clone()).map_err(|e| {
+                        E2bError::bad_request(format!(
+                            "network.rules must map hosts to lists of {{transform: {{headers}}}}: {e}"
+                        ))
+                    })?;
+                }
+                false
+            }
+            "egressProxy" | "maskRequestHost" | "httpsPorts" => !empty(value),
             "allowPublicTraffic" => match value {
                 Value::Null => false,
                 Value::Bool(public) => {
@@ -274,6 +305,9 @@ pub struct SandboxBody {
     /// Its isolation tier, `namespace` or `gvisor` (sandboxd's own field; E2B's SDKs keep it among
     /// the fields they do not know).
     pub isolation: String,
+    /// The volumes it mounts, `{name, path}` (only in a single sandbox's detail).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<VolumeMountBody>,
 }
 
 /// The E2B state of a stored sandbox: E2B knows `running` and `paused` — paused with its memory
@@ -320,6 +354,7 @@ impl SandboxBody {
             lifecycle: None,
             pause_mode: pause_mode(s.state),
             isolation: s.isolation.clone(),
+            volume_mounts: Vec::new(),
         }
     }
 
@@ -429,14 +464,16 @@ mod tests {
         let create = v2.into_create().unwrap();
         assert_eq!(create.allow_internet_access, Some(true));
         assert_eq!(create.env_vars["X"], "1");
+        let mounted: NewSandbox =
+            serde_json::from_str(r#"{"volumeMounts":[{"name":"v","path":"/data"}]}"#).unwrap();
+        assert_eq!(
+            mounted.into_create().unwrap().volume_mounts[0].path,
+            "/data"
+        );
         let old: NewSandbox =
             serde_json::from_str(r#"{"templateID":"base","secure":true,"mcp":null}"#).unwrap();
         assert_eq!(old.into_create().unwrap().secure, Some(true));
-        for refused in [
-            r#"{"mcp":{"x":{}}}"#,
-            r#"{"volumeMounts":[{"name":"v","path":"/data"}]}"#,
-            r#"{"iam":{"tokens":{"a":{}}}}"#,
-        ] {
+        for refused in [r#"{"mcp":{"x":{}}}"#, r#"{"iam":{"tokens":{"a":{}}}}"#] {
             let req: NewSandbox = serde_json::from_str(refused).unwrap();
             assert!(req.into_create().is_err(), "{refused}");
         }
@@ -489,11 +526,11 @@ mod tests {
                 r#"{"maskRequestHost":"${PORT}-x.example.com"}"#,
                 "network.maskRequestHost",
             ),
+            (r#"{"rules":[{"x":1}]}"#, "network.rules"),
             (
-                r#"{"rules":{"example.com":[{"transform":{}}]}}"#,
+                r#"{"rules":{"example.com":[{"transform":{"body":"x"}}]}}"#,
                 "network.rules",
             ),
-            (r#"{"rules":[{"x":1}]}"#, "network.rules"),
             (r#"{"httpsPorts":[443]}"#, "network.httpsPorts"),
             (
                 r#"{"allowPublicTraffic":"no"}"#,

@@ -10,6 +10,7 @@ use sandboxd_api_types as api;
 use sandboxd_service::code::code_lines;
 use sandboxd_service::git::{Credentials, GitClone, GitCommit, GitSync};
 use sandboxd_service::sandboxes::to_api;
+use sandboxd_service::volumes::volume_to_api;
 use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::SandboxFilter;
 use sandboxd_surface::auth::Caller;
@@ -47,6 +48,27 @@ pub struct CreateSandboxArgs {
     /// Isolation tier: `namespace` (the host's kernel behind namespaces; fast) or `gvisor`
     /// (gVisor's user-space kernel in between; pause keeps memory, fork copies a sandbox).
     pub isolation: Option<String>,
+    /// Volumes to mount (made with `create_volume`); several sandboxes may share one.
+    pub volumes: Option<Vec<VolumeMountArgs>>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct VolumeMountArgs {
+    /// The volume's name.
+    pub name: String,
+    /// Where it appears in the sandbox, e.g. `/data`.
+    pub path: String,
+    /// Mount it read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct CreateVolumeArgs {
+    /// Unique name: letters, digits, '-', '_' or '.'.
+    pub name: String,
+    /// Size limit in MiB (default none).
+    pub size_mb: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -273,6 +295,17 @@ impl SandboxTools {
             metadata: a.metadata,
             timeout_sec: a.timeout_sec,
             isolation: a.isolation,
+            volumes: a.volumes.map(|mounts| {
+                mounts
+                    .into_iter()
+                    .map(|m| api::VolumeMount {
+                        name: m.name,
+                        path: m.path,
+                        read_only: m.read_only,
+                        subpath: None,
+                    })
+                    .collect()
+            }),
             ..Default::default()
         };
         let sandbox = self
@@ -281,6 +314,26 @@ impl SandboxTools {
             .await
             .map_err(mcp_error)?;
         structured(to_api(&sandbox))
+    }
+
+    #[tool(
+        description = "Create a volume: named storage that outlives sandboxes; mount it with create_sandbox's `volumes`."
+    )]
+    async fn create_volume(&self, Parameters(a): Parameters<CreateVolumeArgs>) -> Answer {
+        let req = api::CreateVolume {
+            name: a.name,
+            size_mb: a.size_mb,
+            labels: None,
+        };
+        let volume = self.service.create_volume(req).await.map_err(mcp_error)?;
+        structured(volume_to_api(&volume))
+    }
+
+    #[tool(description = "List the volumes.")]
+    async fn list_volumes(&self) -> Answer {
+        let volumes = self.service.list_volumes().await.map_err(mcp_error)?;
+        let volumes: Vec<api::Volume> = volumes.iter().map(volume_to_api).collect();
+        structured(json!({ "volumes": volumes }))
     }
 
     #[tool(description = "List the sandboxes.")]

@@ -38,6 +38,8 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 impl Proxy {
     /// Forwards the request to `target` and streams the answer back; errors become JSON responses.
     pub async fn forward(&self, target: Target, req: Request) -> Response {
+        // The daemon's request span (if any) names the sandbox the proxy resolved.
+        tracing::Span::current().record("sandbox", target.sandbox_id.as_str());
         let target = match self.resolver.admit(target, req.headers()).await {
             Ok(target) => target,
             Err(refused) => return ProxyError::from(refused).into_response(),

@@ -19,6 +19,7 @@ pub mod namespace;
 pub mod quota;
 pub mod tiers;
 mod types;
+pub mod volumes;
 
 pub use namespace::dns::{NameError, NamePattern};
 pub use quota::DiskUsage;
@@ -129,10 +130,29 @@ pub trait Runtime: Send + Sync + 'static {
             "resizing sandbox {id} is not available in this runtime"
         )))
     }
+    /// The host storage of volumes ([`volumes`]); `Unsupported` in a runtime without any.
+    fn volumes(&self) -> Result<std::sync::Arc<volumes::VolumeStore>, RuntimeError> {
+        Err(RuntimeError::Unsupported(
+            "volumes are not available in this runtime".into(),
+        ))
+    }
     /// Current resource usage and limits of the sandbox's processes.
     async fn stats(&self, id: &str) -> Result<cgroup::CgroupStats, RuntimeError> {
         Err(RuntimeError::Unsupported(format!(
             "usage statistics of sandbox {id} are not available in this runtime"
+        )))
+    }
+
+    /// A TCP connection to `dst` opened from inside the running sandbox's network, as the
+    /// sandbox's own would be (the egress gateway's upstream side).
+    async fn connect_from(
+        &self,
+        id: &str,
+        dst: std::net::SocketAddr,
+    ) -> Result<tokio::net::TcpStream, RuntimeError> {
+        let _ = dst;
+        Err(RuntimeError::Unsupported(format!(
+            "connections from sandbox {id}'s network are not available in this runtime"
         )))
     }
 }

@@ -79,6 +79,10 @@ impl Runtime for Tiers {
         self.namespace.slot_free(slot).await
     }
 
+    fn volumes(&self) -> Result<Arc<crate::volumes::VolumeStore>, RuntimeError> {
+        self.namespace.volumes()
+    }
+
     async fn fork(
         &self,
         id: &str,
@@ -121,5 +125,13 @@ impl Runtime for Tiers {
 
     async fn stats(&self, id: &str) -> Result<cgroup::CgroupStats, RuntimeError> {
         self.of(id)?.stats(id).await
+    }
+
+    async fn connect_from(
+        &self,
+        id: &str,
+        dst: std::net::SocketAddr,
+    ) -> Result<tokio::net::TcpStream, RuntimeError> {
+        self.of(id)?.connect_from(id, dst).await
     }
 }

@@ -56,6 +56,31 @@ pub struct SandboxSpec {
     /// tiers existed.
     #[serde(default, skip_serializing_if = "Isolation::is_namespace")]
     pub isolation: Isolation,
+    /// Volumes mounted in the sandbox ([`crate::volumes`]), in order; none in specs persisted before
+    /// volumes existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeBind>,
+    /// The port of the daemon's egress gateway that the sandbox's outbound TCP to ports 80 and 443
+    /// is redirected to ([`crate::namespace::egress`]); `None` (and in specs persisted before the
+    /// gateway existed): straight out, as any other traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_gateway: Option<u16>,
+}
+
+/// One volume in a sandbox: which, where, and how.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VolumeBind {
+    /// The volume's id ([`crate::volumes::VolumeStore::root`] says where it lies).
+    pub volume_id: String,
+    /// Where it appears inside the sandbox (absolute, checked by the caller).
+    pub target: PathBuf,
+    /// The directory of the volume to mount, relative to its root; empty: the root. It is opened
+    /// without following any link at every boot.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subpath: String,
+    /// Mounted read-only.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// The wall between a sandbox and the host: which implementation of [`crate::Runtime`] runs it.
@@ -149,6 +174,8 @@ impl SandboxSpec {
             agent_token: agent_token.into(),
             image: None,
             isolation: Isolation::Namespace,
+            volumes: Vec::new(),
+            egress_gateway: None,
         }
     }
 
@@ -167,6 +194,7 @@ impl SandboxSpec {
     /// [`crate::namespace::egress`]); a sandbox without egress and without lists needs none.
     pub fn needs_egress_rules(&self) -> bool {
         self.egress
+            || self.egress_gateway.is_some()
             || !self.egress_allow.is_empty()
             || !self.egress_deny.is_empty()
             || self.has_names()

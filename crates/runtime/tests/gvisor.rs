@@ -126,7 +126,7 @@ async fn a_server_in_a_gvisor_sandbox_answers_on_its_address() {
     sb.sh("cd /tmp && echo hello > index.html && (python3 -m http.server 8080 >/dev/null 2>&1 &)")
         .await;
     let addr = std::net::SocketAddr::from((sb.info.net.sandbox, 8080));
-    let mut stream = common::connect_within(addr, std::time::Duration::from_secs(10)).await;
+    let mut stream = common::connect_within(addr, std::time::Duration::from_secs(30)).await;
     use std::io::{Read, Write};
     stream
         .write_all(b"GET /index.html HTTP/1.0\r\n\r\n")
@@ -201,7 +201,7 @@ async fn a_memory_hog_ends_its_gvisor_sandbox_and_nothing_else() {
     );
     common::wait_for(
         "the sandbox to be seen stopped",
-        std::time::Duration::from_secs(10),
+        std::time::Duration::from_secs(30),
         || async {
             let seen = tf.tiers.inspect(&id).await.unwrap().unwrap();
             (seen.state == RuntimeState::Stopped).then_some(())
@@ -415,7 +415,7 @@ async fn a_resume_reopens_the_door_a_cut_short_checkpoint_closed() {
         .expect("runsc");
     assert!(asked.success());
     let suspended = state.join("shared/suspended");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !suspended.exists() {
         assert!(
             std::time::Instant::now() < deadline,

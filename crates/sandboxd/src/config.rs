@@ -22,6 +22,72 @@ pub enum Command {
     /// `/mcp` endpoint: create_sandbox, run_command, run_code, read_file, write_file, list_files,
     /// expose_port, list_sandboxes, delete_sandbox.
     Mcp(McpConfig),
+    /// The daemon's configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Check this host for everything `serve` uses — kernel, cgroups and their controllers, user
+    /// namespaces, overlayfs, idmapped mounts, the disk-quota backend it would pick and why,
+    /// nftables, the agent, the data dir's space, the listen address, the gVisor tier — each ok,
+    /// degraded or missing with its fix. Takes `serve`'s flags and config file. Exit status 1 when
+    /// sandboxes cannot run at all.
+    Doctor(Box<DoctorConfig>),
+    /// Write a backup of the data dir, while the daemon serves: the store as of one moment, the
+    /// daemon's identity and admin token, certificates, the object store, every volume's files and
+    /// the layers of images and templates, in one tar archive compressed by its name (`.tar.zst`,
+    /// `.tar.gz`, `.tar`). Takes `serve`'s flags and config file (for the data dir).
+    Backup(Box<BackupConfig>),
+    /// Put a backup back into an empty data dir; the daemon started on it then adopts what it finds
+    /// and cleans up what ran, as after a crash.
+    Restore(Box<RestoreConfig>),
+}
+
+/// `sandboxd backup`.
+#[derive(Debug, clap::Args)]
+pub struct BackupConfig {
+    /// The archive to write (it must not exist).
+    #[arg(long)]
+    pub to: PathBuf,
+    #[command(flatten)]
+    pub serve: ServeConfig,
+}
+
+/// `sandboxd restore`.
+#[derive(Debug, clap::Args)]
+pub struct RestoreConfig {
+    /// The archive `sandboxd backup` wrote.
+    #[arg(long)]
+    pub from: PathBuf,
+    #[command(flatten)]
+    pub serve: ServeConfig,
+}
+
+/// `sandboxd doctor`.
+#[derive(Debug, clap::Args)]
+pub struct DoctorConfig {
+    /// One JSON object instead: `{"checks": [{name, status, detail, fix}], "canRun", "summary"}`.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub serve: ServeConfig,
+}
+
+/// `sandboxd config`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the configuration `serve` would run with, given the same flags, environment and
+    /// config file: every key with its value and where it came from (flag, environment, file,
+    /// default), as TOML a config file could hold. Secrets are masked.
+    Show(Box<ShowConfig>),
+}
+
+/// `sandboxd config show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowConfig {
+    /// One JSON object instead: `{"file": PATH|null, "settings": [{key, value, source}]}`.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub serve: ServeConfig,
 }
 
 /// `sandboxd mcp`.
@@ -38,12 +104,23 @@ pub struct McpConfig {
 /// `sandboxd serve`.
 #[derive(Debug, Clone, Parser)]
 pub struct ServeConfig {
+    /// The config file: every flag below is also a key of it, with `_` for `-` (`data_dir =
+    /// "/var/lib/sandboxd"`); a flag or its environment variable wins over the file. Default:
+    /// /etc/sandboxd/config.toml when it exists. `sandboxd config show` prints what applies.
+    #[arg(long, env = "SB_CONFIG")]
+    pub config: Option<PathBuf>,
     /// Data directory: store, sandboxes' writable layers, admin token.
     #[arg(long, env = "SB_DATA_DIR", default_value = "./.sandboxd")]
     pub data_dir: PathBuf,
     /// Address of the API and the proxy.
     #[arg(long, env = "SB_LISTEN", default_value = "127.0.0.1:21212")]
     pub listen: SocketAddr,
+    /// How the log is written to stderr: `text` for a terminal, `json` for journald and log
+    /// shippers (one object a line; a line logged while serving a request lists the `request`
+    /// span, with its `request_id` and `sandbox`, under `spans`). `SB_LOG` filters it (default:
+    /// info).
+    #[arg(long, env = "SB_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
     /// Domain of sandbox URLs: `http://{port}-{id}.{domain}:{port of --listen}`.
     #[arg(long, env = "SB_DOMAIN", default_value = "localhost")]
     pub domain: String,
@@ -118,6 +195,20 @@ pub struct ServeConfig {
     /// refuses to start with a default it cannot offer.
     #[arg(long, env = "SB_DEFAULT_ISOLATION", default_value = "namespace", value_parser = parse_isolation)]
     pub default_isolation: sandboxd_runtime::Isolation,
+    /// The port of the egress gateway, which the HTTP and HTTPS of sandboxes that use secrets or
+    /// network rules go through (on every address; it answers only those sandboxes). Default: the
+    /// port this data dir's gateway had, else one the system picks (kept in the data dir).
+    #[arg(long, env = "SB_EGRESS_GATEWAY_PORT")]
+    pub egress_gateway_port: Option<u16>,
+    /// A PEM file of roots the egress gateway trusts for upstream hosts, besides the host's system
+    /// bundle (/etc/ssl/certs/ca-certificates.crt): a private CA your services use.
+    #[arg(long, env = "SB_EGRESS_ROOTS")]
+    pub egress_roots: Option<PathBuf>,
+    /// The key secrets' values are sealed with at rest: a file of mode 0600 holding 64 hexadecimal
+    /// characters (`openssl rand -hex 32`) or 32 bytes. Default: `<data-dir>/secrets.key`, made at
+    /// the first start (and carried by `sandboxd backup`); a key given here must exist.
+    #[arg(long, env = "SB_SECRETS_KEY_FILE")]
+    pub secrets_key_file: Option<PathBuf>,
     /// Disk limit of a sandbox whose create names none (`diskMB`), MiB.
     #[arg(long, env = "SB_DEFAULT_DISK_MB", default_value_t = sandboxd_service::sandboxes::DEFAULT_DISK_MB)]
     pub default_disk_mb: u64,
@@ -251,23 +342,24 @@ impl ServeConfig {
         }
     }
 
-    /// The agent binary to use: the flag, else `sandboxd-agent` beside this executable, else the static
-    /// build of a source checkout.
+    /// The agent binary to use: the flag, else the static build of a source checkout, else
+    /// `sandboxd-agent` beside this executable, else where the Debian package puts it
+    /// (`<prefix>/lib/sandboxd/sandboxd-agent` for `<prefix>/bin/sandboxd`).
     pub fn agent_binary(&self) -> Option<PathBuf> {
         if let Some(p) = &self.agent_bin {
             return Some(p.clone());
         }
         let exe = std::env::current_exe().ok()?;
         let dir = exe.parent()?;
+        let up = dir.parent()?;
         let candidates = [
-            dir.join("sandboxd-agent"),
             // target/<profile>/sandboxd → target/x86_64-unknown-linux-gnu/release/sandboxd-agent
-            dir.parent()?
-                .join("x86_64-unknown-linux-gnu/release/sandboxd-agent"),
+            // (the static build first: it works in any root filesystem).
+            up.join("x86_64-unknown-linux-gnu/release/sandboxd-agent"),
+            dir.join("sandboxd-agent"),
+            up.join("lib/sandboxd/sandboxd-agent"),
         ];
-        let [beside, static_build] = candidates;
-        // The static build first: it works in any root filesystem.
-        [static_build, beside].into_iter().find(|p| p.is_file())
+        candidates.into_iter().find(|p| p.is_file())
     }
 }
 

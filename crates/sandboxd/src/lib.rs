@@ -8,16 +8,20 @@
 //! (SIGTERM, SIGINT) stops accepting and drains requests; sandboxes keep running and are adopted by the
 //! next start.
 
+pub mod backup;
 pub mod callback;
 pub mod cluster;
 pub mod config;
+pub mod config_file;
+pub mod doctor;
+pub mod gateway;
 pub mod identity;
 pub mod mcp;
 pub mod tls;
 
 use anyhow::Context;
 use axum::serve::ListenerExt;
-use config::{Cli, Command, ServeConfig};
+use config::{Cli, Command, ConfigCommand, ServeConfig};
 use sandboxd_api::{auth::Auth, metrics::Metrics};
 use sandboxd_images::{LayerStore, Registry};
 use sandboxd_runtime::gvisor::{GvisorConfig, GvisorRuntime};
@@ -30,24 +34,148 @@ use sandboxd_store::{unix_millis_now, Store, StoreConfig};
 
 /// Where the TLS listener serves the object store (Daytona's build contexts).
 pub const OBJECT_STORAGE_PATH: &str = "/object-storage";
+/// The secrets key's file in the data dir, unless `--secrets-key-file` names another.
+pub const SECRETS_KEY_FILE: &str = "secrets.key";
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Reads `argv` with the config file `serve` and `config show` take, then runs it. A command line
+/// or a file it cannot read ends the process with status 2, saying why.
+pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
+    let with_file: &[&[&str]] = &[
+        &["serve"],
+        &["config", "show"],
+        &["doctor"],
+        &["backup"],
+        &["restore"],
+    ];
+    let loaded = match config_file::load::<Cli>(argv, with_file) {
+        Ok(loaded) => loaded,
+        Err(config_file::ConfigError::Cli(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("sandboxd: {}", sandboxd_errors::chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+    if let Command::Config(ConfigCommand::Show(show)) = &loaded.parsed.command {
+        // Only `config show`'s matches hold every `serve` flag to report on.
+        let settings = config_file::effective::<Cli>(&loaded);
+        return show_config(&settings, loaded.file.as_deref(), show.json);
+    }
+    let mut cli = loaded.parsed;
+    match &mut cli.command {
+        // Answered above, before `loaded` was taken apart.
+        Command::Config(ConfigCommand::Show(_)) => {}
+        Command::Doctor(doctor) => return run_doctor(&doctor.serve, doctor.json),
+        Command::Backup(b) => {
+            return finish(backup::backup(&b.serve.data_dir, &b.to).map(|w| {
+                format!(
+                    "wrote {} ({} bytes): the store (schema {}), {} volume(s), layers",
+                    w.path.display(),
+                    w.bytes,
+                    w.schema,
+                    w.volumes
+                )
+            }))
+        }
+        Command::Restore(r) => {
+            return finish(backup::restore(&r.from, &r.serve.data_dir).map(|done| {
+                format!(
+                    "restored {} into {}: the store (schema {}), {} volume(s); start the daemon on it",
+                    r.from.display(),
+                    r.serve.data_dir.display(),
+                    done.schema,
+                    done.volumes
+                )
+            }))
+        }
+        Command::Serve(serve) => serve.config = loaded.file,
+        Command::Mcp(_) => {}
+    }
+    run(cli)
+}
+
+/// Prints what a one-shot command did, or why it failed (status 1).
+fn finish(done: anyhow::Result<String>) -> ExitCode {
+    match done {
+        Ok(said) => {
+            println!("{said}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sandboxd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `sandboxd doctor`.
+fn run_doctor(config: &ServeConfig, json: bool) -> ExitCode {
+    use std::io::Write;
+    let checks = doctor::run(config);
+    let text = if json {
+        doctor::to_json(&checks).to_string() + "\n"
+    } else {
+        doctor::render(&checks)
+    };
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    doctor::exit_code(&checks)
+}
+
+/// `sandboxd config show`.
+fn show_config(settings: &[config_file::Setting], file: Option<&Path>, json: bool) -> ExitCode {
+    use std::io::Write;
+    // A reader that goes away early (`| head`) is no failure.
+    if !json {
+        let _ = write!(
+            std::io::stdout().lock(),
+            "{}",
+            config_file::render_toml(settings, file)
+        );
+        return ExitCode::SUCCESS;
+    }
+    let settings: Vec<serde_json::Value> = settings
+        .iter()
+        .map(|s| {
+            let value = match &s.values {
+                None => serde_json::json!("********"),
+                Some(v) if s.source == config_file::Source::Unset => serde_json::Value::Null,
+                Some(v) if v.len() == 1 => serde_json::json!(v[0]),
+                Some(v) => serde_json::json!(v),
+            };
+            serde_json::json!({"key": s.key, "value": value, "source": s.source.as_str()})
+        })
+        .collect();
+    let out = serde_json::json!({"file": file, "settings": settings});
+    let _ = writeln!(std::io::stdout().lock(), "{out}");
+    ExitCode::SUCCESS
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SB_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(
-                    "info,netlink_packet_route=error,openraft=error,openraft::replication=off",
-                )
-            }),
+    let json = matches!(&cli.command, Command::Serve(serve) if serve.log_format == "json");
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SB_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "info,netlink_packet_route=error,openraft=error,openraft::replication=off",
         )
-        .with_writer(std::io::stderr)
-        .init();
+    });
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        // One object a line, with the fields of every span it was logged in (a request's id and
+        // sandbox among them) under `spans`.
+        log.json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(true)
+            .init();
+    } else {
+        log.init();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -60,6 +188,10 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Serve(config) => runtime.block_on(serve(*config)),
         Command::Mcp(config) => runtime.block_on(mcp::run(config)),
+        // Answered by `main` before any runtime exists.
+        Command::Config(_) | Command::Doctor(_) | Command::Backup(_) | Command::Restore(_) => Err(
+            anyhow::anyhow!("one-shot commands are answered by sandboxd::main"),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -99,6 +231,20 @@ fn admin_token(data_dir: &Path) -> anyhow::Result<String> {
 
 /// `sandboxd serve`.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    if let Some(file) = &config.config {
+        tracing::info!(file = %file.display(), "read the config file");
+    }
+    // What `sandboxd doctor` would say of this host, in the log, off the start-up path (the listen
+    // address is this daemon's to take, not a check).
+    let host = config.clone();
+    std::thread::spawn(move || {
+        let checks: Vec<_> = doctor::host_checks(&host)
+            .into_iter()
+            .filter(|c| c.name != "listen")
+            .collect();
+        doctor::log(&checks);
+        tracing::info!(summary = %doctor::summary(&checks), "host checks (sandboxd doctor for all)");
+    });
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -141,6 +287,13 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     let callback_dir = callback::prepare_dir(&data_dir)?;
     runtime_config.callback_dir = Some(callback_dir.clone());
+    let gateway = gateway::prepare(
+        &data_dir,
+        &callback_dir,
+        config.egress_gateway_port,
+        config.egress_roots.as_deref(),
+    )
+    .await?;
     runtime_config.slots = config
         .net_slot_base
         .checked_add(config.net_slots)
@@ -180,6 +333,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }),
         None => None,
     };
+    let secrets_key = match &config.secrets_key_file {
+        Some(path) => sandboxd_secrets::SecretKey::load(path),
+        None => sandboxd_secrets::SecretKey::load_or_create(&data_dir.join(SECRETS_KEY_FILE)),
+    }
+    .context("loading the secrets key")?;
     let disk_backend = runtime.namespace().disk_backend();
     tracing::info!(?disk_backend, "disk quota backend");
     let service = Service::new(
@@ -198,6 +356,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             ready_deadline: Duration::from_millis(config.ready_timeout_ms.max(1)),
             images: Some(images),
             objects: objects.clone(),
+            secrets_key: Some(secrets_key),
+            egress_gateway: Some(gateway.settings.clone()),
             disk_quota: disk_backend != DiskBackend::Off,
             default_disk_mb: config.default_disk_mb,
             max_disk_mb: config.max_disk_mb,
@@ -226,6 +386,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     // After adoption: a `starting` sandbox a previous daemon left has no create waiting for it and was
     // failed above; its agent's retry, if any, is refused.
     let callbacks = callback::serve(&callback_dir, service.clone())?;
+    let egress = gateway::serve(gateway, service.clone());
     // Cluster mode: the node joins before the API serves, so the router forwards from the first
     // request on.
     let capacity = match cluster::start(&config, &data_dir).await? {
@@ -295,13 +456,22 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     tracing::info!(listen = %config.listen, data_dir = %data_dir.display(), daemon_id = %daemon_id, "sandboxd ready");
     println!("sandboxd listening on http://{}", config.listen);
+    // Under systemd (`Type=notify`): started once the listener takes connections.
+    notify_systemd(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&format!("serving on {}", config.listen)),
+    ]);
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async {
+            shutdown_signal().await;
+            notify_systemd(&[sd_notify::NotifyState::Stopping]);
+        })
         .await
         .context("serving")?;
     sweeper.abort();
     webhook_sender.abort();
     callbacks.abort();
+    egress.abort();
     if let Some(reconciler) = reconciler {
         reconciler.abort();
     }
@@ -316,6 +486,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     tracing::info!("sandboxd stopped; sandboxes keep running");
     Ok(())
+}
+
+/// Tells the service manager (`NOTIFY_SOCKET`, set by systemd for `Type=notify`) `states`; nothing
+/// without one.
+fn notify_systemd(states: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "cannot notify the service manager");
+    }
 }
 
 async fn sweep(service: Service, every: Duration) {

@@ -1,8 +1,5 @@
-//! `sandboxd`: parse the configuration, then hand over to [`sandboxd::serve`].
-
-use clap::Parser;
+//! `sandboxd`: read the command line and its config file, then hand over to [`sandboxd::run`].
 
 fn main() -> std::process::ExitCode {
-    let cli = sandboxd::config::Cli::parse();
-    sandboxd::run(cli)
+    sandboxd::main(std::env::args_os().collect())
 }

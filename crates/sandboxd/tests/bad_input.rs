@@ -50,7 +50,15 @@ fn bad_input_gets_clear_4xx_and_creates_nothing() {
                 "IPv6 in the deny list",
                 r#"{"network": {"egress": true, "denyOut": ["::/0"]}}"#,
             ),
-            ("unknown network field", r#"{"network": {"rules": {}}}"#),
+            ("unknown network field", r#"{"network": {"redirects": {}}}"#),
+            (
+                "a rule for a host the sandbox cannot reach",
+                r#"{"network": {"rules": {"a.com": [{"transform": {"headers": {"x-a": "1"}}}]}}}"#,
+            ),
+            (
+                "a rule that sets a framing header",
+                r#"{"network": {"egress": true, "rules": {"a.com": [{"transform": {"headers": {"Host": "b.com"}}}]}}}"#,
+            ),
         ];
         for (what, body) in cases {
             expect_error(what, raw_create(body).await.unwrap(), 400, invalid).await;

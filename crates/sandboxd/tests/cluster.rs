@@ -214,6 +214,88 @@ fn creates_of_a_template_are_placed_on_the_node_that_has_it() {
     });
 }
 
+/// Invariant: a volume lives on the node that made it; its name is one volume's across the
+/// cluster; a create that mounts it, through any node, lands on that node and sees its files, the
+/// volume's own routes through any node are served there, and every node lists every volume once.
+#[test]
+fn creates_mounting_a_volume_are_placed_on_its_node() {
+    cluster_test(LIMIT, || async {
+        let c = TestCluster::start(3, &[]).await;
+        let made = c
+            .node(1)
+            .post_json("/v1/volumes", &json!({"name": "shared"}))
+            .await;
+        assert_eq!(made.status(), 201);
+        // The name is the cluster's: another node cannot make a second volume of it.
+        let again = c
+            .node(2)
+            .post_json("/v1/volumes", &json!({"name": "shared"}))
+            .await;
+        assert_eq!(again.status(), 409, "{:?}", again.text().await);
+        let put = c
+            .node(1)
+            .http()
+            .put(c.node(1).endpoint("/v1/volumes/shared/files/content"))
+            .query(&[("path", "/marker")])
+            .body("on node 1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 201);
+        let mut history = History::default();
+        for entry in [0, 2, 0, 2] {
+            let s = c
+                .node(entry)
+                .create(json!({"volumes": [{"name": "shared", "path": "/data"}]}))
+                .await;
+            let id = s["id"].as_str().unwrap().to_string();
+            history.created(&id, "");
+            assert_eq!(
+                owner_node(&c, &id).await,
+                1,
+                "a create through node {entry}"
+            );
+            let out = c.node(entry).exec(&id, &["cat", "/data/marker"]).await;
+            assert_eq!(out.stdout, "on node 1");
+        }
+        // The volume's own routes through any node are served by its node.
+        let detail = c.node(2).get_json("/v1/volumes/shared").await;
+        assert_eq!(
+            detail["mounts"].as_array().map(Vec::len),
+            Some(4),
+            "{detail}"
+        );
+        let marker = c
+            .node(0)
+            .get_text("/v1/volumes/shared/files/content?path=/marker")
+            .await;
+        assert_eq!(marker, "on node 1");
+        // Every node lists every node's volumes, each once, on every surface.
+        let other = c
+            .node(0)
+            .post_json("/v1/volumes", &json!({"name": "other"}))
+            .await;
+        assert_eq!(other.status(), 201);
+        for entry in 0..3 {
+            let d = c.node(entry);
+            let v1 = d.get_json("/v1/volumes").await;
+            let e2b = d.get_json("/volumes").await;
+            let daytona = d.get_json("/api/volumes").await;
+            for (surface, items) in [("v1", &v1["volumes"]), ("e2b", &e2b), ("daytona", &daytona)] {
+                let mut names: Vec<&str> = items
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{surface} through node {entry}: {items}"))
+                    .iter()
+                    .filter_map(|v| v["name"].as_str())
+                    .collect();
+                names.sort();
+                assert_eq!(names, ["other", "shared"], "{surface} through node {entry}");
+            }
+        }
+        history.check(&c, &[0, 1, 2]).await;
+    });
+}
+
 /// `GET /v1/sandboxes` on node `i` with `key`: the status.
 async fn list_with(c: &TestCluster, i: usize, key: &str) -> u16 {
     let d = c.node(i);

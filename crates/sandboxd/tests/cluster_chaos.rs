@@ -170,7 +170,8 @@ fn killing_the_leader_in_a_create_storm_loses_no_acknowledged_create() {
 }
 
 /// A node whose lease lapses past the grace is marked lost: through every other node its sandbox
-/// shows as `lost` (and the E2B surface answers not found), its name and hostname are free at once;
+/// shows as `lost` (and the E2B surface answers not found), a create mounting its volume is a 409
+/// naming it, its name and hostname are free at once;
 /// when it returns it learns that from the log and destroys the sandbox, and the log lets it go.
 #[test]
 fn a_lost_nodes_sandboxes_show_as_lost_free_their_names_and_are_destroyed_when_it_returns() {
@@ -204,6 +205,15 @@ fn a_lost_nodes_sandboxes_show_as_lost_free_their_names_and_are_destroyed_when_i
             history.created(&id, &name);
         }
         let (id, name) = doomed.expect("a create placed on the victim");
+        let volume = c
+            .node(victim)
+            .post_json("/v1/volumes", &json!({"name": "on-the-victim"}))
+            .await;
+        assert_eq!(volume.status(), 201);
+        let victim_id = c.status(victim).await.expect("the victim's status")["nodeId"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let hostname = "doomed.cluster.test";
         common::serve_port(c.node(survivor), &id, 8000).await;
         let bound = c
@@ -272,6 +282,24 @@ fn a_lost_nodes_sandboxes_show_as_lost_free_their_names_and_are_destroyed_when_i
         assert_eq!(e2b.status(), 404, "E2B has no lost state: not found");
         let text = e2b.text().await.unwrap();
         assert!(text.contains("lost"), "the message says why: {text}");
+        // A create mounting a volume of the lost node is a conflict that names it, and makes nothing.
+        let mounting = c
+            .node(survivor)
+            .post_json(
+                "/v1/sandboxes",
+                &json!({"volumes": [{"name": "on-the-victim", "path": "/data"}]}),
+            )
+            .await;
+        assert_eq!(mounting.status(), 409);
+        let refusal: Value = mounting.json().await.unwrap();
+        assert_eq!(refusal["code"], "volume_unavailable", "{refusal}");
+        assert!(
+            refusal["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("on-the-victim lives on node {victim_id}")),
+            "{refusal}"
+        );
         // Its name and hostname are free at once.
         let heir = c.node(survivor).create(json!({"name": name})).await;
         let heir_id = heir["id"].as_str().unwrap().to_string();

@@ -9,7 +9,6 @@ mod e2b_support;
 use cluster_support::TestCluster;
 use common::run_serially;
 use e2b_support::run_script;
-use sandboxd_test_support::workspace_root;
 use std::time::Duration;
 
 /// The Daytona SDK checks on the `base` snapshot (Daytona's default snapshot here is the code
@@ -28,21 +27,15 @@ fn the_e2b_and_daytona_sdks_work_through_one_node_of_a_cluster() {
         tokio::runtime::Builder::new_multi_thread().worker_threads(2),
         Some(Duration::from_secs(900)),
         || async {
-            let e2b = workspace_root().join(".venv-e2b/bin/python");
-            let daytona = workspace_root().join(".venv-daytona/bin/python");
-            for sdk in [&e2b, &daytona] {
-                assert!(
-                    sdk.exists(),
-                    "{} is missing: run scripts/e2b-sdks and scripts/daytona-sdks",
-                    sdk.display()
-                );
-            }
+            let (e2b, daytona) = e2b_support::python_sdks();
             let c = TestCluster::start(3, &[]).await;
             let entry = c.node(0);
             run_script(
                 entry,
                 &e2b,
                 &["tests/e2b/test_sdk.py"],
+                // Volumes among them: made through this node, they live on it, and the creates
+                // that mount one are placed there.
                 &[("E2B_API_KEY", common::TOKEN)],
             )
             .await;

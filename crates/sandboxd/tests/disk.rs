@@ -4,23 +4,9 @@
 
 mod common;
 
-use common::{e2e, id_of, Daemon, Setup};
+use common::{e2e, free_bytes, id_of, Daemon, Setup};
 use sandboxd_test_support::xfs::QuotaXfs;
 use serde_json::{json, Value};
-
-/// Free bytes of the filesystem holding `path`.
-fn free_bytes(path: &std::path::Path) -> u64 {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a zeroed statvfs is a valid out-parameter; `c` is a NUL-terminated path.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(
-        unsafe { libc::statvfs(c.as_ptr(), &mut stat) },
-        0,
-        "statvfs"
-    );
-    stat.f_bavail * stat.f_frsize
-}
 
 /// A write past `diskMB` fails inside the sandbox while the sandbox and the host go on; the host
 /// loses at most about the quota; deleting files gives the space back; the sandbox and E2B's metrics

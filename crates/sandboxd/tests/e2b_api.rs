@@ -181,14 +181,22 @@ fn refused_requests_answer_in_the_e2b_shape_and_create_nothing() {
             .await
             .unwrap();
         expect_e2b_error("metadata value not a string", wrong_type, 400).await;
-        let unsupported = d
+        let unknown_volume = d
             .http()
             .post(&create_url)
             .json(&json!({"templateID": "base", "volumeMounts": [{"name": "v", "path": "/v"}]}))
             .send()
             .await
             .unwrap();
-        expect_e2b_error("volume mounts", unsupported, 400).await;
+        expect_e2b_error("an unknown volume", unknown_volume, 404).await;
+        let hiding_the_system = d
+            .http()
+            .post(&create_url)
+            .json(&json!({"templateID": "base", "volumeMounts": [{"name": "v", "path": "/etc"}]}))
+            .send()
+            .await
+            .unwrap();
+        expect_e2b_error("a mount over /etc", hiding_the_system, 400).await;
         let too_long = d
             .http()
             .post(&create_url)
@@ -304,10 +312,12 @@ fn network_lists_are_enforced_and_domain_names_accepted() {
         let resp = post(
             &d,
             "/v2/sandboxes",
-            json!({"templateID": "base", "network": {"denyOut": ["10.0.0.0/8"], "rules": {"a.com": [{}]}}}),
+            // A rule grants no egress: without internet access its host must be in allowOut.
+            json!({"templateID": "base", "allow_internet_access": false,
+                   "network": {"rules": {"a.com": [{"transform": {"headers": {"x-a": "1"}}}]}}}),
         )
         .await;
-        expect_e2b_error("network rules", resp, 400).await;
+        expect_e2b_error("a rule for a host the sandbox cannot reach", resp, 400).await;
         assert!(
             d.list_all().await.is_empty(),
             "a refused create made a sandbox"

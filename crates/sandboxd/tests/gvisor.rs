@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{assert_agree, e2e, id_of, in_background, restart_and_reconcile, runtime_ids, Daemon};
+use common::{
+    assert_agree, built, e2e, id_of, in_background, restart_and_reconcile, runtime_ids, Daemon,
+};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -247,5 +249,102 @@ fn a_fork_killed_mid_way_leaves_no_half_copy() {
             assert!(d.remains(f).is_empty(), "left of {f}: {:?}", d.remains(f));
             assert!(!running(f), "a runsc process of {f} outlived the reconcile");
         }
+    });
+}
+
+/// A volume is one tree across tiers: what a gVisor sandbox writes there a namespace sandbox reads
+/// at once, owned by `user` in both; a pause (a checkpoint) and a fork keep the mount, and what was
+/// written while the sandbox was paused is there after its resume; a snapshot copies the sandbox's
+/// own files, not the volume's; a subpath mount is refused in the gVisor tier, saying why.
+#[test]
+fn a_volume_is_shared_between_a_gvisor_and_a_namespace_sandbox() {
+    e2e(|| async {
+        if !require_gvisor() {
+            return;
+        }
+        let d = Daemon::start().await;
+        let made = d.post_json("/v1/volumes", &json!({"name": "across"})).await;
+        assert_eq!(made.status(), 201);
+        let mount = json!([{"name": "across", "path": "/data"}]);
+        let boxed = id_of(
+            &d.create(json!({"isolation": "gvisor", "volumes": mount}))
+                .await,
+        );
+        let plain = id_of(&d.create(json!({"volumes": mount})).await);
+        let wrote = d
+            .exec(
+                &boxed,
+                &[
+                    "sh",
+                    "-c",
+                    "echo from-gvisor > /data/f && stat -c %U /data/f",
+                ],
+            )
+            .await;
+        assert_eq!(wrote.stdout.trim(), "user", "{wrote:?}");
+        let read = d
+            .exec(&plain, &["sh", "-c", "cat /data/f; stat -c %U /data/f"])
+            .await;
+        assert_eq!(read.stdout, "from-gvisor\nuser\n", "{read:?}");
+        // A pause keeps the mount: what was written meanwhile is there after the resume.
+        let paused = d
+            .post_json(&format!("/v1/sandboxes/{boxed}/pause"), &json!({}))
+            .await;
+        assert!(paused.status().is_success(), "{:?}", paused.text().await);
+        let meanwhile = d
+            .exec(&plain, &["sh", "-c", "echo meanwhile > /data/g"])
+            .await;
+        assert_eq!(meanwhile.exit_code, 0, "{meanwhile:?}");
+        let resumed = d
+            .post_json(&format!("/v1/sandboxes/{boxed}/resume"), &json!({}))
+            .await;
+        assert!(resumed.status().is_success(), "{:?}", resumed.text().await);
+        let after = d
+            .exec(
+                &boxed,
+                &["sh", "-c", "cat /data/g && echo resumed > /data/h"],
+            )
+            .await;
+        assert_eq!(after.stdout, "meanwhile\n", "{after:?}");
+        // A fork mounts it too.
+        let forked = d
+            .post_json(&format!("/v1/sandboxes/{boxed}/fork"), &json!({"count": 1}))
+            .await;
+        assert!(forked.status().is_success(), "{:?}", forked.text().await);
+        let forked: Value = forked.json().await.unwrap();
+        let fork = id_of(&forked["forks"][0]["sandbox"]);
+        let from_fork = d
+            .exec(&fork, &["sh", "-c", "cat /data/h && echo forked > /data/i"])
+            .await;
+        assert_eq!(from_fork.stdout, "resumed\n", "{from_fork:?}");
+        let seen = d.exec(&plain, &["cat", "/data/i"]).await;
+        assert_eq!(seen.stdout, "forked\n", "{seen:?}");
+        // A snapshot keeps the sandbox's own files, not the volume's.
+        d.put_file(&plain, "/home/user/own", b"own".to_vec()).await;
+        let snap = d
+            .post_json(
+                &format!("/v1/sandboxes/{plain}/snapshot"),
+                &json!({"name": "with-a-volume"}),
+            )
+            .await;
+        assert!(snap.status().is_success(), "{:?}", snap.text().await);
+        assert_eq!(built(&d, "with-a-volume").await["state"], "ready");
+        let copy = id_of(&d.create(json!({"template": "with-a-volume"})).await);
+        let looked = d
+            .exec(
+                &copy,
+                &[
+                    "sh",
+                    "-c",
+                    "cat /home/user/own; ls -A /data 2>/dev/null | wc -l",
+                ],
+            )
+            .await;
+        assert_eq!(looked.stdout, "own0\n", "{looked:?}");
+        let sub = json!({"isolation": "gvisor", "volumes": [{"name": "across", "path": "/w", "subpath": "x"}]});
+        let refused = d.post_json("/v1/sandboxes", &sub).await;
+        assert_eq!(refused.status(), 400);
+        let text = refused.text().await.unwrap();
+        assert!(text.contains("namespace"), "{text}");
     });
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use base64::Engine;
-use common::{e2e, id_of, Daemon};
+use common::{built, e2e, id_of, Daemon};
 use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -21,22 +21,6 @@ fn context(files: &[(&str, &str)]) -> String {
         b.append_data(&mut h, path, data.as_bytes()).unwrap();
     }
     base64::engine::general_purpose::STANDARD.encode(b.into_inner().unwrap())
-}
-
-/// Waits until template `name` is no longer building; returns it.
-async fn built(d: &Daemon, name: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let t = d.get_json(&format!("/v1/templates/{name}")).await;
-        if t["state"] != "building" {
-            return t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "template {name} still building: {t}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn log(d: &Daemon, name: &str) -> Vec<String> {

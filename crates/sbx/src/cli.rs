@@ -132,6 +132,12 @@ pub enum Command {
     /// Templates (named images): list, build, logs, remove.
     #[command(subcommand)]
     Templates(TemplatesCommand),
+    /// Volumes (named storage that outlives sandboxes): list, create, remove, copy files in and out.
+    #[command(subcommand)]
+    Volumes(VolumesCommand),
+    /// Secrets (values a sandbox holds only a placeholder of): list, create, update, remove.
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
     /// Check an API key (--token / SB_PAT_TOKEN, else the first line of stdin) against the daemon
     /// and save it with the daemon's address for later commands (see --config).
     Login,
@@ -314,6 +320,112 @@ pub enum ApiKeysCommand {
     },
 }
 
+/// `sbx secrets …`. A value is never an argument (arguments are in every process list): it is
+/// read from `--value-file`, or from stdin, without one final newline.
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// List the secrets (never their values).
+    #[command(alias = "list")]
+    Ls,
+    /// Create a secret from the value on stdin (or in --value-file); prints its placeholder.
+    Create {
+        /// Unique name: letters, digits, '_', '.' or '-'.
+        name: String,
+        /// Read the value from this file instead of stdin.
+        #[arg(long, value_name = "FILE")]
+        value_file: Option<std::path::PathBuf>,
+        /// A host the value may be sent to: a name, `*.` and a name, or an IP address
+        /// (repeatable) [default: none; the value goes only where a network rule puts it].
+        #[arg(long = "host", value_name = "HOST")]
+        hosts: Vec<String>,
+        /// What it is for.
+        #[arg(long)]
+        description: Option<String>,
+        /// Label (repeatable).
+        #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
+        label: Vec<(String, String)>,
+    },
+    /// Show one secret (never its value).
+    Get {
+        /// Secret name or id.
+        name: String,
+    },
+    /// Change a secret: a new value (a new version), its hosts or its description.
+    Update {
+        /// Secret name or id.
+        name: String,
+        /// Read a new value from stdin.
+        #[arg(long, conflicts_with = "value_file")]
+        value_stdin: bool,
+        /// Read a new value from this file.
+        #[arg(long, value_name = "FILE")]
+        value_file: Option<std::path::PathBuf>,
+        /// Its hosts from now on (repeatable; replaces the old ones).
+        #[arg(long = "host", value_name = "HOST", conflicts_with = "clear_hosts")]
+        hosts: Vec<String>,
+        /// Remove every host.
+        #[arg(long)]
+        clear_hosts: bool,
+        /// A new description.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Delete secrets.
+    #[command(alias = "delete")]
+    Rm {
+        /// Secret names or ids.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+}
+
+/// `sbx volumes …`.
+#[derive(Debug, Subcommand)]
+pub enum VolumesCommand {
+    /// List the volumes.
+    #[command(alias = "list")]
+    Ls,
+    /// Create a volume; prints its name.
+    Create {
+        /// Unique name: letters, digits, '-', '_' or '.'.
+        name: String,
+        /// Size limit in MiB [default: none; needs a disk quota backend on the daemon's host].
+        #[arg(long, value_name = "MB")]
+        size: Option<u64>,
+        /// Label (repeatable).
+        #[arg(long, value_name = "K=V", value_parser = parse_key_val)]
+        label: Vec<(String, String)>,
+    },
+    /// Show one volume: its size, usage and the sandboxes that mount it.
+    Get {
+        /// Volume name or id.
+        name: String,
+    },
+    /// Delete volumes and their files (refused while a sandbox mounts one).
+    #[command(alias = "delete")]
+    Rm {
+        /// Volume names or ids.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Copy a file into or out of a volume without a sandbox: `sbx volumes cp ./f NAME:/dir/f` or
+    /// `sbx volumes cp NAME:/dir/f ./f` (`-` is stdout).
+    Cp {
+        /// Source: a local path or NAME:/path.
+        src: String,
+        /// Destination: a local path or NAME:/path.
+        dst: String,
+    },
+    /// List a directory of a volume.
+    Files {
+        /// NAME or NAME:/path [default path: /].
+        target: String,
+        /// How many levels down to list.
+        #[arg(long, default_value_t = 1)]
+        depth: u32,
+    },
+}
+
 /// `sbx templates …`.
 #[derive(Debug, Subcommand)]
 pub enum TemplatesCommand {
@@ -444,9 +556,38 @@ pub struct CreateArgs {
     /// name or `*.example.com` (repeatable; `0.0.0.0/0` denies all that is not allowed).
     #[arg(long, value_name = "CIDR|NAME")]
     pub deny_out: Vec<String>,
+    /// A volume to mount: NAME:/path, or NAME:/path:ro for read-only (repeatable).
+    #[arg(long = "volume", short = 'v', value_name = "NAME:/PATH[:ro]", value_parser = parse_volume)]
+    pub volumes: Vec<VolumeArg>,
     /// Idempotency key: repeating a create with the same key returns the first sandbox.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+}
+
+/// A `--volume NAME:/path[:ro]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeArg {
+    pub name: String,
+    pub path: String,
+    pub read_only: bool,
+}
+
+/// Parses `NAME:/path` or `NAME:/path:ro` (or `:rw`).
+pub fn parse_volume(s: &str) -> Result<VolumeArg, String> {
+    let (name, rest) = s
+        .split_once(':')
+        .filter(|(n, r)| !n.is_empty() && r.starts_with('/'))
+        .ok_or_else(|| format!("expected NAME:/path[:ro], got {s:?}"))?;
+    let (path, read_only) = match rest.rsplit_once(':') {
+        Some((path, "ro")) => (path, true),
+        Some((path, "rw")) => (path, false),
+        _ => (rest, false),
+    };
+    Ok(VolumeArg {
+        name: name.to_string(),
+        path: path.to_string(),
+        read_only,
+    })
 }
 
 /// `sbx ls`.
@@ -540,6 +681,20 @@ fn parse_cpu(s: &str) -> Result<f64, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn volume_flags_name_a_volume_a_path_and_a_mode() {
+        let v = super::parse_volume("cache:/home/user/.cache:ro").unwrap();
+        assert_eq!(
+            (v.name.as_str(), v.path.as_str(), v.read_only),
+            ("cache", "/home/user/.cache", true)
+        );
+        let v = super::parse_volume("data:/data").unwrap();
+        assert_eq!((v.path.as_str(), v.read_only), ("/data", false));
+        for bad in ["data", ":/data", "data:rel", "data:"] {
+            assert!(super::parse_volume(bad).is_err(), "{bad}");
+        }
+    }
+
     use super::*;
     use clap::CommandFactory;
 

@@ -118,8 +118,28 @@ pub fn plan(src: &str, dst: &str) -> Result<Plan, SbxError> {
     }
 }
 
+/// What the `ID:` of a location names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remote {
+    /// A sandbox (`sbx cp`).
+    Sandbox,
+    /// A volume (`sbx volumes cp`): its files without a sandbox.
+    Volume,
+}
+
 /// Runs `sbx cp`.
 pub async fn run(client: &Client, out: Output, src: &str, dst: &str) -> Result<ExitCode, SbxError> {
+    run_on(client, out, src, dst, Remote::Sandbox).await
+}
+
+/// Runs a copy whose `ID:` side is a `remote`.
+pub async fn run_on(
+    client: &Client,
+    out: Output,
+    src: &str,
+    dst: &str,
+    remote: Remote,
+) -> Result<ExitCode, SbxError> {
     let plan = plan(src, dst)?;
     let to_stdout = matches!(plan, Plan::Download { to: None, .. });
     match plan {
@@ -129,23 +149,28 @@ pub async fn run(client: &Client, out: Output, src: &str, dst: &str) -> Result<E
             path,
         } => {
             let stdin = tokio_util::io::ReaderStream::new(tokio::io::stdin());
-            client.upload_stream(&id, &path, stdin, None).await?;
+            match remote {
+                Remote::Sandbox => client.upload_stream(&id, &path, stdin, None).await?,
+                Remote::Volume => {
+                    client
+                        .upload_stream_to_volume(&id, &path, stdin, None)
+                        .await?;
+                }
+            }
         }
         Plan::Upload {
             from: Some(from),
             id,
             path,
-        } => upload_file(client, &from, &id, &path).await?,
+        } => upload_file(client, remote, &from, &id, &path).await?,
         Plan::Download { id, path, to: None } => {
-            client
-                .download_to(&id, &path, &mut tokio::io::stdout())
-                .await?;
+            fetch(client, remote, &id, &path, &mut tokio::io::stdout()).await?;
         }
         Plan::Download {
             id,
             path,
             to: Some(to),
-        } => download_file(client, &id, &path, &to).await?,
+        } => download_file(client, remote, &id, &path, &to).await?,
     }
     if out.json && !to_stdout {
         out.json(&serde_json::json!({ "src": src, "dst": dst }))?;
@@ -153,7 +178,27 @@ pub async fn run(client: &Client, out: Output, src: &str, dst: &str) -> Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-async fn upload_file(client: &Client, from: &Path, id: &str, path: &str) -> Result<(), SbxError> {
+/// Streams `remote` `id`'s file `path` into `out`.
+async fn fetch<W: tokio::io::AsyncWrite + Unpin>(
+    client: &Client,
+    remote: Remote,
+    id: &str,
+    path: &str,
+    out: &mut W,
+) -> Result<u64, sandboxd_client::ClientError> {
+    match remote {
+        Remote::Sandbox => client.download_to(id, path, out).await,
+        Remote::Volume => client.download_from_volume(id, path, out).await,
+    }
+}
+
+async fn upload_file(
+    client: &Client,
+    remote: Remote,
+    from: &Path,
+    id: &str,
+    path: &str,
+) -> Result<(), SbxError> {
     let meta = std::fs::metadata(from).map_err(|source| SbxError::Local {
         path: from.display().to_string(),
         source,
@@ -164,11 +209,22 @@ async fn upload_file(client: &Client, from: &Path, id: &str, path: &str) -> Resu
             from.display()
         )));
     }
-    client.upload_file(id, path, from).await?;
+    match remote {
+        Remote::Sandbox => client.upload_file(id, path, from).await?,
+        Remote::Volume => {
+            client.upload_to_volume(id, path, from).await?;
+        }
+    }
     Ok(())
 }
 
-async fn download_file(client: &Client, id: &str, path: &str, to: &Path) -> Result<(), SbxError> {
+async fn download_file(
+    client: &Client,
+    remote: Remote,
+    id: &str,
+    path: &str,
+    to: &Path,
+) -> Result<(), SbxError> {
     let mut target = to.to_path_buf();
     if to.is_dir() {
         let name = Path::new(path).file_name().ok_or_else(|| {
@@ -188,7 +244,7 @@ async fn download_file(client: &Client, id: &str, path: &str, to: &Path) -> Resu
     let mut file = tokio::fs::File::create(&tmp)
         .await
         .map_err(local_err(&tmp))?;
-    let written = client.download_to(id, path, &mut file).await;
+    let written = fetch(client, remote, id, path, &mut file).await;
     drop(file);
     match written {
         Ok(_) => tokio::fs::rename(&tmp, &target)

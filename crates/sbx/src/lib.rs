@@ -21,8 +21,10 @@ pub mod images;
 pub mod login;
 pub mod output;
 pub mod sandboxes;
+pub mod secrets;
 pub mod shell;
 pub mod templates;
+pub mod volumes;
 
 pub use cli::{Cli, Command};
 pub use error::SbxError;
@@ -105,6 +107,8 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Rm { ids } => sandboxes::rm(&client()?, out, &ids).await,
         Command::Images(cmd) => images::run(&client()?, out, cmd).await,
         Command::Templates(cmd) => templates::run(&client()?, out, cmd).await,
+        Command::Volumes(cmd) => volumes::run(&client()?, out, cmd).await,
+        Command::Secrets(cmd) => secrets::run(&client()?, out, cmd).await,
         Command::Snapshot { id, name } => templates::snapshot(&client()?, out, &id, &name).await,
         Command::Git(args) => git::run(&client()?, out, args).await,
     }

@@ -8,7 +8,9 @@
 use crate::cli::{CreateArgs, LsArgs};
 use crate::error::SbxError;
 use crate::output::Output;
-use sandboxd_client::types::{CreateSandbox, Lifecycle, NetworkPolicy, OnTimeout, Sandbox};
+use sandboxd_client::types::{
+    CreateSandbox, Lifecycle, NetworkPolicy, OnTimeout, Sandbox, VolumeMount,
+};
 use sandboxd_client::{Client, ListQuery};
 use std::process::ExitCode;
 
@@ -37,6 +39,17 @@ pub async fn create(client: &Client, out: Output, args: CreateArgs) -> Result<Ex
             on_timeout: OnTimeout::Pause,
             auto_resume: args.auto_resume,
             pause_mode: Default::default(),
+        }),
+        volumes: (!args.volumes.is_empty()).then(|| {
+            args.volumes
+                .into_iter()
+                .map(|v| VolumeMount {
+                    name: v.name,
+                    path: v.path,
+                    read_only: v.read_only,
+                    subpath: None,
+                })
+                .collect()
         }),
     };
     let sandbox = client

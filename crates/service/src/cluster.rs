@@ -64,6 +64,7 @@ fn lost_view(id: &str, p: &Placement) -> api::Sandbox {
         )),
         network: Default::default(),
         lifecycle: Default::default(),
+        volumes: Vec::new(),
         paused_memory: None,
     }
 }
@@ -230,6 +231,48 @@ impl Service {
         };
         if let Err(e) = cluster.propose(command).await {
             tracing::warn!(template = %name, error = %crate::error::chain(&e), "template home not recorded; the reconciler will");
+        }
+    }
+
+    /// Claims volume name `name` for volume `id` on this node in the log: names are unique across
+    /// the cluster, and creates that mount it are placed here. [`ServiceError::Conflict`] when
+    /// another volume holds the name; nothing to do without a cluster.
+    pub(crate) async fn claim_volume_name(&self, name: &str, id: &str) -> Result<(), ServiceError> {
+        let Some(cluster) = self.cluster() else {
+            return Ok(());
+        };
+        let outcome = cluster
+            .propose(Command::VolumeHome {
+                name: name.to_string(),
+                id: id.to_string(),
+                node: cluster.id(),
+                present: true,
+            })
+            .await?;
+        match outcome {
+            Outcome::Applied | Outcome::Unchanged => Ok(()),
+            Outcome::NameTaken { .. } => Err(ServiceError::Conflict(format!(
+                "volume {name:?} already exists in the cluster"
+            ))),
+            other => Err(ServiceError::ClusterUnavailable(format!(
+                "the cluster answered a volume claim with {other:?}"
+            ))),
+        }
+    }
+
+    /// Frees volume name `name` of volume `id` in the log. Best effort: a failure is logged.
+    pub(crate) async fn release_volume_name(&self, name: &str, id: &str) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let command = Command::VolumeHome {
+            name: name.to_string(),
+            id: id.to_string(),
+            node: cluster.id(),
+            present: false,
+        };
+        if let Err(e) = cluster.propose(command).await {
+            tracing::warn!(volume = %name, error = %crate::error::chain(&e), "volume name not released in the cluster");
         }
     }
 

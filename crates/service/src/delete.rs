@@ -63,6 +63,7 @@ impl Service {
         self.release_placement(&id).await;
         crate::failpoints::hold("delete.after-mark").await;
         self.forget_endpoint(&id);
+        self.inner.egress_audit.forget(&id);
         self.runtime().halt(&id).await?;
         let svc = self.clone();
         tokio::spawn(async move {

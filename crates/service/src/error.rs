@@ -81,10 +81,16 @@ pub enum ServiceError {
     /// The build-context store could not do its part.
     #[error("build context store")]
     Objects(#[source] sandboxd_objects::ObjectError),
+    /// A secret's value could not be sealed (the system's random source failed) ([`crate::secrets`]).
+    #[error("secret store")]
+    Seal(#[from] sandboxd_secrets::SealError),
     /// Git in the sandbox refused or failed, or the request could not be given to it
     /// ([`crate::git`]).
     #[error(transparent)]
     Git(#[from] crate::git::GitError),
+    /// A volume file operation refused or failed ([`crate::volumes`]).
+    #[error(transparent)]
+    Volume(#[from] sandboxd_volumes::VolumeError),
 }
 
 impl From<sandboxd_images::RegistryError> for ServiceError {
@@ -104,6 +110,7 @@ impl From<StoreError> for ServiceError {
                 ServiceError::NotFound(format!("{kind} {key} not found"))
             }
             e @ StoreError::PortConflict { .. } => ServiceError::Conflict(e.to_string()),
+            e @ StoreError::VolumeExists { .. } => ServiceError::Conflict(e.to_string()),
             StoreError::PoolExhausted { pool } => {
                 ServiceError::Exhausted(format!("no free {pool} left"))
             }

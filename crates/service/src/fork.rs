@@ -91,14 +91,23 @@ impl Service {
             .collect();
         let slots = self.config().net_slots;
         let recorded = rows.clone();
+        let source_id = source.id.clone();
         let (leased, created) = self
             .writer()
             .write(move |tx| {
                 let mut leased = Vec::with_capacity(recorded.len());
                 let mut created = Vec::with_capacity(recorded.len());
+                // A fork mounts what its source mounts, recorded like a create's mounts.
+                let mounts = tx.sandbox_mounts(&source_id)?;
                 for row in recorded {
                     let id = row.id.clone();
                     tx.insert_sandbox(row)?;
+                    for mount in &mounts {
+                        tx.insert_mount(&sandboxd_store::VolumeMountRecord {
+                            sandbox_id: id.clone(),
+                            ..mount.clone()
+                        })?;
+                    }
                     leased.push(tx.lease_slot(&id, slots, now)?.slot);
                     let data = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
                     created.push(emit(

@@ -22,6 +22,7 @@ mod delete;
 pub mod domains;
 pub mod e2b;
 pub mod e2b_templates;
+pub mod egress;
 pub mod error;
 pub mod events;
 pub mod exec;
@@ -46,6 +47,7 @@ pub mod readiness;
 pub mod reconcile;
 pub mod resize;
 pub mod sandboxes;
+pub mod secrets;
 pub mod sessions;
 mod settle;
 pub mod snapshots;
@@ -55,6 +57,7 @@ pub mod terminal;
 #[cfg(test)]
 mod test_support;
 mod validate;
+pub mod volumes;
 pub mod webhooks;
 
 pub use error::ServiceError;
@@ -120,6 +123,10 @@ pub struct ServiceConfig {
     /// The store build contexts are uploaded to ([`contexts`]); `None`: no TLS listener serves
     /// it, and builds from uploaded contexts are refused.
     pub objects: Option<contexts::ObjectStorage>,
+    /// The key secrets' values are sealed with ([`secrets`]); `None`: secrets are refused.
+    pub secrets_key: Option<sandboxd_secrets::SecretKey>,
+    /// The egress gateway ([`egress`]); `None`: creates that use secrets or rules are refused.
+    pub egress_gateway: Option<egress::GatewaySettings>,
 }
 
 impl Default for ServiceConfig {
@@ -142,6 +149,8 @@ impl Default for ServiceConfig {
             ready_deadline: readiness::READY_DEADLINE,
             images: None,
             objects: None,
+            secrets_key: None,
+            egress_gateway: None,
             disk_quota: false,
             default_disk_mb: sandboxes::DEFAULT_DISK_MB,
             max_disk_mb: 100 * 1024,
@@ -177,6 +186,7 @@ struct Inner {
     cluster: std::sync::OnceLock<sandboxd_cluster::Cluster>,
     activity: idle::Activity,
     pending: pending::Pending,
+    egress_audit: egress::AuditLog,
 }
 
 impl Service {
@@ -206,6 +216,7 @@ impl Service {
                 cluster: Default::default(),
                 activity: Default::default(),
                 pending: Default::default(),
+                egress_audit: Default::default(),
             }),
         }
     }

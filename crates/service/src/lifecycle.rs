@@ -44,6 +44,11 @@ impl Service {
             .read(|tx| tx.sandboxes_in_states(&[SandboxState::Running, SandboxState::Paused]))
             .await?
             .len();
+        match self.sweep_volumes().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "removed the files of volumes without a record"),
+            Err(e) => tracing::warn!(error = %crate::error::chain(&e), "sweeping volumes failed"),
+        }
         Ok(Adoption {
             adopted,
             failed: sandboxes.count("failed"),

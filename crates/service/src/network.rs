@@ -37,6 +37,8 @@ pub struct EgressPolicy {
     /// Whether anyone may reach its ports through the proxy (`allowPublicTraffic`, see
     /// [`crate::previews`]); true by default.
     pub public: bool,
+    /// The egress gateway's per-host headers (`rules`, [`crate::egress::rules`]).
+    pub rules: Vec<crate::egress::rules::HostRules>,
 }
 
 impl Default for EgressPolicy {
@@ -48,6 +50,7 @@ impl Default for EgressPolicy {
             allow_names: Vec::new(),
             deny_names: Vec::new(),
             public: true,
+            rules: Vec::new(),
         }
     }
 }
@@ -73,6 +76,9 @@ impl EgressPolicy {
         if !self.public {
             json["allowPublicTraffic"] = false.into();
         }
+        if !self.rules.is_empty() {
+            json["rules"] = crate::egress::rules::to_json(&self.rules);
+        }
         json
     }
 }
@@ -84,6 +90,7 @@ pub fn policy(network: Option<&api::NetworkPolicy>) -> Result<EgressPolicy, Serv
     };
     let (allow, allow_names) = list("network.allowOut", &network.allow_out)?;
     let (deny, deny_names) = list("network.denyOut", &network.deny_out)?;
+    let rules = crate::egress::rules::rules(&network.rules, network.egress, &allow, &allow_names)?;
     Ok(EgressPolicy {
         egress: network.egress,
         allow,
@@ -91,6 +98,7 @@ pub fn policy(network: Option<&api::NetworkPolicy>) -> Result<EgressPolicy, Serv
         allow_names,
         deny_names,
         public: network.allow_public_traffic != Some(false),
+        rules,
     })
 }
 
@@ -163,7 +171,7 @@ mod tests {
             egress,
             allow_out: strings(allow),
             deny_out: strings(deny),
-            allow_public_traffic: None,
+            ..Default::default()
         }
     }
 

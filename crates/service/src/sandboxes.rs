@@ -72,6 +72,8 @@ pub struct CreatePlan {
     /// The isolation tier it runs in (one the runtime offers); `None`: its template's, else the
     /// daemon's default.
     pub isolation: Option<Isolation>,
+    /// Volumes to mount, checked ([`crate::volumes::plan_mounts`]).
+    pub volumes: Vec<crate::volumes::PlannedMount>,
 }
 
 /// What a create's root is made of ([`Service::resolve_root`]).
@@ -123,7 +125,7 @@ impl Service {
         let disk_mb = match (disk_mb, cfg.disk_quota) {
             (None, false) => 0,
             (Some(_), false) => return Err(ServiceError::InvalidRequest(
-                "diskMB cannot be enforced on this host (no disk quota backend; see the README)"
+                "diskMB cannot be enforced on this host (no disk quota backend: `sandboxd doctor` says why; docs/disk.md)"
                     .into(),
             )),
             (asked, true) => {
@@ -192,6 +194,7 @@ impl Service {
         let metadata = req.metadata.unwrap_or_default();
         validate::metadata(&metadata)?;
         let network = network::policy(req.network.as_ref())?;
+        let volumes = crate::volumes::plan_mounts(&req.volumes.unwrap_or_default())?;
         let lifecycle = req.lifecycle.unwrap_or_default();
         if lifecycle.auto_resume && lifecycle.on_timeout != api::OnTimeout::Pause {
             return Err(ServiceError::InvalidRequest(
@@ -228,6 +231,7 @@ impl Service {
             lifecycle,
             owner: String::new(),
             isolation,
+            volumes,
         })
     }
 
@@ -261,6 +265,10 @@ impl Service {
         if self.name_held_pending(&plan.name, &id) {
             return Err(ServiceError::NameConflict(plan.name));
         }
+        // Placeholders of secrets are checked before anything is pulled or made.
+        let secrets = self
+            .check_secret_uses(&plan.env, &plan.network.rules)
+            .await?;
         let limits = self.config().key_limits;
         if !plan.owner.is_empty() {
             // Early, so a key past its limits pulls or builds nothing; the insert checks again.
@@ -275,11 +283,17 @@ impl Service {
             commands,
             isolation,
         } = self.resolve_root(&plan).await?;
+        // Volumes are resolved (and subpaths made) before anything is recorded: an unknown one is
+        // the caller's 404 with nothing made.
+        let (mounts, volume_binds) = self.resolve_mounts(&id, &plan.volumes).await?;
         // The create's own tier, else its template's, else the daemon's default.
         let isolation = match plan.isolation {
             Some(tier) => tier,
             None => self.check_isolation(isolation.as_deref())?,
         };
+        // Secrets and rules go through the egress gateway (`crate::egress`), if this daemon and
+        // tier have one.
+        let gateway = self.gateway_for(&secrets, &plan.network.rules, isolation)?;
         let image_root = match &image {
             Some(image) => {
                 let config = Service::run_config(image);
@@ -298,6 +312,11 @@ impl Service {
             .map(|i| Service::run_config(i).env_pairs())
             .unwrap_or_default();
         envs.extend(plan.env.clone());
+        if let (Some(_), Some(settings)) = (gateway, &self.config().egress_gateway) {
+            for (key, value) in crate::egress::trust_env(settings) {
+                envs.entry(key).or_insert(value);
+            }
+        }
         let now = unix_millis_now();
         let token = random_id("", 40);
         let expires_at = (plan.timeout_sec > 0)
@@ -342,6 +361,9 @@ impl Service {
                     tx.touch_image(image, now)?;
                 }
                 tx.insert_sandbox(new)?;
+                for mount in &mounts {
+                    tx.insert_mount(mount)?;
+                }
                 let slot = tx.lease_slot(&id, slots, now)?.slot;
                 let data = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
                 let created = emit(tx, SANDBOX_CREATED, Some(&id), data.unwrap_or_default())?;
@@ -386,6 +408,8 @@ impl Service {
             agent_token: token,
             image: image_root,
             isolation,
+            volumes: volume_binds,
+            egress_gateway: gateway,
         };
         let started = async {
             let made = self.runtime().create(&spec).await?;
@@ -627,6 +651,7 @@ pub fn to_api(s: &Sandbox) -> api::Sandbox {
         network: serde_json::from_value(s.network.clone()).unwrap_or_default(),
         lifecycle: lifecycle_to_api(&s.lifecycle),
         // The gVisor tier pauses into a checkpoint; the namespace tier freezes in place.
+        volumes: Vec::new(),
         paused_memory: (s.state == SandboxState::Paused).then_some(match s.isolation.as_str() {
             "gvisor" => api::PausedMemory::Disk,
             _ => api::PausedMemory::Ram,

@@ -212,6 +212,11 @@ impl TestService {
 }
 
 impl TestService {
+    /// The directory the store lives in.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     /// A row in `state`, last changed at `at`, holding a slot.
     pub(crate) async fn row(&self, id: &str, name: &str, state: SandboxState, at: UnixMillis) {
         let new = NewSandbox {

@@ -57,6 +57,22 @@ impl ReadTx<'_> {
     }
 }
 
+impl ReadTx<'_> {
+    /// The running sandbox whose observed endpoint is `address`, if any (the newest observation
+    /// wins; a failed sandbox's endpoint may name an address given out again).
+    pub fn sandbox_at_address(&self, address: Ipv4Addr) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT e.sandbox_id FROM sandbox_endpoints e JOIN sandboxes s ON s.id = e.sandbox_id
+                 WHERE e.address = ?1 AND s.state = 'running'
+                 ORDER BY e.observed_at DESC LIMIT 1",
+            )?
+            .query_row([address.to_string()], |r| r.get(0))
+            .optional()?)
+    }
+}
+
 impl WriteTx<'_> {
     /// Records `endpoint`, replacing an older observation of the same sandbox. Returns whether a row was
     /// written (`false`: the sandbox does not exist).

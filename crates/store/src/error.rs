@@ -53,6 +53,14 @@ pub enum StoreError {
     #[error("template {name:?} already exists")]
     TemplateExists { name: String },
 
+    /// A volume of this name exists (`volumes.name` is unique).
+    #[error("volume {name:?} already exists")]
+    VolumeExists { name: String },
+
+    /// A secret of this name exists (`secrets.name` is unique).
+    #[error("secret {name:?} already exists")]
+    SecretExists { name: String },
+
     /// The row is still used by another (a foreign key with `ON DELETE RESTRICT`: an image a sandbox
     /// runs on, a layer an image stacks).
     #[error("{kind} {key:?} is in use")]

@@ -37,6 +37,13 @@
 //!     or `user` and the configured token is an admin one (migration 7's CHECKs)
 //!     (`tokens::tests::only_the_hash_is_stored_and_verify_finds_it_with_its_scope`,
 //!     `tokens::tests::the_schema_refuses_unknown_scopes_and_configured_user_keys`).
+//!   - volume names unique, and no volume deleted while a sandbox mounts it: `volumes.name` and
+//!     `volume_mounts`' `ON DELETE RESTRICT` (migration 16)
+//!     (`volumes::tests::racing_creates_of_one_name_yield_one_volume`,
+//!     `volumes::tests::a_mounted_volume_cannot_be_deleted_until_its_sandboxes_are_gone`).
+//!   - secret names unique, values only ever sealed: `secrets.name` and `secrets.sealed`'s CHECK
+//!     (migration 17) (`secrets::tests::racing_creates_of_one_name_yield_one_secret`,
+//!     `secrets::tests::the_schema_refuses_what_cannot_be_a_sealed_value`).
 //!
 //! Time is always passed in (`now`, Unix milliseconds), so tests control the clock.
 //!
@@ -55,6 +62,7 @@
 //! # }
 //! ```
 
+pub mod backup;
 pub mod deliveries;
 pub mod domains;
 pub mod endpoints;
@@ -71,9 +79,11 @@ pub mod ports;
 pub mod previews;
 pub mod reader;
 pub mod sandboxes;
+pub mod secrets;
 pub mod slots;
 pub mod templates;
 pub mod tokens;
+pub mod volumes;
 pub mod webhooks;
 pub mod writer;
 
@@ -90,9 +100,11 @@ pub use per_key::KeyUsage;
 pub use ports::{ExposedPort, HostPorts, PortState, Protocol, ReserveOutcome};
 pub use reader::{ReadTx, StoreReader};
 pub use sandboxes::{Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState, CURSOR_PATTERN};
+pub use secrets::{SecretChange, SecretRecord};
 pub use slots::SlotLease;
 pub use templates::{LogLine, TemplateRecord, TemplateState};
 pub use tokens::{hash_token, ApiToken, CreatedToken, KeyScope, Revoked, TokenId, VerifiedToken};
+pub use volumes::{VolumeMountRecord, VolumeRecord};
 pub use webhooks::{DeliveryAttempt, Webhook};
 pub use writer::{StoreWriter, WriteTx, WriterStats, WriterThread};
 

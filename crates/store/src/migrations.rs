@@ -101,7 +101,60 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "the isolation tier a template's sandboxes run in",
         sql: SCHEMA_V15,
     },
+    Migration {
+        version: 16,
+        name: "volumes and the sandboxes that mount them",
+        sql: SCHEMA_V16,
+    },
+    Migration {
+        version: 17,
+        name: "secrets, their values sealed; sandboxes found by address (the egress gateway)",
+        sql: SCHEMA_V17,
+    },
 ];
+
+/// Secrets (`secrets`): a unique name, the value sealed under the daemon's secrets key (a format
+/// byte, a 12-byte nonce and a 16-byte tag at least: never a value in clear), the hosts it may be
+/// sent to, and a version that grows with each new value.
+const SCHEMA_V17: &str = r#"
+CREATE TABLE secrets (
+    id          TEXT PRIMARY KEY NOT NULL CHECK (length(id) BETWEEN 1 AND 63),
+    name        TEXT NOT NULL UNIQUE CHECK (length(name) BETWEEN 1 AND 128),
+    sealed      BLOB NOT NULL CHECK (typeof(sealed) = 'blob' AND length(sealed) >= 29),
+    hosts       TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(hosts) AND json_type(hosts) = 'array'),
+    description TEXT NOT NULL DEFAULT '' CHECK (length(description) <= 1024),
+    metadata    TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata) AND json_type(metadata) = 'object'),
+    version     INTEGER NOT NULL DEFAULT 1 CHECK (version >= 1),
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+CREATE INDEX idx_sandbox_endpoints_address ON sandbox_endpoints(address);
+"#;
+
+/// Volumes (`volumes`): named storage that outlives sandboxes, each with the token its file API
+/// takes (E2B's volume content API). A name is unique among volumes; a
+/// mount names an existing sandbox and an existing volume, one mount per path of a sandbox, and a
+/// volume cannot be deleted while a mount names it (`ON DELETE RESTRICT`); mounts go with their
+/// sandbox (`ON DELETE CASCADE`).
+const SCHEMA_V16: &str = r#"
+CREATE TABLE volumes (
+    id         TEXT PRIMARY KEY NOT NULL CHECK (length(id) BETWEEN 1 AND 63),
+    name       TEXT NOT NULL UNIQUE CHECK (length(name) BETWEEN 1 AND 63),
+    size_mb    INTEGER NOT NULL DEFAULT 0 CHECK (size_mb >= 0),
+    labels     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels) AND json_type(labels) = 'object'),
+    token      TEXT NOT NULL CHECK (length(token) >= 32),
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE volume_mounts (
+    sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+    volume_id  TEXT NOT NULL REFERENCES volumes(id) ON DELETE RESTRICT,
+    path       TEXT NOT NULL CHECK (substr(path, 1, 1) = '/' AND length(path) BETWEEN 2 AND 4096),
+    subpath    TEXT NOT NULL DEFAULT '',
+    read_only  INTEGER NOT NULL DEFAULT 0 CHECK (read_only IN (0, 1)),
+    PRIMARY KEY (sandbox_id, path)
+);
+CREATE INDEX idx_volume_mounts_volume ON volume_mounts(volume_id);
+"#;
 
 /// Idle policies (`idle`): a sandbox's auto-stop, auto-delete and auto-archive intervals and its
 /// last recorded activity.

@@ -64,11 +64,13 @@ impl From<ServiceError> for Error {
             ServiceError::Interpreter(_) => (S::BAD_GATEWAY, "interpreter_error"),
             ServiceError::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
             ServiceError::StartFailed { .. } => (S::INTERNAL_SERVER_ERROR, "sandbox_failed"),
-            ServiceError::Runtime(_) | ServiceError::Store(_) | ServiceError::Objects(_) => {
-                (S::INTERNAL_SERVER_ERROR, "internal")
-            }
+            ServiceError::Runtime(_)
+            | ServiceError::Store(_)
+            | ServiceError::Objects(_)
+            | ServiceError::Seal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
             ServiceError::Image(e) => image_status(e),
             ServiceError::Git(e) => git_status(e.kind),
+            ServiceError::Volume(e) => volume_status(e),
         };
         if status.is_server_error() {
             tracing::error!(error = %chain(&e), "request failed");
@@ -112,6 +114,25 @@ fn image_status(e: &sandboxd_images::ImageError) -> (StatusCode, &'static str) {
         | I::UnsupportedDigest(_) => (S::UNPROCESSABLE_ENTITY, "image_invalid"),
         I::Read { .. } => (S::BAD_GATEWAY, "registry_unavailable"),
         I::Io { .. } | I::Task(_) | I::Pack(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}
+
+/// A volume file operation's status: what the caller asked for is the caller's mistake (a missing
+/// path, a link, a name taken), a full volume is 507, only the host's own failure is 500.
+fn volume_status(e: &sandboxd_volumes::VolumeError) -> (StatusCode, &'static str) {
+    use sandboxd_volumes::VolumeError as V;
+    use StatusCode as S;
+    match e {
+        V::NotFound(_) => (S::NOT_FOUND, "not_found"),
+        V::Exists(_) => (S::CONFLICT, "conflict"),
+        V::NoSpace(_) => (S::INSUFFICIENT_STORAGE, "volume_full"),
+        V::Io { .. } => (S::INTERNAL_SERVER_ERROR, "internal"),
+        V::BadPath(_)
+        | V::Link(_)
+        | V::NotADirectory(_)
+        | V::IsADirectory(_)
+        | V::NotAFile(_)
+        | V::Root => (S::BAD_REQUEST, "invalid_request"),
     }
 }
 

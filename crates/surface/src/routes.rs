@@ -20,8 +20,11 @@ pub struct SurfaceRoutes {
     pub not_sandboxes: &'static [&'static str],
     /// `POST` paths that create a sandbox.
     pub creates: &'static [CreateRoute],
-    /// `GET` paths that list sandboxes.
+    /// `GET` paths that list sandboxes or volumes (each node lists its own; the layer merges them).
     pub lists: &'static [ListRoute],
+    /// Roots under which `{root}/{key}/…` names one volume (by id or name), served by the node it
+    /// lives on; tried in order (a more specific root first).
+    pub volume_roots: &'static [&'static str],
 }
 
 /// A create path.
@@ -31,8 +34,30 @@ pub struct CreateRoute {
     pub path: &'static str,
     /// The body's field naming the template (placement puts a create where its template is).
     pub template_field: &'static str,
+    /// Where the body names the volumes it mounts (placement puts a create where they are).
+    pub volumes: VolumesField,
     /// Creates whose duplicates must all meet the first on one node are routed by fingerprint.
     pub fingerprint: Option<Fingerprint>,
+}
+
+/// Where a create body names its volumes: a list field, and in each item the field naming the
+/// volume (by name or id).
+#[derive(Debug, Clone, Copy)]
+pub struct VolumesField {
+    pub list: &'static str,
+    pub volume: &'static str,
+}
+
+impl VolumesField {
+    /// The volumes `body` (a parsed create) names.
+    pub fn of(&self, body: &serde_json::Value) -> Vec<String> {
+        body.get(self.list)
+            .and_then(|l| l.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get(self.volume)?.as_str().map(str::to_string))
+            .collect()
+    }
 }
 
 /// How a surface's creates are deduplicated across the cluster.
@@ -76,6 +101,11 @@ pub enum ListShape {
     },
     /// A whole list: an array, never paged.
     Whole,
+    /// A whole list in a field of an object (`{<items>: [...]}`), never paged.
+    WholeIn {
+        /// The field holding the items.
+        items: &'static str,
+    },
 }
 
 impl SurfaceRoutes {
@@ -89,6 +119,14 @@ impl SurfaceRoutes {
         self.lists.iter().find(|l| l.path == path)
     }
 
+    /// The volume key `path` names under one of the volume roots, if any.
+    pub fn volume_key<'a>(&self, path: &'a str) -> Option<&'a str> {
+        self.volume_roots.iter().find_map(|root| {
+            let rest = path.strip_prefix(root)?.strip_prefix('/')?;
+            rest.split('/').next().filter(|key| !key.is_empty())
+        })
+    }
+
     /// The sandbox key `path` names under one of the roots, if any.
     pub fn sandbox_key<'a>(&self, path: &'a str) -> Option<&'a str> {
         self.sandbox_roots.iter().find_map(|root| {
@@ -97,6 +135,12 @@ impl SurfaceRoutes {
             (!key.is_empty() && !self.not_sandboxes.contains(&key)).then_some(key)
         })
     }
+}
+
+/// The sandbox key `path` names under one of `surfaces`' roots (a trailing `/` ignored), if any.
+pub fn sandbox_key_in<'p>(surfaces: &[&SurfaceRoutes], path: &'p str) -> Option<&'p str> {
+    let path = path.trim_end_matches('/');
+    surfaces.iter().find_map(|s| s.sandbox_key(path))
 }
 
 #[cfg(test)]
@@ -110,7 +154,12 @@ mod tests {
             not_sandboxes: &["paginated"],
             creates: &[],
             lists: &[],
+            volume_roots: &["/api/volumes/by-name", "/api/volumes"],
         };
+        assert_eq!(routes.volume_key("/api/volumes/v1"), Some("v1"));
+        assert_eq!(routes.volume_key("/api/volumes/by-name/data"), Some("data"));
+        assert_eq!(routes.volume_key("/api/volumes"), None);
+        assert_eq!(routes.volume_key("/api/volumesx/v1"), None);
         assert_eq!(routes.sandbox_key("/api/sandbox/sb1/start"), Some("sb1"));
         assert_eq!(
             routes.sandbox_key("/api/toolbox/sb3/toolbox/files"),

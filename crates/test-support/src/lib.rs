@@ -9,6 +9,7 @@
 //! - [`registry`]: a real OCI registry (`docker-registry`) and OCI images built with `umoci` from
 //!   busybox-static, for tests that pull images.
 //! - [`xfs`]: a loop-mounted XFS with project quotas, or a printed skip where the kernel has none.
+//! - [`tls`]: HTTP and HTTPS servers of a test's own, with a test CA that plays the public roots.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 pub mod registry;
+pub mod tls;
 pub mod xfs;
 
 /// The target triple the agent is built for (statically linked).

@@ -22,7 +22,6 @@
 //!   when serving cannot start or ends in an error (best effort; a graceful shutdown reports nothing).
 
 mod auth;
-mod drain;
 mod error;
 mod files;
 mod fs;
@@ -283,7 +282,7 @@ fn router(state: AppState) -> Router {
             auth::require_token,
         ))
         // Outermost: covers the early answers of the token check too.
-        .layer(axum::middleware::from_fn(drain::drain_unread))
+        .layer(axum::middleware::from_fn(sandboxd_drain::drain_unread))
         .with_state(state)
 }
 

@@ -12,7 +12,8 @@
 //!   before the smallest such cursor, sorted, at most `limit` of it; the next cursor is the last kept
 //!   item's (or that smallest cursor, when `limit` did not cut). No sandbox is skipped or repeated
 //!   across pages.
-//! - A whole list (E2B's `/sandboxes`): its items are concatenated.
+//! - A whole list (E2B's `/sandboxes`; the volume lists of every surface: a volume is in its own
+//!   node's store only): its items are concatenated.
 //! - A `/v1` list also shows the sandboxes lost with their nodes (state `lost`, from the log), as
 //!   the query filters them: a lost node answers no list of its own.
 
@@ -39,7 +40,7 @@ const NEXT_TOKEN: &str = "x-next-token";
 /// The field of the envelope that holds the items (`None`: the body is the array).
 fn envelope(shape: ListShape) -> Option<&'static str> {
     match shape {
-        ListShape::Envelope { items, .. } => Some(items),
+        ListShape::Envelope { items, .. } | ListShape::WholeIn { items } => Some(items),
         ListShape::Paged { .. } | ListShape::Whole => None,
     }
 }
@@ -48,7 +49,7 @@ fn envelope(shape: ListShape) -> Option<&'static str> {
 fn key_fields(shape: ListShape) -> (&'static str, &'static str) {
     match shape {
         ListShape::Envelope { created, id, .. } | ListShape::Paged { created, id } => (created, id),
-        ListShape::Whole => ("", ""),
+        ListShape::Whole | ListShape::WholeIn { .. } => ("", ""),
     }
 }
 
@@ -113,7 +114,7 @@ pub(super) async fn merge(f: &Forwarding, list: &ListRoute, req: Request, next: 
     }
     let limit = query_limit(parts.uri.query()).unwrap_or(DEFAULT_LIMIT);
     let merged = match shape {
-        ListShape::Whole => Page {
+        ListShape::Whole | ListShape::WholeIn { .. } => Page {
             items: pages.into_iter().flat_map(|p| p.items).collect(),
             next: None,
         },

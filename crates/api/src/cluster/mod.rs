@@ -17,7 +17,8 @@
 //! - A declared create (`POST /v1/sandboxes`, E2B `POST /sandboxes`, Daytona `POST /api/sandbox`) is
 //!   placed ([`sandboxd_cluster::placement`]) by the template its surface's field names and forwarded
 //!   to the chosen node, which reserves and creates; one its surface routes by fingerprint (E2B's) goes
-//!   where the log routes the fingerprint.
+//!   where the log routes the fingerprint. A create mounting volumes that live on two nodes, or on a
+//!   node that is down, is refused with 409 `volume_unavailable` naming the volumes and nodes.
 //! - A declared list (`GET` of those roots) is asked of every member and merged ([`lists`]): pages of `/v1` and
 //!   E2B's `/v2` lists are cut from the merged order with a cursor every node understands; a member
 //!   that does not answer is left out (and logged).
@@ -35,7 +36,7 @@ use sandboxd_cluster::placement::{self, Need};
 use sandboxd_cluster::{Cluster, NodeId};
 use sandboxd_proxy::{Proxy, ProxyError, Resolver, RouteError, Target, Upstream};
 use sandboxd_service::Service;
-use sandboxd_surface::routes::{CreateRoute, ListRoute, SurfaceRoutes};
+use sandboxd_surface::routes::{self, CreateRoute, ListRoute, SurfaceRoutes};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -121,6 +122,8 @@ impl Resolver for Members {
 enum Route {
     Here,
     Owner(String),
+    /// A volume's own route: served by the node it lives on.
+    Volume(String),
     Place(&'static CreateRoute),
     Merge(&'static ListRoute),
 }
@@ -139,8 +142,11 @@ fn route_of(surfaces: &[&'static SurfaceRoutes], method: &Method, path: &str) ->
             return Route::Merge(list);
         }
     }
-    match surfaces.iter().find_map(|s| s.sandbox_key(path)) {
-        Some(key) => Route::Owner(key.to_string()),
+    if let Some(key) = routes::sandbox_key_in(surfaces, path) {
+        return Route::Owner(key.to_string());
+    }
+    match surfaces.iter().find_map(|s| s.volume_key(path)) {
+        Some(key) => Route::Volume(key.to_string()),
         None => Route::Here,
     }
 }
@@ -178,6 +184,20 @@ pub async fn forward(State(f): State<Option<Forwarding>>, req: Request, next: Ne
             };
             match owner {
                 Some(owner) if owner != me => to_node(&f, owner, req).await,
+                _ => next.run(req).await,
+            }
+        }
+        Route::Volume(key) => {
+            let home = match f.cluster.read(|s| s.volume_node(&key)) {
+                Some(home) => Some(home),
+                // Made a moment ago through another node, perhaps: catch up first.
+                None => match f.cluster.catch_up(CATCH_UP_WITHIN).await {
+                    Ok(()) => f.cluster.read(|s| s.volume_node(&key)),
+                    Err(_) => None,
+                },
+            };
+            match home {
+                Some(home) if home != me => to_node(&f, home, req).await,
                 _ => next.run(req).await,
             }
         }
@@ -238,14 +258,30 @@ async fn place(f: &Forwarding, create: &CreateRoute, req: Request, next: Next) -
         .fingerprint
         .and_then(|fp| (fp.of)(&bytes, f.service.config().default_timeout).map(|of| (of, fp)));
     let need = need_of(create, &bytes);
-    if let Some(template) = need.template.as_deref() {
-        // A template made a moment ago through another node may not be applied here yet.
-        let known = f.cluster.read(|s| s.templates.contains_key(template));
-        if !known && template != sandboxd_service::sandboxes::DEFAULT_TEMPLATE {
-            if let Err(e) = f.cluster.catch_up(CATCH_UP_WITHIN).await {
-                tracing::debug!(%template, error = %e, "placing without catching up");
-            }
+    // A template or volume made a moment ago through another node may not be applied here yet.
+    let unknown_template = need.template.as_deref().is_some_and(|template| {
+        template != sandboxd_service::sandboxes::DEFAULT_TEMPLATE
+            && !f.cluster.read(|s| s.templates.contains_key(template))
+    });
+    let unknown_volume = need
+        .volumes
+        .iter()
+        .any(|v| f.cluster.read(|s| s.volume_node(v).is_none()));
+    if unknown_template || unknown_volume {
+        if let Err(e) = f.cluster.catch_up(CATCH_UP_WITHIN).await {
+            tracing::debug!(error = %e, "placing without catching up");
         }
+    }
+    let conflict = f
+        .cluster
+        .read(|s| placement::volume_conflict(s, &need.volumes, sandboxd_cluster::node::now_ms()));
+    if let Some(conflict) = conflict {
+        return crate::error::Error::new(
+            StatusCode::CONFLICT,
+            "volume_unavailable",
+            conflict.to_string(),
+        )
+        .into_response();
     }
     let mut tried = BTreeSet::new();
     let mut last_error = None;
@@ -286,16 +322,21 @@ async fn place(f: &Forwarding, create: &CreateRoute, req: Request, next: Next) -
 }
 
 /// What a create body asks of its node, as far as placement cares: the template it names in its
-/// surface's field (`/v1`'s `template`, E2B's `templateID`, Daytona's `snapshot`). A body that does
-/// not parse asks nothing (the node it lands on refuses it).
+/// surface's field (`/v1`'s `template`, E2B's `templateID`, Daytona's `snapshot`) and the volumes
+/// it mounts (`volumes[].name`, `volumeMounts[].name`, `volumes[].volumeId`). A body that does not
+/// parse asks nothing (the node it lands on refuses it).
 fn need_of(create: &CreateRoute, body: &[u8]) -> Need {
-    let field = create.template_field;
-    let template = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get(field)?.as_str().map(str::to_string))
-        .filter(|t| !t.is_empty());
+    let Ok(body) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Need::default();
+    };
+    let template = body
+        .get(create.template_field)
+        .and_then(|t| t.as_str())
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
     Need {
         template,
+        volumes: create.volumes.of(&body),
         ..Need::default()
     }
 }
@@ -385,6 +426,29 @@ mod tests {
     }
 
     #[test]
+    fn a_create_names_its_volumes_in_each_surfaces_field() {
+        let volumes = |path: &str, body: &str| need_of(create(path), body.as_bytes()).volumes;
+        for (path, body) in [
+            (
+                "/v1/sandboxes",
+                r#"{"volumes":[{"name":"data","path":"/d"}]}"#,
+            ),
+            (
+                "/v2/sandboxes",
+                r#"{"volumeMounts":[{"name":"data","path":"/d"}]}"#,
+            ),
+            (
+                "/api/sandbox",
+                r#"{"volumes":[{"volumeId":"data","mountPath":"/d"}]}"#,
+            ),
+        ] {
+            assert_eq!(volumes(path, body), ["data"], "{path}");
+        }
+        assert!(volumes("/v1/sandboxes", r#"{"volumes":null}"#).is_empty());
+        assert!(volumes("/v1/sandboxes", "not json").is_empty());
+    }
+
+    #[test]
     fn a_create_names_its_template_in_each_surfaces_field() {
         let template = |path: &str, body: &str| need_of(create(path), body.as_bytes()).template;
         for (path, body) in [
@@ -406,6 +470,7 @@ mod tests {
     enum Seen {
         Here,
         Owner(String),
+        Volume(String),
         Place,
         Merge,
     }
@@ -414,6 +479,7 @@ mod tests {
         match route_of(&crate::SURFACES, method, path) {
             Route::Here => Seen::Here,
             Route::Owner(key) => Seen::Owner(key),
+            Route::Volume(key) => Seen::Volume(key),
             Route::Place(_) => Seen::Place,
             Route::Merge(_) => Seen::Merge,
         }
@@ -445,5 +511,17 @@ mod tests {
         assert_eq!(route(&get, "/v1/images"), Seen::Here);
         assert_eq!(route(&get, "/v1/sandboxesx"), Seen::Here);
         assert_eq!(route(&get, "/health"), Seen::Here);
+        // A volume's own routes go to the node it lives on; making one stays here, and a listing
+        // merges every node's.
+        let vol = |k: &str| Seen::Volume(k.into());
+        assert_eq!(route(&get, "/v1/volumes/data/files/content"), vol("data"));
+        assert_eq!(route(&Method::DELETE, "/volumes/vol1"), vol("vol1"));
+        assert_eq!(route(&Method::PUT, "/volumecontent/vol1/file"), vol("vol1"));
+        assert_eq!(route(&get, "/api/volumes/by-name/data"), vol("data"));
+        assert_eq!(route(&get, "/api/volumes/vol1"), vol("vol1"));
+        assert_eq!(route(&post, "/v1/volumes"), Seen::Here);
+        assert_eq!(route(&get, "/volumes"), Seen::Merge);
+        assert_eq!(route(&get, "/v1/volumes"), Seen::Merge);
+        assert_eq!(route(&get, "/api/volumes"), Seen::Merge);
     }
 }

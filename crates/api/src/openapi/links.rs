@@ -13,6 +13,13 @@ pub(super) fn link_creates(doc: &mut Value) {
         "/v1/sandboxes/{id}",
         &id,
     );
+    // Git's 404 names a repository (`git_repo_not_found`), not the sandbox: a link there would
+    // read a missing repository as the created sandbox gone.
+    unlink(
+        doc,
+        ("/v1/sandboxes", "post", "201"),
+        "/v1/sandboxes/{id}/git/",
+    );
     link(
         doc,
         ("/v1/webhooks", "post", "201"),
@@ -50,6 +57,19 @@ pub(super) fn link_creates(doc: &mut Value) {
         "/v1/sandboxes/{id}/domains/{hostname}",
         &host,
     );
+}
+
+/// Removes from the `status` answer of `from` the links to operations under `prefix`.
+fn unlink(doc: &mut Value, from: (&str, &str, &str), prefix: &str) {
+    let (path, method, status) = from;
+    let pointer = format!("~1{}", prefix.trim_start_matches('/').replace('/', "~1"));
+    if let Some(links) = doc["paths"][path][method]["responses"][status]["links"].as_object_mut() {
+        links.retain(|_, link| {
+            !link["operationRef"]
+                .as_str()
+                .is_some_and(|r| r.starts_with(&format!("#/paths/{pointer}")))
+        });
+    }
 }
 
 /// Adds to the `status` answer of `from` (path, method) an OpenAPI link to every operation under
@@ -129,5 +149,13 @@ mod tests {
             "#/paths/~1v1~1sandboxes~1{id}~1exec/post"
         );
         assert!(count > 20, "{count} links");
+        assert!(
+            !create
+                .as_object()
+                .unwrap()
+                .values()
+                .any(|l| l["operationRef"].as_str().unwrap().contains("~1git~1")),
+            "a create links to git: {create}"
+        );
     }
 }

@@ -25,7 +25,9 @@
 
 mod links;
 mod requests;
+mod secrets;
 mod shapes;
+mod volumes;
 
 use sandboxd_service::ServiceConfig;
 use serde_json::Value;
@@ -38,6 +40,8 @@ pub fn document(config: &ServiceConfig, tiers: &[&str]) -> Value {
     use utoipa::OpenApi;
     let mut doc = serde_json::to_value(crate::ApiDoc::openapi()).expect("the document serializes");
     requests::constrain(&mut doc, config, tiers);
+    volumes::constrain(&mut doc, config.disk_quota);
+    secrets::constrain(&mut doc);
     links::link_creates(&mut doc);
     unique_operation_ids(&mut doc);
     doc

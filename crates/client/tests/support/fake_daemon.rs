@@ -162,6 +162,7 @@ fn sandbox(id: &str, name: &str, metadata: BTreeMap<String, String>) -> Sandbox 
         network: Default::default(),
         lifecycle: Default::default(),
         paused_memory: None,
+        volumes: Vec::new(),
     }
 }
 

@@ -205,6 +205,22 @@ pub enum Command {
         node: NodeId,
         present: bool,
     },
+    /// Volume `name` (id `id`) lives on `node` (`present`: its name is taken cluster-wide), or is
+    /// gone.
+    VolumeHome {
+        name: String,
+        id: String,
+        node: NodeId,
+        present: bool,
+    },
+}
+
+/// Where a volume lives: the one node whose disk holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeHome {
+    pub id: String,
+    pub node: NodeId,
 }
 
 /// An API key every node accepts (cluster mode keeps minted keys in the log): its public facts and
@@ -265,6 +281,10 @@ pub struct ClusterState {
     /// API key id → the key, for keys made in cluster mode.
     #[serde(default)]
     pub keys: BTreeMap<String, KeyRecord>,
+    /// Volume name → where it lives: names are unique cluster-wide, and a create that mounts a
+    /// volume is placed on its node.
+    #[serde(default)]
+    pub volumes: BTreeMap<String, VolumeHome>,
 }
 
 impl ClusterState {
@@ -361,6 +381,37 @@ impl ClusterState {
                     Outcome::Unchanged
                 }
             }
+            Command::VolumeHome {
+                name,
+                id,
+                node,
+                present: true,
+            } => match self.volumes.get(name) {
+                Some(home) if home.id == *id => Outcome::Unchanged,
+                Some(home) => Outcome::NameTaken {
+                    holder: home.id.clone(),
+                },
+                None => {
+                    let home = VolumeHome {
+                        id: id.clone(),
+                        node: *node,
+                    };
+                    self.volumes.insert(name.clone(), home);
+                    Outcome::Applied
+                }
+            },
+            Command::VolumeHome {
+                name,
+                id,
+                present: false,
+                ..
+            } => match self.volumes.get(name) {
+                Some(home) if home.id == *id => {
+                    self.volumes.remove(name);
+                    Outcome::Applied
+                }
+                _ => Outcome::Unchanged,
+            },
             Command::BindHostname { hostname, id } => {
                 match self.placements.get(id) {
                     Some(p) if p.is_live() => {}
@@ -602,3 +653,13 @@ impl ClusterState {
 
 #[cfg(test)]
 mod tests;
+
+impl ClusterState {
+    /// The node volume `key` (its name or id) lives on, if the log knows it.
+    pub fn volume_node(&self, key: &str) -> Option<NodeId> {
+        self.volumes
+            .get(key)
+            .or_else(|| self.volumes.values().find(|home| home.id == key))
+            .map(|home| home.node)
+    }
+}

@@ -339,3 +339,33 @@ fn replicas_applying_one_log_agree() {
     let copy: ClusterState = serde_json::from_str(&serde_json::to_string(&one).unwrap()).unwrap();
     assert_eq!(copy, one);
 }
+
+/// Invariant: a volume name is one volume's cluster-wide, at home on one node; a repeat of the same
+/// claim changes nothing, another volume's claim of the name is refused, and only the holder's
+/// release frees it.
+#[test]
+fn a_volume_name_is_one_volumes_and_it_lives_on_one_node() {
+    let home = |id: &str, node, present| Command::VolumeHome {
+        name: "data".into(),
+        id: id.into(),
+        node,
+        present,
+    };
+    let mut state = ClusterState::default();
+    assert_eq!(state.apply(&home("v1", 1, true)), Outcome::Applied);
+    assert_eq!(state.apply(&home("v1", 1, true)), Outcome::Unchanged);
+    assert_eq!(
+        state.apply(&home("v2", 2, true)),
+        Outcome::NameTaken {
+            holder: "v1".into()
+        }
+    );
+    assert_eq!(state.volume_node("data"), Some(1));
+    assert_eq!(state.volume_node("v1"), Some(1));
+    assert_eq!(state.volume_node("v2"), None);
+    assert_eq!(state.apply(&home("v2", 2, false)), Outcome::Unchanged);
+    assert_eq!(state.volume_node("data"), Some(1));
+    assert_eq!(state.apply(&home("v1", 1, false)), Outcome::Applied);
+    assert_eq!(state.apply(&home("v2", 2, true)), Outcome::Applied);
+    assert_eq!(state.volume_node("data"), Some(2));
+}

@@ -205,6 +205,25 @@ impl CgroupManager {
         }
     }
 
+    /// The controllers sandboxes use and whether this host has each: `memory` and `pids` (always, or
+    /// detection would have failed), `cpu` (cpu limits) and `freezer` (pause in place; part of
+    /// cgroup v2 itself).
+    pub fn controllers(&self) -> Result<Vec<(&'static str, bool)>> {
+        Ok(match &self.backend {
+            Backend::V1(h) => h.controllers(),
+            Backend::V2 => {
+                let available = read(&self.root.join("cgroup.controllers"))?;
+                let has = |c: &str| available.split_whitespace().any(|t| t == c);
+                vec![
+                    ("memory", has("memory")),
+                    ("pids", has("pids")),
+                    ("cpu", has("cpu")),
+                    ("freezer", true),
+                ]
+            }
+        })
+    }
+
     /// Creates (or finds) the group of sandbox `id` and applies `limits` to it.
     pub fn create(&self, id: &str, limits: &Limits) -> Result<SandboxCgroup> {
         validate_id(id)?;

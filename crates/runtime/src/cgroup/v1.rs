@@ -49,6 +49,16 @@ impl Hierarchies {
         }
     }
 
+    /// The controllers of [`super::CgroupManager::controllers`], as found.
+    pub(super) fn controllers(&self) -> Vec<(&'static str, bool)> {
+        vec![
+            ("memory", true),
+            ("pids", true),
+            ("cpu", self.cpu.is_some()),
+            ("freezer", self.freezer.is_some()),
+        ]
+    }
+
     /// Every distinct hierarchy directory, memory first.
     pub(super) fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
         let all = [
@@ -306,6 +316,23 @@ mod tests {
     fn hybrid_host_is_detected_as_v1() {
         manager(&FakeTree::v1());
         manager(&FakeTree::v1_comounted());
+    }
+
+    #[test]
+    fn controllers_say_which_optional_hierarchies_a_host_lacks() {
+        let tree = FakeTree::v1();
+        let all = CgroupManager::detect_at(tree.root(), "sandboxd").unwrap();
+        assert!(all.controllers().unwrap().iter().all(|(_, has)| *has));
+        std::fs::remove_dir_all(tree.path("freezer")).unwrap();
+        let some = CgroupManager::detect_at(tree.root(), "sandboxd").unwrap();
+        let has = some.controllers().unwrap();
+        assert!(
+            has.contains(&("freezer", false)) && has.contains(&("cpu", true)),
+            "{has:?}"
+        );
+        let v2 = FakeTree::v2();
+        let v2 = CgroupManager::detect_at(v2.root(), "sandboxd").unwrap();
+        assert!(v2.controllers().unwrap().iter().all(|(_, has)| *has));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! the sandbox), whose root is the overlay the launcher mounts on its stage ([`Stage::root`], so writes
 //! land in the sandbox's own writable layer, `--overlay2=none`), with the host's read-only binds of its
 //! root plan (the agent and the call-home directory from the stage), a read-write bind of its own
-//! `shared/` directory at [`super::SHARED_DIR`], its network
+//! `shared/` directory at [`super::SHARED_DIR`], its volumes (whole ones only), its network
 //! namespace the file [`SandboxPaths::netns`] (already wired by the runtime), and a user namespace
 //! mapping its ids `0..65536` onto the storage range, so the shared layers' owners are its own and
 //! the gofer serving its files runs unprivileged. Cgroups are the runtime's (`--ignore-cgroups`); the
@@ -124,6 +124,18 @@ pub(crate) fn spec(
         };
         mounts.push(bind(&source, &b.target, b.read_only)?);
     }
+    for (n, v) in root.volumes.iter().enumerate() {
+        // runsc's gofer opens a mount's source by path; a subpath inside a shared volume could be a
+        // link another sandbox planted by then, so only whole volumes are mounted in this tier.
+        if !v.subpath.is_empty() {
+            return Err(RuntimeError::Unsupported(format!(
+                "mounting a volume's subpath ({}) needs isolation \"namespace\"",
+                v.subpath
+            )));
+        }
+        // Served from the stage, like the agent (see `launch`).
+        mounts.push(bind(&Stage::volume(n), &v.target, v.read_only)?);
+    }
     mounts.push(bind(&Stage::shared(), Path::new(super::SHARED_DIR), false)?);
     let map = |container: u32| {
         LinuxIdMappingBuilder::default()
@@ -199,7 +211,7 @@ pub(crate) fn spec(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandboxd_envd::boot::BindMount;
+    use sandboxd_envd::boot::{BindMount, VolumeMount};
 
     fn plan() -> RootPlan {
         RootPlan {
@@ -210,10 +222,38 @@ mod tests {
                 target: "/usr".into(),
                 read_only: true,
             }],
+            volumes: vec![VolumeMount {
+                root: "/state/layers/vol.v1/data".into(),
+                subpath: String::new(),
+                target: "/data".into(),
+                read_only: false,
+            }],
             envs: Default::default(),
             workdir: None,
             callback_socket: None,
         }
+    }
+
+    #[test]
+    fn volumes_are_bound_whole_and_a_subpath_is_refused() {
+        let paths = SandboxPaths::new(Path::new("/state/sandboxes"), "sb1");
+        let spec_json = |plan: &RootPlan| {
+            spec(&SandboxSpec::base("sb1", "t"), plan, &paths, 100_000)
+                .map(|s| serde_json::to_value(&s).unwrap())
+        };
+        let json = spec_json(&plan()).unwrap();
+        let data = json["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/data")
+            .cloned()
+            .unwrap();
+        assert_eq!(data["source"], "/run/sandboxd-gvisor/volume-0");
+        assert_eq!(data["options"], serde_json::json!(["rbind", "rw"]));
+        let mut sub = plan();
+        sub.volumes[0].subpath = "a/b".into();
+        assert!(matches!(spec_json(&sub), Err(RuntimeError::Unsupported(_))));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! - in a private mount namespace of its own, where [`PROCFS_NET_WORKAROUND`] applies and where a
 //!   tmpfs on [`STAGE`] holds what the sandbox's gofer serves: the overlay root at [`Stage::root`]
 //!   and binds of the host paths the bundle names ([`Stage::shared`], [`Stage::callback`],
-//!   [`Stage::agent`]). The gofer runs as the sandbox's (unprivileged) root and could not traverse
+//!   [`Stage::agent`], [`Stage::volume`]). The gofer runs as the sandbox's (unprivileged) root and could not traverse
 //!   the runtime's private state directories to reach them where they lie; the stage is visible to
 //!   nothing on the host and goes with the last process of the sandbox.
 //!
@@ -88,6 +88,11 @@ impl Stage {
     pub fn agent() -> PathBuf {
         Path::new(STAGE).join("agent")
     }
+
+    /// The sandbox's `n`th volume (in the order of its root plan).
+    pub fn volume(n: usize) -> PathBuf {
+        Path::new(STAGE).join(format!("volume-{n}"))
+    }
 }
 
 /// The host paths a sandbox's stage is made of.
@@ -100,6 +105,8 @@ pub struct StagePlan<'a> {
     pub callback: Option<&'a Path>,
     /// The agent binary.
     pub agent: &'a Path,
+    /// The roots of its volumes, in order.
+    pub volumes: &'a [PathBuf],
 }
 
 /// What the child needs, prepared before the fork.
@@ -156,6 +163,13 @@ pub fn spawn(
         binds.push((
             path("the callback directory", callback)?,
             path("", &Stage::callback())?,
+            false,
+        ));
+    }
+    for (n, volume) in plan.volumes.iter().enumerate() {
+        binds.push((
+            path("a volume", volume)?,
+            path("", &Stage::volume(n))?,
             false,
         ));
     }

@@ -42,7 +42,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use steps::{copy_layer, remove_dir, remove_file, run_to_end, sync_dir, touch, wait_for_agent};
+use steps::{
+    answers, copy_layer, remove_dir, remove_file, run_to_end, sync_dir, touch, wait_for_agent,
+};
 
 /// Where a gVisor sandbox sees its `shared/` directory (its agent's socket is made there).
 pub const SHARED_DIR: &str = "/.sandboxd/shared";
@@ -410,7 +412,7 @@ impl GvisorRuntime {
     }
 
     /// Has the agent of running sandbox `paths` open its door again if it closed it for a checkpoint
-    /// that never finished (the daemon that asked died meanwhile), and waits until it listens.
+    /// that never finished (the daemon that asked died meanwhile), and waits until it answers.
     async fn reopen_door(&self, paths: &SandboxPaths) -> Result<(), RuntimeError> {
         let suspended = paths.shared().join(SUSPENDED_MARKER);
         if !suspended.exists() {
@@ -420,7 +422,7 @@ impl GvisorRuntime {
         let socket = paths.agent_socket(Isolation::Gvisor);
         // Init takes both markers away, then listens again.
         wait_for_agent("resume", "open its door again", || async {
-            !suspended.exists() && tokio::net::UnixStream::connect(&socket).await.is_ok()
+            !suspended.exists() && answers(&socket).await
         })
         .await
     }
@@ -476,11 +478,13 @@ impl GvisorRuntime {
             .append(true)
             .open(&log_path)
             .map_err(RuntimeError::io("open", &log_path))?;
+        let volumes: Vec<PathBuf> = root.volumes.iter().map(|v| v.root.clone()).collect();
         let plan = launch::StagePlan {
             overlay: &overlay,
             shared: &paths.shared(),
             callback: self.host.config.callback_dir.as_deref(),
             agent: &self.host.config.agent_binary,
+            volumes: &volumes,
         };
         let mut child = launch::spawn(cmd, &cgroup.procs_files()?, &plan, log)?;
         let config = InitConfig {

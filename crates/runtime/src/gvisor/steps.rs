@@ -76,6 +76,27 @@ where
     Ok(())
 }
 
+/// Whether the agent answers an HTTP request through the socket at `path` within a second: its
+/// door listens *and* relays to the core (a connect alone is taken by the listener's backlog
+/// before the door process serves it).
+pub(super) async fn answers(path: &Path) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let round_trip = async {
+        let mut stream = tokio::net::UnixStream::connect(path).await.ok()?;
+        stream
+            .write_all(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .ok()?;
+        let mut head = [0u8; 7];
+        stream.read_exact(&mut head).await.ok()?;
+        (&head == b"HTTP/1.").then_some(())
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), round_trip).await,
+        Ok(Some(()))
+    )
+}
+
 /// Creates the empty file `path`.
 pub(super) fn touch(path: &Path) -> Result<(), RuntimeError> {
     std::fs::File::create(path)

@@ -17,7 +17,7 @@ use super::rootfs::AGENT_PATH;
 use super::state::SandboxPaths;
 use super::{limits, NamespaceRuntime};
 use crate::{ImageRoot, RuntimeError, SandboxSpec};
-use sandboxd_envd::boot::{BindMount, BootConfig, BootFault, BootMessage, RootfsPlan};
+use sandboxd_envd::boot::{BindMount, BootConfig, BootFault, BootMessage, RootfsPlan, VolumeMount};
 use sandboxd_envd::callback;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -191,6 +191,7 @@ impl NamespaceRuntime {
             envs: root.envs,
             workdir: root.workdir,
             callback_socket: root.callback_socket,
+            volumes: root.volumes,
             fault: injected_fault(),
         })
     }
@@ -252,10 +253,31 @@ impl NamespaceRuntime {
         });
         let (callback_bind, callback_socket) = callback_plan(self.config.callback_dir.as_deref());
         binds.extend(callback_bind);
+        let volumes = spec
+            .volumes
+            .iter()
+            .map(|v| {
+                let root = self.volumes.root(&v.volume_id);
+                if !root.is_dir() {
+                    return Err(RuntimeError::Host(format!(
+                        "volume {} is missing from this host ({})",
+                        v.volume_id,
+                        root.display()
+                    )));
+                }
+                Ok(VolumeMount {
+                    root,
+                    subpath: v.subpath.clone(),
+                    target: v.target.clone(),
+                    read_only: v.read_only,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(RootPlan {
             lower,
             below,
             binds,
+            volumes,
             envs: match &spec.image {
                 None | Some(ImageRoot { on_base: true, .. }) => super::rootfs::BASE_ENV
                     .iter()
@@ -278,6 +300,8 @@ pub(crate) struct RootPlan {
     pub below: Vec<PathBuf>,
     /// Host paths bound into the root, in order.
     pub binds: Vec<BindMount>,
+    /// Volumes mounted after the binds, in order.
+    pub volumes: Vec<VolumeMount>,
     /// The environment commands start with.
     pub envs: std::collections::HashMap<String, String>,
     /// Where commands start when the caller names no directory.

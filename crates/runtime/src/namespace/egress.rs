@@ -34,6 +34,17 @@
 //! `names_deny` right after the denied ones, so the precedence is the same: allowed (block or name)
 //! beats denied (block or name) beats the egress default.
 //!
+//! **The egress gateway** ([`SandboxSpec::egress_gateway`]). A sandbox with a gateway port gets a
+//! chain `gateway_<a>_<b>_<c>_<d>` holding `dnat ip to <host end>:<port>` and an element
+//! `<address> : jump <chain>` in the verdict map `redirects`: its new TCP connections to ports 80
+//! and 443 are redirected (`prerouting`) to the daemon's gateway on the host end of its own pair,
+//! and `input` admits exactly those (`ct status dnat` to a port in `gateway_ports`, which each
+//! daemon's port joins). The gateway opens its upstream connections from inside the
+//! sandbox's network namespace with a source port of 61000 or more, which the redirect leaves alone,
+//! so they go out under every rule above, as the sandbox's own would. (Ordinary connections take
+//! their source port from below 61000, Linux's default ephemeral range; a sandbox that binds one of
+//! 61000 or more itself only goes around the gateway, which then rewrites nothing for it.)
+//!
 //! A sandbox's rules are installed (and the address given a default route when anything may leave)
 //! *before* its init is told to go, so the first instruction already runs under them; they go when
 //! the sandbox stops. Installing first clears whatever an earlier sandbox on the same address left,
@@ -61,24 +72,30 @@ const CONTAINERS: &str = r#"add table ip sandboxd
 add set ip sandboxd egress { type ipv4_addr; }
 add set ip sandboxd allow_only { type ipv4_addr; }
 add map ip sandboxd egress_policy { type ipv4_addr : verdict; }
+add map ip sandboxd redirects { type ipv4_addr : verdict; }
+add set ip sandboxd gateway_ports { type inet_service; }
 "#;
 
 /// The static rules (after [`CONTAINERS`]).
 const RULES: &str = r#"add chain ip sandboxd forward { type filter hook forward priority 0; policy accept; }
 add chain ip sandboxd input { type filter hook input priority 0; policy accept; }
 add chain ip sandboxd postrouting { type nat hook postrouting priority 100; policy accept; }
+add chain ip sandboxd prerouting { type nat hook prerouting priority -100; policy accept; }
 flush chain ip sandboxd forward
 flush chain ip sandboxd input
 flush chain ip sandboxd postrouting
+flush chain ip sandboxd prerouting
 add rule ip sandboxd forward iifname "sbh*" oifname != "sbh*" ip saddr vmap @egress_policy
 add rule ip sandboxd forward iifname "sbh*" ip saddr @egress oifname != "sbh*" accept
 add rule ip sandboxd forward iifname "sbh*" drop
 add rule ip sandboxd forward oifname "sbh*" ct state established,related accept
 add rule ip sandboxd forward oifname "sbh*" drop
+add rule ip sandboxd input iifname "sbh*" ct state new ct status dnat tcp dport @gateway_ports accept
 add rule ip sandboxd input iifname "sbh*" ct state new ip saddr vmap @egress_policy
 add rule ip sandboxd input iifname "sbh*" ct state new drop
 add rule ip sandboxd postrouting ip saddr @egress oifname != "sbh*" masquerade
 add rule ip sandboxd postrouting ip saddr @allow_only oifname != "sbh*" masquerade
+add rule ip sandboxd prerouting iifname "sbh*" tcp dport { 80, 443 } tcp sport < 61000 ip saddr vmap @redirects
 "#;
 
 /// The whole static setup, applied once per process.
@@ -90,6 +107,12 @@ fn setup_script() -> String {
 pub fn chain_name(address: Ipv4Addr) -> String {
     let [a, b, c, d] = address.octets();
     format!("sandbox_{a}_{b}_{c}_{d}")
+}
+
+/// The chain that redirects the sandbox at `address` to its daemon's egress gateway.
+pub fn redirect_chain(address: Ipv4Addr) -> String {
+    let [a, b, c, d] = address.octets();
+    format!("gateway_{a}_{b}_{c}_{d}")
 }
 
 /// The two sets a sandbox's DNS forwarder fills.
@@ -128,11 +151,17 @@ fn clear_script(address: Ipv4Addr) -> String {
 }
 
 fn chain_clear_script(address: Ipv4Addr, chain: &str) -> String {
+    let redirect = redirect_chain(address);
     format!(
         "add element ip {TABLE} egress {{ {address} }}\n\
          delete element ip {TABLE} egress {{ {address} }}\n\
          add element ip {TABLE} allow_only {{ {address} }}\n\
          delete element ip {TABLE} allow_only {{ {address} }}\n\
+         add chain ip {TABLE} {redirect}\n\
+         add element ip {TABLE} redirects {{ {address} : jump {redirect} }}\n\
+         delete element ip {TABLE} redirects {{ {address} }}\n\
+         flush chain ip {TABLE} {redirect}\n\
+         delete chain ip {TABLE} {redirect}\n\
          add chain ip {TABLE} {chain}\n\
          add element ip {TABLE} egress_policy {{ {address} : jump {chain} }}\n\
          delete element ip {TABLE} egress_policy {{ {address} }}\n\
@@ -157,6 +186,19 @@ fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
         let _ = writeln!(script, "add element ip {TABLE} egress {{ {address} }}");
     } else if spec.may_send_out() {
         let _ = writeln!(script, "add element ip {TABLE} allow_only {{ {address} }}");
+    }
+    if let Some(port) = spec.egress_gateway {
+        let (host, redirect) = (addrs.host, redirect_chain(address));
+        let _ = writeln!(script, "add chain ip {TABLE} {redirect}");
+        let _ = writeln!(
+            script,
+            "add rule ip {TABLE} {redirect} meta l4proto tcp dnat ip to {host}:{port}"
+        );
+        let _ = writeln!(
+            script,
+            "add element ip {TABLE} redirects {{ {address} : jump {redirect} }}"
+        );
+        let _ = writeln!(script, "add element ip {TABLE} gateway_ports {{ {port} }}");
     }
     let names = spec.has_names();
     if spec.egress_allow.is_empty() && spec.egress_deny.is_empty() && !names {
@@ -462,6 +504,38 @@ mod tests {
     }
 
     #[test]
+    fn a_sandbox_behind_the_gateway_is_redirected_to_its_port_only() {
+        let behind = SandboxSpec {
+            egress_gateway: Some(21280),
+            ..spec(true, &[], &[])
+        };
+        assert!(behind.needs_egress_rules());
+        let script = install_script(&ADDRS, &behind);
+        let host = ADDRS.host;
+        let wanted = [
+            "add chain ip sandboxd gateway_10_201_0_6".to_string(),
+            format!(
+                "add rule ip sandboxd gateway_10_201_0_6 meta l4proto tcp dnat ip to {host}:21280"
+            ),
+            "add element ip sandboxd redirects { 10.201.0.6 : jump gateway_10_201_0_6 }".into(),
+            "add element ip sandboxd gateway_ports { 21280 }".into(),
+        ];
+        let at: Vec<usize> = wanted
+            .iter()
+            .map(|line| {
+                let lines: Vec<&str> = script.lines().collect();
+                lines
+                    .iter()
+                    .rposition(|l| l == line)
+                    .unwrap_or_else(|| panic!("no {line:?} in\n{script}"))
+            })
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{script}");
+        // Without a gateway port nothing is redirected.
+        assert!(!install_script(&ADDRS, &spec(true, &[], &[])).contains("dnat"));
+    }
+
+    #[test]
     fn clearing_adds_before_it_deletes_so_it_never_fails_on_absence() {
         let script = clear_script(ADDR);
         for what in [
@@ -469,6 +543,8 @@ mod tests {
             "element ip sandboxd allow_only { 10.201.0.6",
             "element ip sandboxd egress_policy { 10.201.0.6",
             "chain ip sandboxd sandbox_10_201_0_6",
+            "element ip sandboxd redirects { 10.201.0.6",
+            "chain ip sandboxd gateway_10_201_0_6",
             "set ip sandboxd names_allow_10_201_0_6",
             "set ip sandboxd names_deny_10_201_0_6",
         ] {
@@ -503,10 +579,12 @@ mod tests {
         assert_eq!(
             input,
             [
+                r#"add rule ip sandboxd input iifname "sbh*" ct state new ct status dnat tcp dport @gateway_ports accept"#,
                 r#"add rule ip sandboxd input iifname "sbh*" ct state new ip saddr vmap @egress_policy"#,
                 r#"add rule ip sandboxd input iifname "sbh*" ct state new drop"#,
             ],
-            "the lists first, then nothing new from a sandbox reaches the host"
+            "what was redirected to a gateway, then the lists, then nothing new from a sandbox \
+             reaches the host"
         );
         let flushed: Vec<&str> = setup.lines().filter(|l| l.starts_with("flush")).collect();
         assert_eq!(
@@ -514,7 +592,8 @@ mod tests {
             [
                 "flush chain ip sandboxd forward",
                 "flush chain ip sandboxd input",
-                "flush chain ip sandboxd postrouting"
+                "flush chain ip sandboxd postrouting",
+                "flush chain ip sandboxd prerouting"
             ]
         );
         assert!(

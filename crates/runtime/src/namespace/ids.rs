@@ -46,11 +46,8 @@ impl IdRanges {
             supported: true,
             namespaces: Mutex::new(HashMap::new()),
         };
-        let probed = ranges.namespace(storage + RANGE_SIZE).and_then(|ns| {
-            idmapped_clone(layers, ns.as_fd()).map_err(RuntimeError::io("idmap", layers))
-        });
-        match probed {
-            Ok(_) => ranges,
+        match ranges.try_idmap(layers) {
+            Ok(()) => ranges,
             Err(e) => {
                 tracing::warn!(
                     error = %sandboxd_errors::chain(&e),
@@ -62,6 +59,24 @@ impl IdRanges {
                 }
             }
         }
+    }
+
+    /// Whether the filesystem holding `dir` takes the idmapped mounts ranges need; why not if not.
+    pub fn check(storage: u32, dir: &Path) -> Result<(), RuntimeError> {
+        Self {
+            storage,
+            supported: true,
+            namespaces: Mutex::new(HashMap::new()),
+        }
+        .try_idmap(dir)
+    }
+
+    /// An idmapped clone of `dir` through the first range's namespace (never attached anywhere).
+    fn try_idmap(&self, dir: &Path) -> Result<(), RuntimeError> {
+        let ns = self.namespace(self.storage + RANGE_SIZE)?;
+        idmapped_clone(dir, ns.as_fd())
+            .map(drop)
+            .map_err(RuntimeError::io("idmap", dir))
     }
 
     /// Whether sandboxes get ranges of their own on this host.

@@ -117,7 +117,8 @@ pub struct NamespaceRuntime {
     pub(crate) cgroups: CgroupManager,
     pub(crate) net: Network,
     pub(crate) template: rootfs::Template,
-    quota: DiskQuota,
+    quota: std::sync::Arc<DiskQuota>,
+    volumes: std::sync::Arc<crate::volumes::VolumeStore>,
     ids: ids::IdRanges,
     pub(crate) forwarders: dns::Forwarders,
 }
@@ -159,12 +160,19 @@ impl NamespaceRuntime {
         let net = Network::new(config.subnet_base, config.slots, &config.ifname_prefix)?;
         egress::guard_host().await?;
         let ids = ids::IdRanges::probe(config.id_map_base, &template.lower);
+        let quota = std::sync::Arc::new(quota);
+        let volumes = std::sync::Arc::new(crate::volumes::VolumeStore::new(
+            quota.clone(),
+            config.id_map_base,
+            config.state_dir.join(crate::volumes::RESTORED_DIR),
+        ));
         let runtime = Self {
             config,
             cgroups,
             net,
             template,
             quota,
+            volumes,
             ids,
             forwarders: dns::Forwarders::default(),
         };
@@ -349,6 +357,10 @@ pub(crate) fn mkdir_owned(path: &Path, mode: u32, owner: Option<u32>) -> Result<
 
 #[async_trait::async_trait]
 impl Runtime for NamespaceRuntime {
+    fn volumes(&self) -> Result<std::sync::Arc<crate::volumes::VolumeStore>, RuntimeError> {
+        Ok(self.volumes.clone())
+    }
+
     async fn create(&self, spec: &SandboxSpec) -> Result<SandboxInfo, RuntimeError> {
         validate_id(&spec.id)?;
         if spec.image.is_none() && spec.template != "base" {
@@ -558,6 +570,20 @@ impl Runtime for NamespaceRuntime {
     async fn stats(&self, id: &str) -> Result<crate::cgroup::CgroupStats, RuntimeError> {
         let cgroup = self.running_cgroup(id)?;
         blocking(move || cgroup.stats()).await
+    }
+
+    async fn connect_from(
+        &self,
+        id: &str,
+        dst: std::net::SocketAddr,
+    ) -> Result<tokio::net::TcpStream, RuntimeError> {
+        let pid = self
+            .inspect(id)
+            .await?
+            .and_then(|info| info.pid)
+            .ok_or_else(|| RuntimeError::NotFound(id.to_string()))?;
+        let netns = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        net::connect_in_netns(&netns, dst).await
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {

@@ -254,6 +254,69 @@ async fn handle_in_netns(ns: std::fs::File) -> Result<Handle, RuntimeError> {
         .map_err(|_| RuntimeError::Network("netns thread died".into()))?
 }
 
+/// The first source port of the egress gateway's upstream connections ([`super::egress`]: the
+/// redirect leaves ports from here up alone).
+pub const GATEWAY_SOURCE_PORTS: std::ops::RangeInclusive<u16> = 61000..=65535;
+
+/// A TCP connection to `dst` opened from inside the network namespace `netns` names (a
+/// `/proc/<pid>/ns/net`), from a source port in [`GATEWAY_SOURCE_PORTS`].
+///
+/// As [`handle_in_netns`]: a fresh OS thread enters the namespace and makes the socket there (a
+/// socket stays in the namespace it was made in), then ends; the connect runs on the caller's
+/// runtime.
+pub async fn connect_in_netns(
+    netns: &Path,
+    dst: std::net::SocketAddr,
+) -> Result<tokio::net::TcpStream, RuntimeError> {
+    let ns = std::fs::File::open(netns).map_err(RuntimeError::io("open", netns))?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let made = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| std::io::Error::other(format!("enter sandbox netns: {e}")))
+            .and_then(|()| bound_socket(dst.is_ipv4()));
+        let _ = tx.send(made);
+    });
+    let socket = rx
+        .await
+        .map_err(|_| RuntimeError::Network("netns thread died".into()))?
+        .map_err(|e| RuntimeError::Network(format!("gateway socket in sandbox netns: {e}")))?;
+    socket
+        .connect(dst)
+        .await
+        .map_err(|e| RuntimeError::Network(format!("connect to {dst} from the sandbox: {e}")))
+}
+
+/// A TCP socket bound to a free port of [`GATEWAY_SOURCE_PORTS`], starting after the last one
+/// handed out.
+fn bound_socket(v4: bool) -> std::io::Result<tokio::net::TcpSocket> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let (first, last) = (*GATEWAY_SOURCE_PORTS.start(), *GATEWAY_SOURCE_PORTS.end());
+    let span = u32::from(last - first) + 1;
+    let start = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span;
+    let any: IpAddr = if v4 {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let mut last_error = None;
+    for i in 0..span.min(256) {
+        let port = first + ((start + i) % span) as u16;
+        let socket = if v4 {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        match socket.bind(std::net::SocketAddr::new(any, port)) {
+            Ok(()) => {
+                NEXT.store(start + i + 1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(socket);
+            }
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| std::io::Error::other("no free source port")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -223,15 +223,16 @@ enum Choice<P, B> {
 }
 
 /// Tries the candidates of `mode` in order with `project` and `btrfs`; the first that works wins.
+/// `reasons` gets why each candidate before it was passed over.
 fn choose<P, B>(
     mode: DiskMode,
     layers: &Path,
     project: impl FnOnce() -> Result<P, QuotaError>,
     btrfs: impl FnOnce() -> Result<B, QuotaError>,
+    reasons: &mut Vec<String>,
 ) -> Result<Choice<P, B>, QuotaError> {
     let (order, required) = candidates(mode);
     let (mut project, mut btrfs) = (Some(project), Some(btrfs));
-    let mut reasons = Vec::new();
     for candidate in order {
         let tried = match candidate {
             Candidate::Project => project.take().map(|f| f().map(Choice::Project)),
@@ -253,7 +254,7 @@ fn choose<P, B>(
     if mode == DiskMode::Off {
         reasons.push("disk mode is off".into());
     }
-    Ok(Choice::Off(reasons))
+    Ok(Choice::Off(reasons.clone()))
 }
 
 /// An error with its causes, for a log line.
@@ -278,6 +279,8 @@ enum Backend {
 pub struct DiskQuota {
     layers: PathBuf,
     backend: Backend,
+    /// Why the candidates tried before the chosen backend were passed over.
+    passed_over: Vec<String>,
 }
 
 impl DiskQuota {
@@ -288,11 +291,13 @@ impl DiskQuota {
         if config.mode != DiskMode::Off {
             mkdir(&layers)?;
         }
+        let mut passed_over = Vec::new();
         let choice = choose(
             config.mode,
             &layers,
             || project::Projects::open(&layers),
             || btrfs::Pool::open(&layers, &state_dir.join("disk.btrfs"), config.pool_file_mb),
+            &mut passed_over,
         )?;
         let backend = match choice {
             Choice::Project(p) => Backend::Project(p),
@@ -306,7 +311,16 @@ impl DiskQuota {
                 Backend::Off
             }
         };
-        Ok(Self { layers, backend })
+        Ok(Self {
+            layers,
+            backend,
+            passed_over,
+        })
+    }
+
+    /// Why the backends tried before the one in use were passed over (`candidate: reason`).
+    pub fn passed_over(&self) -> &[String] {
+        &self.passed_over
     }
 
     /// The backend in use.
@@ -369,6 +383,21 @@ impl DiskQuota {
             Backend::Off => Ok(None),
         }
     }
+}
+
+/// Chooses a backend exactly as a runtime on `scratch` (an empty directory) would, then undoes
+/// what that made (a pool is detached; `scratch` itself is the caller's to remove): which backend
+/// this host gives a data dir on `scratch`'s filesystem, and why the ones before it were passed
+/// over. An explicit mode that cannot be had is the error the runtime would fail to start with.
+pub fn probe(
+    scratch: &Path,
+    config: &DiskConfig,
+) -> Result<(DiskBackend, Vec<String>), QuotaError> {
+    let quota = DiskQuota::open(scratch, config)?;
+    let found = (quota.backend(), quota.passed_over().to_vec());
+    drop(quota);
+    release_pool(scratch)?;
+    Ok(found)
 }
 
 /// Lazily detaches the btrfs pool a runtime on `state_dir` loop-mounted on its `layers/`, for tools
@@ -445,6 +474,7 @@ mod tests {
             Path::new("/x"),
             || if project { Ok("p") } else { Err(no()) },
             || if btrfs { Ok("b") } else { Err(no()) },
+            &mut Vec::new(),
         )
     }
 
@@ -459,6 +489,21 @@ mod tests {
     fn auto_prefers_project_quotas_then_btrfs_then_off() {
         assert_eq!(name(pick(DiskMode::Auto, true, true).unwrap()), "p");
         assert_eq!(name(pick(DiskMode::Auto, false, true).unwrap()), "b");
+        let mut why = Vec::new();
+        let b = choose(
+            DiskMode::Auto,
+            Path::new("/x"),
+            || Err::<(), _>(no()),
+            || Ok(()),
+            &mut why,
+        );
+        assert!(matches!(b, Ok(Choice::Btrfs(()))));
+        assert_eq!(
+            why.len(),
+            1,
+            "the passed-over project quotas say why: {why:?}"
+        );
+        assert!(why[0].starts_with("Project: "), "{why:?}");
         // Off with one reason per candidate, for the warning.
         assert_eq!(name(pick(DiskMode::Auto, false, false).unwrap()), "off(2)");
     }
@@ -480,6 +525,7 @@ mod tests {
             Path::new("/x"),
             || panic!("probed project quotas"),
             || panic!("probed btrfs"),
+            &mut Vec::new(),
         );
         assert_eq!(name_unit(out.unwrap()), "off(1)");
     }

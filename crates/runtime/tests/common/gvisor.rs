@@ -103,11 +103,12 @@ pub async fn count(sb: &Sandbox) -> u64 {
         .unwrap_or(0)
 }
 
-/// Waits (up to 10 s) for the counter in `sb` to pass `past`.
+/// Waits for the counter in `sb` to pass `past`: up to a minute, as a loop of shell commands
+/// behind gVisor under emulation (the Debian VM) takes seconds a turn.
 pub async fn wait_count_past(sb: &Sandbox, past: u64) {
     super::wait_for(
         "the counter to count on",
-        std::time::Duration::from_secs(10),
+        std::time::Duration::from_secs(60),
         || async { (count(sb).await > past).then_some(()) },
     )
     .await;

@@ -156,7 +156,7 @@ impl Sandbox {
         client
             .exec(&cmd, ExecOptions::default())
             .await
-            .unwrap_or_else(|e| panic!("exec {script:?}: {e}"))
+            .unwrap_or_else(|e| panic!("exec {script:?}: {}", sandboxd_errors::chain(&e)))
     }
 }
 

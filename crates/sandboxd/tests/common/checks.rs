@@ -89,3 +89,33 @@ pub async fn serve_port(d: &Daemon, id: &str, port: u16) {
     }
     panic!("nothing listens on {port} in {id}");
 }
+
+/// Free bytes of the filesystem holding `path`.
+pub fn free_bytes(path: &std::path::Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a zeroed statvfs is a valid out-parameter; `c` is a NUL-terminated path.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(
+        unsafe { libc::statvfs(c.as_ptr(), &mut stat) },
+        0,
+        "statvfs"
+    );
+    stat.f_bavail * stat.f_frsize
+}
+
+/// Waits until template `name` is no longer building; returns it.
+pub async fn built(d: &Daemon, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let t = d.get_json(&format!("/v1/templates/{name}")).await;
+        if t["state"] != "building" {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "template {name} still building: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -19,6 +19,7 @@
 mod checks;
 mod cleanup;
 mod crash;
+mod setup;
 mod store;
 
 pub use checks::*;
@@ -27,6 +28,7 @@ use cleanup::raw_http;
 pub use cleanup::{cgroup_dirs_of, cgroup_dirs_under, kill_leftover_sandboxes};
 #[allow(unused_imports)] // each test binary uses a different part
 pub use crash::*;
+pub use setup::{Auth, Setup};
 #[allow(unused_imports)] // each test binary uses a different part
 pub use store::*;
 
@@ -92,89 +94,16 @@ pub fn run_serially<F, Fut>(
     });
 }
 
-/// How a [`Daemon`] is set up; [`Setup::default`] is what [`Daemon::start`] does.
-#[derive(Clone, Debug)]
-pub struct Setup {
-    /// Passed as `SB_PAT_TOKEN`; `None` lets the daemon generate one into the data dir.
-    pub token: Option<String>,
-    /// How [`Daemon::http`] and the cleanup in `Drop` send the token.
-    pub auth: Auth,
-    /// Timeout of [`Daemon::http`] and [`Daemon::client_as`].
-    pub http_timeout: Duration,
-    /// `--cgroup-parent` of the daemon; [`Daemon::cgroup_dirs`] looks there. Also names the temp dir.
-    pub cgroup_parent: &'static str,
-    /// Longest the daemon may take to answer `/health` on each (re)start.
-    pub ready_timeout: Duration,
-    /// Flags added to every `sandboxd serve` of this daemon.
-    pub args: Vec<String>,
-    /// Environment added to every start (replaced per key by [`Daemon::set_env`]).
-    pub env: Vec<(String, String)>,
-    /// `--net-slot-base` and `--net-slots` instead of the block the daemon holds (to make daemons
-    /// meet on purpose).
-    pub slots: Option<(u32, u32)>,
-    /// The address of `--listen` (with a free port); a cluster test gives each node its own.
-    pub listen_ip: std::net::Ipv4Addr,
-}
-
-impl Default for Setup {
-    fn default() -> Self {
-        Setup {
-            token: Some(TOKEN.to_string()),
-            auth: Auth::Bearer,
-            http_timeout: Duration::from_secs(30),
-            cgroup_parent: CGROUP_PARENT,
-            ready_timeout: READY_TIMEOUT,
-            args: Vec::new(),
-            env: Vec::new(),
-            slots: None,
-            listen_ip: std::net::Ipv4Addr::LOCALHOST,
-        }
-    }
-}
-
-/// How a client sends the token.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Auth {
-    /// `Authorization: Bearer <token>`.
-    Bearer,
-    /// `X-API-KEY: <token>`, as the E2B SDKs send it.
-    ApiKey,
-}
-
-impl Auth {
-    /// The header carrying `token`: (lowercase name, value).
-    fn header(self, token: &str) -> (&'static str, String) {
-        match self {
-            Auth::Bearer => ("authorization", format!("Bearer {token}")),
-            Auth::ApiKey => ("x-api-key", token.to_string()),
-        }
-    }
-
-    /// A client with `timeout`, sending `token` this way when given (none: no credentials at all).
-    pub fn client(self, token: Option<&str>, timeout: Duration) -> reqwest::Client {
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(token) = token {
-            let (name, value) = self.header(token);
-            if let Ok(value) = value.parse() {
-                headers.insert(name, value);
-            }
-        }
-        reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(timeout)
-            .build()
-            .expect("http client")
-    }
-}
-
 /// The `sbx` CLI, built on first use.
 pub fn sbx_binary() -> PathBuf {
     cargo_bin("sandboxd-sbx", "sbx")
 }
 
-/// A free port on 127.0.0.1.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+/// A port free on `ip` now. Asked on the address the daemon will listen on: a port free on
+/// 127.0.0.1 may be the local port of a connection another node made from its own address (a
+/// cluster test once saw `Address already in use` so).
+fn free_port(ip: std::net::Ipv4Addr) -> u16 {
+    TcpListener::bind((ip, 0))
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port()
@@ -268,7 +197,7 @@ impl Daemon {
         let token = setup.token.clone().unwrap_or_default();
         Daemon {
             root,
-            port: free_port(),
+            port: free_port(setup.listen_ip),
             http: setup.auth.client(Some(&token), setup.http_timeout),
             setup,
             token,
@@ -284,7 +213,12 @@ impl Daemon {
         let log = |ext: &str| {
             std::fs::File::create(self.log_path(self.starts, ext)).expect("create daemon log")
         };
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandboxd"));
+        let binary = self.setup.binary.clone();
+        let mut cmd = Command::new(
+            binary
+                .clone()
+                .unwrap_or_else(|| env!("CARGO_BIN_EXE_sandboxd").into()),
+        );
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(self.data_dir())
@@ -306,8 +240,6 @@ impl Daemon {
                     .map_or(self.slots.count, |s| s.1)
                     .to_string(),
             )
-            .arg("--agent-bin")
-            .arg(agent_binary())
             .stdin(Stdio::null())
             .stdout(log("out"))
             .stderr(log("err"));
@@ -316,6 +248,9 @@ impl Daemon {
             if key.to_string_lossy().starts_with("SB_") {
                 cmd.env_remove(key);
             }
+        }
+        if binary.is_none() {
+            cmd.arg("--agent-bin").arg(agent_binary());
         }
         cmd.env("SB_LOG", "info");
         if let Some(token) = &self.setup.token {
@@ -477,7 +412,7 @@ impl Daemon {
         self.child.as_ref().expect("daemon running").id()
     }
 
-    fn log_path(&self, start: u32, ext: &str) -> PathBuf {
+    pub fn log_path(&self, start: u32, ext: &str) -> PathBuf {
         self.root.path().join(format!("daemon-{start}.{ext}"))
     }
 
@@ -506,6 +441,25 @@ impl Daemon {
         let mut child = self.child.take().expect("daemon running");
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// Stops the daemon with SIGTERM, as a service manager does, and reaps it; its exit status.
+    /// Panics when it has not exited within 30 s.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("daemon running");
+        // SAFETY: kill(2) on the pid of a child this test has not reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for the daemon") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the daemon did not exit within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Starts the daemon again on the same data dir and port, and waits until it is ready; returns how
@@ -560,6 +514,15 @@ impl Daemon {
             .json()
             .await
             .expect("a JSON answer")
+    }
+
+    /// `GET path` with the token; its body as text, whatever its status.
+    pub async fn get_text(&self, path: &str) -> String {
+        let resp = self.http.get(self.endpoint(path)).send().await;
+        resp.expect("GET request")
+            .text()
+            .await
+            .expect("a text body")
     }
 
     /// `POST path` with the token and a JSON `body`; the answer, whatever its status.

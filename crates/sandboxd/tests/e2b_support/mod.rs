@@ -56,6 +56,21 @@ pub fn e2b_test(test: impl Future<Output = ()>) {
     );
 }
 
+/// The Python interpreters of the E2B and the Daytona SDKs (`.venv-e2b`, `.venv-daytona`); panics,
+/// saying how to install them, when one is missing.
+pub fn python_sdks() -> (std::path::PathBuf, std::path::PathBuf) {
+    let e2b = workspace_root().join(".venv-e2b/bin/python");
+    let daytona = workspace_root().join(".venv-daytona/bin/python");
+    for sdk in [&e2b, &daytona] {
+        assert!(
+            sdk.exists(),
+            "{} is missing: run scripts/e2b-sdks and scripts/daytona-sdks",
+            sdk.display()
+        );
+    }
+    (e2b, daytona)
+}
+
 /// Runs `program args` in the repository root against `daemon`; panics (with the output) unless it
 /// exits 0 and left no sandbox behind. `env` is added to the SDK's environment.
 pub async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(&str, &str)]) {
@@ -64,6 +79,8 @@ pub async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(
         .current_dir(workspace_root())
         .env("E2B_API_URL", daemon.url())
         .env("E2B_SANDBOX_URL", daemon.url())
+        // The volume content API is served on the same listener.
+        .env("E2B_VOLUME_API_URL", daemon.url())
         .env("E2B_API_KEY", API_KEY)
         .env_remove("E2B_DOMAIN")
         .env_remove("E2B_DEBUG")

@@ -98,12 +98,16 @@ pub struct E2bCreate {
     pub allow_out: Vec<String>,
     /// `network.denyOut`: unreachable unless allowed (checked by [`Service::e2b_create`]).
     pub deny_out: Vec<String>,
+    /// `network.rules`: the egress gateway's per-host headers (checked by [`Service::e2b_create`]).
+    pub rules: std::collections::BTreeMap<String, Vec<api::NetworkRule>>,
     /// `network.allowPublicTraffic: false`: only requests carrying its traffic token reach its ports
     /// ([`crate::previews`]).
     pub private: bool,
     /// The id of the API key creating it, whose limits apply ([`crate::per_key`]); not part of the
     /// fingerprint.
     pub owner: String,
+    /// `volumeMounts`: volumes by name, and where each appears.
+    pub volume_mounts: Vec<api::VolumeMount>,
 }
 
 impl E2bCreate {
@@ -151,6 +155,14 @@ impl E2bCreate {
         // Only when set, so every fingerprint made before the field existed stays the same.
         if self.pause_files_only {
             put(b"pause-files-only");
+        }
+        if !self.volume_mounts.is_empty() {
+            put(b"volume-mounts");
+            put(self.volume_mounts.len().to_string().as_bytes());
+            for m in &self.volume_mounts {
+                put(m.name.as_bytes());
+                put(m.path.as_bytes());
+            }
         }
         put(flag(self.secure).as_bytes());
         put(flag(self.allow_internet_access).as_bytes());
@@ -293,6 +305,7 @@ impl Service {
                 allow_out: req.allow_out.clone(),
                 deny_out: req.deny_out.clone(),
                 allow_public_traffic: Some(!req.private),
+                rules: req.rules.clone(),
             }),
             lifecycle: Some(api::Lifecycle {
                 on_timeout: if req.auto_pause {
@@ -306,6 +319,7 @@ impl Service {
                     false => api::PauseMode::Memory,
                 },
             }),
+            volumes: Some(req.volume_mounts.clone()),
             ..Default::default()
         })?;
         let plan = crate::sandboxes::CreatePlan {

@@ -2,8 +2,9 @@
 //!
 //! A handler that answers before reading the whole request body (a refused token, a bad path, a
 //! permission error on the target of an upload) would otherwise make the server close the connection
-//! with the rest of the body unread; a client still writing that body — the daemon's proxy relaying an
-//! SDK's upload — then fails with a broken pipe instead of reading the answer. [`drain_unread`] wraps
+//! with the rest of the body unread; a client still writing that body — an SDK's upload, or the
+//! daemon's proxy relaying one to the agent — then fails with a broken pipe instead of reading the
+//! answer. The agent's server and the daemon's API both sit behind it. [`drain_unread`] wraps
 //! every request body so that, dropped before its end, the rest is read and discarded in the
 //! background: at most [`DRAIN_LIMIT`] bytes for at most [`DRAIN_TIME`], after which the connection
 //! is given up as before.

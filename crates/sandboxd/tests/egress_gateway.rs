@@ -1,0 +1,252 @@
+//! The egress gateway through the real daemon and real sandboxes, against servers of the test's
+//! own on the host (`sandboxd_test_support::tls`: HTTP on port 80, HTTPS on 443 with a certificate
+//! from a test CA that plays the public roots, given to the daemon with `--egress-roots`), never
+//! the internet. The servers answer a digest of the `authorization` they were sent, so a script can
+//! tell which value arrived while the sandbox never sees one.
+//!
+//! A sandbox that uses a secret holds its placeholder; its HTTPS requests to a host the secret
+//! allows arrive with the value, and so do plain HTTP ones to an address it allows (never to a name:
+//! a Host header proves nothing); to another host they arrive with the placeholder; a rule's header
+//! arrives on its host; the sandbox's audit log names what was applied and never a
+//! value; and no value ever shows in the sandbox or the daemon's log.
+
+mod common;
+mod e2b_support;
+
+use common::{e2e, Daemon};
+use sandboxd_test_support::tls::{self, answer, Seen, TestPki};
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+
+/// The host's first global IPv4 address: where the test servers are, as a sandbox reaches them.
+fn host_address() -> Ipv4Addr {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .expect("run ip");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next()?.parse().ok())
+        .expect("the host has a global IPv4 address")
+}
+
+/// The test servers on every address: HTTPS on 443 with `pki`'s certificate, HTTP on 80.
+async fn serve_on_the_host(pki: &TestPki, seen: &Seen) {
+    for (port, tls) in [(443, Some(pki.server.clone())), (80, None)] {
+        let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
+            .await
+            .unwrap_or_else(|e| panic!("the test server needs port {port}: {e}"));
+        tls::serve(listener, tls, seen.clone());
+    }
+}
+
+/// The hosts the test servers' certificate names.
+const HOSTS: [&str; 3] = ["api.test", "other.test", "rule.test"];
+
+async fn created(d: &Daemon, path: &str, body: Value) -> Value {
+    let resp = d.post_json(path, &body).await;
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 201, "{path} {body}: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+async fn refused(d: &Daemon, body: Value, why: &str) {
+    let resp = d.post_json("/v1/sandboxes", &body).await;
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 400, "{body}: {text}");
+    assert!(text.contains(why), "{body}: {text}");
+}
+
+#[test]
+fn secrets_reach_only_their_hosts_through_the_gateway() {
+    e2e(|| async {
+        let ip = host_address();
+        let pki = TestPki::new(&HOSTS);
+        let seen = Seen::default();
+        serve_on_the_host(&pki, &seen).await;
+        let roots = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(roots.path(), &pki.ca_pem).unwrap();
+        let roots_arg = format!("--egress-roots={}", roots.path().display());
+        let d = Daemon::start_with(&[&roots_arg], &[]).await;
+        let value = format!("sk-gateway-{}-value", std::process::id());
+        let rule_value = format!("rk-gateway-{}-value", std::process::id());
+        let ip_value = format!("ik-gateway-{}-value", std::process::id());
+        created(
+            &d,
+            "/v1/secrets",
+            json!({"name": "k", "value": value, "hosts": ["api.test"]}),
+        )
+        .await;
+        created(
+            &d,
+            "/v1/secrets",
+            json!({"name": "rk", "value": rule_value}),
+        )
+        .await;
+        let ipk = json!({"name": "ipk", "value": ip_value, "hosts": [ip.to_string()]});
+        created(&d, "/v1/secrets", ipk).await;
+
+        // Refused before anything is made: a rule for a host the sandbox cannot reach, an unknown
+        // secret in a rule.
+        let rule = |secret: &str| json!({"rule.test": [{"transform": {"headers": {"authorization": format!("Bearer ${{sandboxd.secrets.{secret}}}")}}}]});
+        refused(
+            &d,
+            json!({"network": {"allowOut": [ip.to_string()], "rules": rule("rk")}}),
+            "allowOut",
+        )
+        .await;
+        refused(
+            &d,
+            json!({"network": {"allowOut": [ip.to_string(), "rule.test"], "rules": rule("nope")}}),
+            "unknown secrets: nope",
+        )
+        .await;
+
+        let sandbox = created(
+            &d,
+            "/v1/sandboxes",
+            json!({
+                "env": {"K": "${sandboxd.secrets.k}", "IPK": "${e2b.secrets.ipk}"},
+                "network": {"allowOut": [ip.to_string(), "rule.test"], "rules": rule("rk")},
+            }),
+        )
+        .await;
+        let id = sandbox["id"].as_str().unwrap().to_string();
+        let sh = |script: String| {
+            let d = &d;
+            let id = id.clone();
+            async move { d.exec(&id, &["sh", "-c", &script]).await }
+        };
+        let echoed = sh("echo \"$K\"".into()).await;
+        assert_eq!(echoed.stdout.trim(), "${sandboxd.secrets.k}");
+
+        let curl = |scheme: &str, host: &str, port: u16, extra: &str| {
+            format!(
+                "curl -sS --max-time 20 {extra} --resolve {host}:{port}:{ip} {scheme}://{host}/p -H \"Authorization: Bearer $K\""
+            )
+        };
+        // Over HTTPS the certificate proves the name: the value goes. Over plain HTTP nothing
+        // proves it (a Host header is the sandbox's to write): the placeholder goes as it is.
+        let placeholder = "Bearer ${sandboxd.secrets.k}".to_string();
+        for (scheme, port, sent) in [
+            ("https", 443, format!("Bearer {value}")),
+            ("http", 80, placeholder.clone()),
+        ] {
+            let out = sh(curl(scheme, "api.test", port, "")).await;
+            let expected = answer(&sent, 0);
+            assert_eq!(
+                (out.exit_code, out.stdout.as_str()),
+                (0, expected.as_str()),
+                "{scheme}: {out:?}"
+            );
+        }
+        // A secret of the server's address goes over plain HTTP too.
+        let out = sh(format!(
+            "curl -sS --max-time 20 http://{ip}/a -H \"Authorization: Bearer $IPK\""
+        ))
+        .await;
+        assert_eq!(
+            out.stdout,
+            answer(&format!("Bearer {ip_value}"), 0),
+            "{out:?}"
+        );
+        // Not a host of the secret's: its TLS passes through (the test CA's certificate, which
+        // the sandbox does not trust, hence -k) and the placeholder goes as it is.
+        let out = sh(curl("https", "other.test", 443, "-k")).await;
+        assert_eq!(out.exit_code, 0, "{out:?}");
+        // A rule's host: the rule's header, with its secret's value, whatever the client sent.
+        let out = sh(format!(
+            "curl -sS --max-time 20 --resolve rule.test:443:{ip} https://rule.test/r"
+        ))
+        .await;
+        assert_eq!(out.exit_code, 0, "{out:?}");
+
+        let seen = seen.lock().unwrap().clone();
+        let auth_of = |host: &str| -> Vec<String> {
+            seen.iter()
+                .filter(|(h, _)| h.starts_with(host))
+                .map(|(_, a)| a.clone())
+                .collect()
+        };
+        assert_eq!(
+            auth_of("api.test"),
+            vec![format!("Bearer {value}"), placeholder.clone()],
+            "{seen:?}"
+        );
+        assert_eq!(auth_of(&ip.to_string()), vec![format!("Bearer {ip_value}")]);
+        assert_eq!(
+            auth_of("other.test"),
+            vec!["Bearer ${sandboxd.secrets.k}".to_string()]
+        );
+        assert_eq!(auth_of("rule.test"), vec![format!("Bearer {rule_value}")]);
+
+        let log = d.get_json(&format!("/v1/sandboxes/{id}/egress")).await;
+        let requests = log["requests"].as_array().unwrap();
+        assert_eq!(requests.len(), 3, "{log}");
+        assert_eq!(requests[0]["host"], "api.test");
+        assert_eq!(requests[0]["secrets"], json!(["k"]));
+        assert_eq!(requests[1]["host"], ip.to_string());
+        assert_eq!(requests[1]["secrets"], json!(["ipk"]));
+        assert_eq!(requests[2]["rule"], "rule.test");
+        assert_eq!(requests[2]["secrets"], json!(["rk"]));
+        let text = log.to_string();
+        assert!(
+            !text.contains(&value) && !text.contains(&rule_value),
+            "{text}"
+        );
+        let daemon_log = std::fs::read_to_string(d.log_path(1, "err")).unwrap();
+        assert!(!daemon_log.contains(&value) && !daemon_log.contains(&rule_value));
+        let env = sh("env".into()).await.stdout;
+        assert!(!env.contains(&value), "the sandbox holds a value");
+    });
+}
+
+/// The vendors' SDKs, unmodified: E2B's `Secret` with `Secret.fill` in `envs` and `network.rules`
+/// (`tests/e2b/test_secrets.py`), Daytona's `secret` with `secrets=` on create and Python's own TLS
+/// in the sandbox (`tests/daytona/test_secrets.py`). Each script checks what reached the servers
+/// by the digest they answer; the servers' own record is checked here.
+#[test]
+fn the_sdks_put_secrets_in_through_the_gateway() {
+    e2b_support::e2b_test(async {
+        let (e2b, daytona) = e2b_support::python_sdks();
+        let ip = host_address().to_string();
+        let pki = TestPki::new(&HOSTS);
+        let seen = Seen::default();
+        serve_on_the_host(&pki, &seen).await;
+        let roots = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(roots.path(), &pki.ca_pem).unwrap();
+        let mut setup = e2b_support::setup();
+        setup.args = vec![format!("--egress-roots={}", roots.path().display())];
+        let d = Daemon::start_setup(setup).await;
+        let env = [("GATEWAY_HOST_IP", ip.as_str())];
+        e2b_support::run_script(&d, &e2b, &["tests/e2b/test_secrets.py"], &env).await;
+        let api = format!("{}/api", d.url());
+        let daytona_env = [
+            ("GATEWAY_HOST_IP", ip.as_str()),
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+        ];
+        e2b_support::run_script(
+            &d,
+            &daytona,
+            &["tests/daytona/test_secrets.py"],
+            &daytona_env,
+        )
+        .await;
+        let seen = seen.lock().unwrap().clone();
+        let with_value = seen
+            .iter()
+            .filter(|(h, a)| h == "api.test" && a.contains("-secret"))
+            .count();
+        assert_eq!(with_value, 2, "{seen:?}");
+        assert!(
+            seen.iter()
+                .all(|(h, a)| h == "api.test" || !a.contains("-secret")),
+            "{seen:?}"
+        );
+    });
+}

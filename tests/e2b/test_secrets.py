@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The real `e2b` Python SDK with secrets and network rules, through the daemon's egress gateway.
+
+Run by crates/sandboxd/tests/egress_gateway.rs, which serves HTTPS for api.test and other.test on
+port 443 of GATEWAY_HOST_IP (a certificate from a test CA the daemon trusts with --egress-roots);
+each answer is `auth-sha256: <hex>` of the Authorization header that arrived (and the body's
+length), so this script can
+tell which value reached the server while the sandbox never sees one.
+"""
+
+import hashlib
+import os
+import sys
+import uuid
+
+from e2b import Sandbox, Secret
+
+RUN = uuid.uuid4().hex[:12]
+IP = os.environ["GATEWAY_HOST_IP"]
+
+
+def digest(text):
+    return f"auth-sha256: {hashlib.sha256(text.encode()).hexdigest()}\nbody: 0\n"
+
+
+def main():
+    name, value = f"key-{RUN}", f"sk-{RUN}-secret"
+    Secret.create(name, value)
+    sbx = None
+    try:
+        rule = {"transform": {"headers": {"Authorization": "Bearer " + Secret.fill(name)}}}
+        sbx = Sandbox.create(
+            envs={"K": Secret.fill(name)},
+            network={"allow_out": [IP], "rules": {"api.test": [rule]}},
+            metadata={"suite": "secrets", "run": RUN},
+        )
+        placeholder = sbx.commands.run('echo "$K"').stdout.strip()
+        assert placeholder == Secret.fill(name), placeholder
+        curl = f"curl -sS --max-time 20 --resolve {{h}}:443:{IP} https://{{h}}/"
+        # The rule's host: the rule's header arrives, with the secret's value.
+        got = sbx.commands.run(curl.format(h="api.test")).stdout
+        assert got == digest(f"Bearer {value}"), got
+        # Another host the sandbox may reach, without a rule: the placeholder goes as it is (its
+        # TLS passes through untouched: the test CA is not the sandbox's, hence -k).
+        got = sbx.commands.run(curl.format(h="other.test") + ' -k -H "Authorization: Bearer $K"').stdout
+        assert got == digest(f"Bearer {Secret.fill(name)}"), got
+        env = sbx.commands.run("env").stdout
+        assert value not in env, "the sandbox holds the value"
+        print("PASS  Secret.create, envs with Secret.fill, network.rules through the gateway")
+    finally:
+        if sbx is not None:
+            sbx.kill()
+        Secret.destroy(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
