@@ -334,3 +334,34 @@ async fn runs_as_the_requested_user() {
         "65534\n65534\nnobody\n"
     );
 }
+
+/// `POST /init` gives later commands the environment of the sandbox that took the agent (a warm
+/// pool's), replacing the one it had; without the token it is refused and changes nothing.
+#[tokio::test]
+async fn init_replaces_the_environment_of_later_commands() {
+    let agent = Agent::start().await;
+    let echo = sh("echo \"${FROM_CREATE:-unset}\"");
+    let (status, _) = agent
+        .raw(
+            "POST",
+            "/init",
+            &[("content-type", "application/json")],
+            br#"{"envVars":{"FROM_CREATE":"stolen"}}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, 401);
+    let out = agent
+        .client()
+        .exec(&echo, ExecOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "unset\n");
+    let env = HashMap::from([("FROM_CREATE".to_string(), "yes".to_string())]);
+    agent.client().init(env).await.unwrap();
+    let out = agent
+        .client()
+        .exec(&echo, ExecOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "yes\n");
+}

@@ -15,6 +15,7 @@ mod network;
 mod secrets;
 mod terminal;
 mod volumes;
+mod warm_pools;
 pub use git::{
     GitAdd, GitBranches, GitCheckout, GitClone, GitCloned, GitCommit, GitCommitted,
     GitCreateBranch, GitFileStatus, GitStatus, GitSync, Secret,
@@ -30,6 +31,7 @@ pub use terminal::{TerminalControl, TerminalNotice};
 pub use volumes::{
     CreateVolume, Volume, VolumeEntries, VolumeEntry, VolumeList, VolumeMount, VolumeUser,
 };
+pub use warm_pools::{SetWarmPool, WarmPool, WarmPoolList};
 
 /// `POST /v1/sandboxes`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]

@@ -31,6 +31,7 @@ pub mod templates;
 pub mod terminal;
 pub mod v1;
 pub mod volumes;
+pub mod warm_pools;
 pub mod webhooks;
 
 pub use sandboxd_surface::{auth, error};
@@ -61,6 +62,7 @@ use utoipa::OpenApi;
           volumes::create, volumes::list, volumes::get, volumes::delete, volumes::list_files,
           volumes::download, volumes::upload, volumes::mkdir, volumes::remove,
           secrets::create, secrets::list, secrets::get, secrets::update, secrets::delete, secrets::egress,
+          warm_pools::list, warm_pools::set,
           git::clone, git::status, git::add, git::commit, git::branches, git::create_branch,
           git::delete_branch, git::checkout, git::push, git::pull),
     components(schemas(sandboxd_api_types::ApiError)),
@@ -115,7 +117,7 @@ pub fn router(
     let mcp = Router::new()
         .nest_service("/mcp", sandboxd_mcp::service(service.clone()))
         .layer(middleware::from_fn_with_state(auth.clone(), auth::require));
-    // What only admin keys may do: manage keys and webhooks, run the reconcilers.
+    // What only admin keys may do: manage keys, webhooks and warm pools, run the reconcilers.
     let admin = Router::new()
         .route("/api-keys", post(keys::create).get(keys::list))
         .route("/api-keys/{id}", axum::routing::delete(keys::delete))
@@ -123,6 +125,11 @@ pub fn router(
         .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/admin/reconcile", post(v1::reconcile))
+        .route("/warm-pools", get(warm_pools::list))
+        .route(
+            "/warm-pools/{template}",
+            axum::routing::put(warm_pools::set),
+        )
         .route("/cluster", get(cluster::status))
         .route_layer(middleware::from_fn(auth::admin_only));
     let sandboxes = Router::new()

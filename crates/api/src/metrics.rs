@@ -2,7 +2,10 @@
 //! writer's queue depth and batching, and what sandboxes' agents' call-home events came to
 //! (`sandboxd_agent_events_total{outcome}`: applied, duplicate, unchanged, refused, rejected), and
 //! each volume's usage and limit (`sandboxd_volume_used_bytes{volume}`,
-//! `sandboxd_volume_limit_bytes{volume}`, where the host's disk quota measures them).
+//! `sandboxd_volume_limit_bytes{volume}`, where the host's disk quota measures them), and each
+//! template's warm pool (`sandboxd_warm_pool_{size,ready,warming}{template}`,
+//! `sandboxd_warm_pool_{hits,misses}_total{template}`, `sandboxd_warm_pool_refill_ms{template}`: how
+//! long its last sandbox took to boot).
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
@@ -37,6 +40,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TemplateLabels {
+    template: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VolumeLabels {
     volume: String,
 }
@@ -57,6 +65,77 @@ struct Inner {
     agent_events: Family<OutcomeLabels, Counter>,
     volume_used: Family<VolumeLabels, Gauge>,
     volume_limit: Family<VolumeLabels, Gauge>,
+    pools: PoolMetrics,
+}
+
+/// The warm pools' series, by template.
+#[derive(Default)]
+struct PoolMetrics {
+    size: Family<TemplateLabels, Gauge>,
+    ready: Family<TemplateLabels, Gauge>,
+    warming: Family<TemplateLabels, Gauge>,
+    refill_ms: Family<TemplateLabels, Gauge>,
+    hits: Family<TemplateLabels, Counter>,
+    misses: Family<TemplateLabels, Counter>,
+}
+
+impl PoolMetrics {
+    fn register(&self, registry: &mut Registry) {
+        for (name, help, gauge) in [
+            (
+                "warm_pool_size",
+                "Sandboxes each warm pool keeps",
+                &self.size,
+            ),
+            (
+                "warm_pool_ready",
+                "Booted sandboxes each warm pool holds",
+                &self.ready,
+            ),
+            (
+                "warm_pool_warming",
+                "Sandboxes each warm pool is booting",
+                &self.warming,
+            ),
+            (
+                "warm_pool_refill_ms",
+                "How long the last sandbox each warm pool made took to boot, ms",
+                &self.refill_ms,
+            ),
+        ] {
+            registry.register(name, help, gauge.clone());
+        }
+        registry.register(
+            "warm_pool_hits",
+            "Creates that took a sandbox from a warm pool",
+            self.hits.clone(),
+        );
+        registry.register(
+            "warm_pool_misses",
+            "Creates a warm pool had no sandbox ready for",
+            self.misses.clone(),
+        );
+    }
+
+    fn set(&self, pools: Vec<sandboxd_api_types::WarmPool>) {
+        for gauge in [&self.size, &self.ready, &self.warming, &self.refill_ms] {
+            gauge.clear();
+        }
+        for pool in pools {
+            let labels = TemplateLabels {
+                template: pool.template,
+            };
+            self.size.get_or_create(&labels).set(pool.size.into());
+            self.ready.get_or_create(&labels).set(pool.ready.into());
+            self.warming.get_or_create(&labels).set(pool.warming.into());
+            if let Some(ms) = pool.last_refill_ms {
+                let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+                self.refill_ms.get_or_create(&labels).set(ms);
+            }
+            bump_to(&self.hits.get_or_create(&labels), pool.hits);
+            bump_to(&self.misses.get_or_create(&labels), pool.misses);
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -108,6 +187,8 @@ impl Default for Metrics {
             "Each volume's size limit in bytes (volumes with one)",
             volume_limit.clone(),
         );
+        let pools = PoolMetrics::default();
+        pools.register(&mut registry);
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -119,6 +200,7 @@ impl Default for Metrics {
                 agent_events,
                 volume_used,
                 volume_limit,
+                pools,
             }),
         }
     }
@@ -190,6 +272,9 @@ pub async fn render(State((metrics, service)): State<(Metrics, Service)>) -> Res
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             inner.volume_limit.get_or_create(&labels).set(limit);
         }
+    }
+    if let Ok(pools) = service.warm_pools().await {
+        inner.pools.set(pools);
     }
     let mut body = String::new();
     if prometheus_client::encoding::text::encode(&mut body, &inner.registry).is_err() {

@@ -140,6 +140,8 @@ pub struct HttpReport {
     pub ratio_met: bool,
     pub api_create_to_first_exec: Latency,
     pub api_delete: Option<Latency>,
+    /// API create→first-exec taking a sandbox from a full warm pool ([`crate::warm_pool`]).
+    pub pool_create_to_first_exec: Latency,
     /// The volume file API against the same bytes through a sandbox.
     pub volume_files: crate::volume_files::VolumeFilesFigure,
 }
@@ -182,6 +184,11 @@ impl HttpReport {
         println!(
             "{}",
             self.api_create_to_first_exec.line("API create→first-exec")
+        );
+        println!(
+            "{}",
+            self.pool_create_to_first_exec
+                .line("API create→first-exec (warm pool)")
         );
         if let Some(d) = &self.api_delete {
             println!("{}", d.line("API delete"));
@@ -301,6 +308,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let direct = figures.pop().expect("two figures");
     let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
     let (create, delete) = api_create_first_exec(&fleet, args.creates).await?;
+    let pooled = crate::warm_pool::create_first_exec(&fleet, args.creates, 2).await?;
     let volume_files = crate::volume_files::measure(&fleet).await?;
     Ok(HttpReport {
         server: args.server,
@@ -313,6 +321,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         ratio_met: ratio >= RATIO_TARGET,
         api_create_to_first_exec: Latency::new("API create→first-exec", &create, None)?,
         api_delete: Latency::new("API delete", &delete, None).ok(),
+        pool_create_to_first_exec: pooled,
         volume_files,
     })
 }

@@ -29,6 +29,7 @@ pub mod secrets;
 pub mod templates;
 pub mod terminal;
 pub mod volumes;
+pub mod warm_pools;
 
 pub use error::ClientError;
 pub use exec::decode_data;

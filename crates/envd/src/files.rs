@@ -18,6 +18,19 @@ use std::collections::HashMap;
 pub const PATH: &str = "/files";
 /// URL path of the health endpoint.
 pub const HEALTH_PATH: &str = "/health";
+/// `POST`: gives a booted agent the environment of the sandbox that takes it (envd's `/init`): a
+/// JSON [`InitRequest`], answered 204. A warm pool's sandbox is booted before any create names its
+/// environment.
+pub const INIT_PATH: &str = "/init";
+
+/// The body of [`INIT_PATH`].
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InitRequest {
+    /// The environment every later command starts with, replacing the one the agent had.
+    #[serde(default)]
+    pub env_vars: std::collections::HashMap<String, String>,
+}
 /// Prefix of upload headers carrying file metadata (`X-Metadata-Author: mish` sets `author`), matched
 /// case-insensitively; keys are lowercased.
 pub const METADATA_HEADER_PREFIX: &str = "x-metadata-";

@@ -106,6 +106,16 @@ pub trait Runtime: Send + Sync + 'static {
             "sandbox {id} cannot be forked: forks need the gVisor tier (create it with isolation \"gvisor\")"
         )))
     }
+    /// Gives running or created sandbox `from` the id `to` (a warm pool's sandbox, booted ahead,
+    /// taken by a create): every later call names it `to`, and nothing answers to `from`. Its
+    /// processes, addresses, token and limits are untouched; its cgroup and writable layer keep the
+    /// names they were made with. One rename on disk: a crash leaves it under one id or the other.
+    async fn adopt(&self, from: &str, to: &str) -> Result<SandboxInfo, RuntimeError> {
+        let _ = to;
+        Err(RuntimeError::Unsupported(format!(
+            "sandbox {from} cannot be adopted under another id in this runtime"
+        )))
+    }
     /// Disk usage and limit of the sandbox's writable layer (running or not); `Unsupported` when the
     /// runtime does not measure it (no quota backend, or a sandbox made without one).
     async fn disk_usage(&self, id: &str) -> Result<quota::DiskUsage, RuntimeError> {

@@ -75,6 +75,10 @@ impl Runtime for Tiers {
         self.of(id)?.destroy(id).await
     }
 
+    async fn adopt(&self, from: &str, to: &str) -> Result<SandboxInfo, RuntimeError> {
+        self.of(from)?.adopt(from, to).await
+    }
+
     async fn slot_free(&self, slot: u32) -> Result<bool, RuntimeError> {
         self.namespace.slot_free(slot).await
     }

@@ -231,6 +231,17 @@ pub struct ServeConfig {
         value_delimiter = ','
     )]
     pub registry_mirrors: Vec<String>,
+    /// A warm pool `TEMPLATE=N` (repeatable): keep N sandboxes of the template booted and idle, so a
+    /// create that takes one answers without booting (creates that ask for a network policy, a
+    /// disk limit, volumes or secrets of their own are made cold). Overrides the size the pool was
+    /// given through `/v1/warm-pools`; `TEMPLATE=0` empties it. Default: no pools.
+    #[arg(
+        long = "warm-pool",
+        env = "SB_WARM_POOLS",
+        value_delimiter = ',',
+        value_parser = parse_warm_pool
+    )]
+    pub warm_pools: Vec<(String, u32)>,
     /// A registry `HOST[:PORT]` that may be reached over plain HTTP (repeatable); loopback registries
     /// always may, every other one only over HTTPS.
     #[arg(
@@ -361,6 +372,23 @@ impl ServeConfig {
         ];
         candidates.into_iter().find(|p| p.is_file())
     }
+}
+
+/// `TEMPLATE=N`.
+fn parse_warm_pool(text: &str) -> Result<(String, u32), String> {
+    let (template, size) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not TEMPLATE=N"))?;
+    let size = size
+        .parse::<u32>()
+        .map_err(|e| format!("the size of warm pool {template:?}: {e}"))?;
+    if template.is_empty() || size > sandboxd_service::warm_pool::MAX_POOL_SIZE {
+        return Err(format!(
+            "{text:?}: a warm pool names a template and holds at most {} sandboxes",
+            sandboxd_service::warm_pool::MAX_POOL_SIZE
+        ));
+    }
+    Ok((template.to_string(), size))
 }
 
 fn parse_isolation(text: &str) -> Result<sandboxd_runtime::Isolation, String> {

@@ -387,6 +387,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     // failed above; its agent's retry, if any, is refused.
     let callbacks = callback::serve(&callback_dir, service.clone())?;
     let egress = gateway::serve(gateway, service.clone());
+    // Pooled sandboxes call home like any other, so the pools fill once the callbacks are served.
+    let warm_pools = {
+        let (service, sizes) = (service.clone(), config.warm_pools.clone());
+        tokio::spawn(async move { service.run_warm_pools(&sizes).await })
+    };
     // Cluster mode: the node joins before the API serves, so the router forwards from the first
     // request on.
     let capacity = match cluster::start(&config, &data_dir).await? {
@@ -472,6 +477,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     webhook_sender.abort();
     callbacks.abort();
     egress.abort();
+    warm_pools.abort();
     if let Some(reconciler) = reconciler {
         reconciler.abort();
     }

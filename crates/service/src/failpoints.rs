@@ -4,6 +4,8 @@
 //! | failpoint | where the flow stands |
 //! |---|---|
 //! | `create.after-insert` | row `creating` and slot leased; the runtime has made nothing |
+//! | `create.after-claim` | row `creating` holding a warm pool's entry's slot and token, the entry deleted; the pooled sandbox not yet adopted |
+//! | `pool.after-insert` | warm-pool entry `warming` with its slot; the runtime has made nothing |
 //! | `create.after-runtime` | row `starting`, the sandbox booted; its endpoint not yet stored |
 //! | `delete.after-mark` | row `deleting`; the runtime's sandbox not yet destroyed |
 //! | `delete.teardown` | row `deleting`, the sandbox's processes ended and the delete answered; its cgroup, network, layer and row not yet removed |

@@ -58,6 +58,7 @@ pub mod terminal;
 mod test_support;
 mod validate;
 pub mod volumes;
+pub mod warm_pool;
 pub mod webhooks;
 
 pub use error::ServiceError;
@@ -187,6 +188,7 @@ struct Inner {
     activity: idle::Activity,
     pending: pending::Pending,
     egress_audit: egress::AuditLog,
+    warm_pools: warm_pool::WarmPools,
 }
 
 impl Service {
@@ -217,6 +219,7 @@ impl Service {
                 activity: Default::default(),
                 pending: Default::default(),
                 egress_audit: Default::default(),
+                warm_pools: Default::default(),
             }),
         }
     }

@@ -126,6 +126,37 @@ enum Ingest {
         events: Vec<Event>,
         tear_down: bool,
     },
+    /// About a warm pool's sandbox ([`crate::warm_pool`]): its entry is ready, or gone.
+    Pooled {
+        applied: bool,
+        state: &'static str,
+    },
+}
+
+/// An event from the agent of a warm pool's sandbox `id`, which has no row: `ready` marks its entry
+/// ready (once), `failed` forgets it (the pool discards the sandbox).
+fn pooled_event(
+    tx: &mut sandboxd_store::WriteTx<'_>,
+    id: &str,
+    token: &str,
+    event: &AgentEvent,
+) -> Result<Ingest, sandboxd_store::StoreError> {
+    let Some(entry) = tx.pool_entry(id)? else {
+        return Ok(Ingest::UnknownSandbox);
+    };
+    if !bool::from(entry.agent_token.as_bytes().ct_eq(token.as_bytes())) {
+        return Ok(Ingest::BadToken);
+    }
+    Ok(match event {
+        AgentEvent::EnvironmentReady { .. } => Ingest::Pooled {
+            applied: tx.mark_pool_entry_ready(id)?,
+            state: "ready",
+        },
+        AgentEvent::EnvironmentFailed { .. } => Ingest::Pooled {
+            applied: tx.delete_pool_entry(id)?,
+            state: "failed",
+        },
+    })
 }
 
 impl Service {
@@ -165,7 +196,7 @@ impl Service {
             .writer()
             .write(move |tx| {
                 let Some(sandbox) = tx.get_sandbox_by_id(&rid)? else {
-                    return Ok(Ingest::UnknownSandbox);
+                    return pooled_event(tx, &rid, &token, &event);
                 };
                 let expected = sandbox.agent_token.as_bytes();
                 if expected.is_empty() || !bool::from(expected.ct_eq(token.as_bytes())) {
@@ -236,6 +267,13 @@ impl Service {
                 Ok(answer(false, state))
             }
             Ingest::Unchanged(state) => Ok(answer(false, state)),
+            Ingest::Pooled { applied, state } => {
+                self.pooled_agent_reported();
+                Ok(CallbackAnswer {
+                    applied,
+                    state: state.to_string(),
+                })
+            }
             Ingest::Refused(state) => Err(ServiceError::Conflict(format!(
                 "sandbox {id} is {state}: its readiness is refused"
             ))),

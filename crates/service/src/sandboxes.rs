@@ -88,6 +88,27 @@ pub(crate) struct Root {
     isolation: Option<String>,
 }
 
+/// What [`Service::prepare`] resolved for a create.
+pub(crate) struct Prepared {
+    /// The template's name (for an image, its reference).
+    pub(crate) template: String,
+    /// The image, unless it is `base`.
+    pub(crate) image: Option<sandboxd_store::ImageRecord>,
+    /// What its sandboxes start once up.
+    pub(crate) commands: crate::templates::StartCommands,
+    /// The tier it runs in.
+    pub(crate) isolation: Isolation,
+    /// Its volume mounts, as rows and as the runtime's binds.
+    pub(crate) mounts: Vec<sandboxd_store::VolumeMountRecord>,
+    pub(crate) volume_binds: Vec<sandboxd_runtime::VolumeBind>,
+    /// The egress gateway's port, when its traffic goes through it.
+    pub(crate) gateway: Option<u16>,
+    /// The image's root, unless it is `base`.
+    pub(crate) image_root: Option<sandboxd_runtime::ImageRoot>,
+    /// Its environment: the image's under the create's own.
+    pub(crate) envs: BTreeMap<String, String>,
+}
+
 /// Random lowercase alphanumeric id of `len` characters.
 pub fn random_id(prefix: &str, len: usize) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
@@ -256,15 +277,14 @@ impl Service {
         Ok(tier)
     }
 
-    /// Creates and starts a sandbox with id `id`.
-    pub async fn create_with_id(
+    /// What a create needs before anything is recorded: its root (pulled if need be), volumes,
+    /// tier, gateway and environment. Shared by creates and by the warm pools
+    /// ([`crate::warm_pool`]), which boot sandboxes the same way ahead of any create.
+    pub(crate) async fn prepare(
         &self,
-        id: String,
-        plan: CreatePlan,
-    ) -> Result<Sandbox, ServiceError> {
-        if self.name_held_pending(&plan.name, &id) {
-            return Err(ServiceError::NameConflict(plan.name));
-        }
+        id: &str,
+        plan: &CreatePlan,
+    ) -> Result<Prepared, ServiceError> {
         // Placeholders of secrets are checked before anything is pulled or made.
         let secrets = self
             .check_secret_uses(&plan.env, &plan.network.rules)
@@ -282,10 +302,10 @@ impl Service {
             image,
             commands,
             isolation,
-        } = self.resolve_root(&plan).await?;
+        } = self.resolve_root(plan).await?;
         // Volumes are resolved (and subpaths made) before anything is recorded: an unknown one is
         // the caller's 404 with nothing made.
-        let (mounts, volume_binds) = self.resolve_mounts(&id, &plan.volumes).await?;
+        let (mounts, volume_binds) = self.resolve_mounts(id, &plan.volumes).await?;
         // The create's own tier, else its template's, else the daemon's default.
         let isolation = match plan.isolation {
             Some(tier) => tier,
@@ -317,6 +337,72 @@ impl Service {
                 envs.entry(key).or_insert(value);
             }
         }
+        Ok(Prepared {
+            template,
+            image,
+            commands,
+            isolation,
+            mounts,
+            volume_binds,
+            gateway,
+            image_root,
+            envs,
+        })
+    }
+
+    /// The runtime's spec of sandbox `id` of `plan` on store slot `slot`.
+    pub(crate) fn spec(
+        &self,
+        id: &str,
+        plan: &CreatePlan,
+        prepared: &Prepared,
+        slot: u32,
+        token: &str,
+    ) -> SandboxSpec {
+        SandboxSpec {
+            id: id.to_string(),
+            template: prepared.template.clone(),
+            limits: ResourceLimits {
+                memory_mb: plan.memory_mb,
+                cpu_millis: plan.cpu_millis,
+                pids_max: ResourceLimits::default().pids_max,
+                disk_mb: plan.disk_mb,
+            },
+            net_slot: self.config().net_slot_base + slot,
+            // The host ids follow the slot: the pool gives each live sandbox of this daemon its own
+            // slot, and `free_slot` one no other daemon's sandbox holds, so no two live sandboxes on
+            // the host share an id (`sandboxd_runtime::namespace::ids`).
+            id_range: Some(self.config().net_slot_base + slot),
+            egress: plan.network.egress,
+            egress_allow: plan.network.allow.clone(),
+            egress_deny: plan.network.deny.clone(),
+            egress_allow_names: plan.network.allow_names.clone(),
+            egress_deny_names: plan.network.deny_names.clone(),
+            envs: prepared.envs.clone().into_iter().collect(),
+            agent_token: token.to_string(),
+            image: prepared.image_root.clone(),
+            isolation: prepared.isolation,
+            volumes: prepared.volume_binds.clone(),
+            egress_gateway: prepared.gateway,
+        }
+    }
+
+    /// Creates and starts a sandbox with id `id`: from its template's warm pool when one is ready
+    /// and the create asks nothing a pooled sandbox cannot take ([`crate::warm_pool`]), else cold.
+    pub async fn create_with_id(
+        &self,
+        id: String,
+        plan: CreatePlan,
+    ) -> Result<Sandbox, ServiceError> {
+        if self.name_held_pending(&plan.name, &id) {
+            return Err(ServiceError::NameConflict(plan.name));
+        }
+        let prepared = self.prepare(&id, &plan).await?;
+        let pool = self.pool_for(&plan, &prepared);
+        let limits = self.config().key_limits;
+        let template = prepared.template.clone();
+        let image = prepared.image.clone();
+        let mounts = prepared.mounts.clone();
         let now = unix_millis_now();
         let token = random_id("", 40);
         let expires_at = (plan.timeout_sec > 0)
@@ -343,11 +429,12 @@ impl Service {
             image: image.as_ref().map(|i| i.digest.clone()),
             disk_mb: plan.disk_mb as u32,
             owner: plan.owner.clone(),
-            isolation: isolation.as_str().to_string(),
+            isolation: prepared.isolation.as_str().to_string(),
         };
         // Cluster mode: the name is the log's to give first (`crate::cluster`).
         self.reserve_placement(&new).await?;
         let slots = self.config().net_slots;
+        let pool_template = pool.clone();
         let admitted = self
             .writer()
             .write(move |tx| {
@@ -364,15 +451,23 @@ impl Service {
                 for mount in &mounts {
                     tx.insert_mount(mount)?;
                 }
-                let slot = tx.lease_slot(&id, slots, now)?.slot;
+                // A ready pooled sandbox of its template is claimed here, once; else a slot of its own.
+                let claimed = match &pool_template {
+                    Some(template) => tx.claim_pool_entry(template, &id, now)?,
+                    None => None,
+                };
+                let slot = match claimed.as_ref().and_then(|e| e.slot) {
+                    Some(slot) => slot,
+                    None => tx.lease_slot(&id, slots, now)?.slot,
+                };
                 let data = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
                 let created = emit(tx, SANDBOX_CREATED, Some(&id), data.unwrap_or_default())?;
-                Ok(Ok((slot, created)))
+                Ok(Ok((slot, claimed, created)))
             })
             .await
             .map_err(ServiceError::from)
             .and_then(|admitted| admitted);
-        let (slot, created) = match admitted {
+        let (slot, claimed, created) = match admitted {
             Ok(admitted) => admitted,
             Err(e) => {
                 self.release_placement(&id).await;
@@ -380,37 +475,29 @@ impl Service {
             }
         };
         self.publish([created]);
+        if pool.is_some() {
+            self.count_pool_claim(&template, claimed.is_some());
+        }
+        if let Some(entry) = claimed {
+            crate::failpoints::hold("create.after-claim").await;
+            return match self.adopt_pooled(&id, &entry, &plan, &prepared).await {
+                Ok(sandbox) => {
+                    self.commit_placement(&id).await;
+                    Ok(sandbox)
+                }
+                Err(e) => {
+                    // Whichever id it answers to now, it goes with the row.
+                    let _ = self.runtime().destroy(&entry.id).await;
+                    Err(self.undo_create(&id, e).await)
+                }
+            };
+        }
         crate::failpoints::hold("create.after-insert").await;
         let slot = match self.free_slot(&id, slot).await {
             Ok(slot) => slot,
             Err(e) => return Err(self.undo_create(&id, e).await),
         };
-        let spec = SandboxSpec {
-            id: id.clone(),
-            template,
-            limits: ResourceLimits {
-                memory_mb: plan.memory_mb,
-                cpu_millis: plan.cpu_millis,
-                pids_max: ResourceLimits::default().pids_max,
-                disk_mb: plan.disk_mb,
-            },
-            net_slot: self.config().net_slot_base + slot,
-            // The host ids follow the slot: the pool gives each live sandbox of this daemon its own
-            // slot, and `free_slot` one no other daemon's sandbox holds, so no two live sandboxes on
-            // the host share an id (`sandboxd_runtime::namespace::ids`).
-            id_range: Some(self.config().net_slot_base + slot),
-            egress: plan.network.egress,
-            egress_allow: plan.network.allow,
-            egress_deny: plan.network.deny,
-            egress_allow_names: plan.network.allow_names,
-            egress_deny_names: plan.network.deny_names,
-            envs: envs.into_iter().collect(),
-            agent_token: token,
-            image: image_root,
-            isolation,
-            volumes: volume_binds,
-            egress_gateway: gateway,
-        };
+        let spec = self.spec(&id, &plan, &prepared, slot, &token);
         let started = async {
             let made = self.runtime().create(&spec).await?;
             // `starting` before the boot: the agent may call home as soon as it serves. Where the
@@ -443,6 +530,7 @@ impl Service {
                 id: id.clone(),
                 reason: format!("its readiness waiter died: {e}"),
             })??;
+        let commands = prepared.commands;
         if commands == crate::templates::StartCommands::default() {
             return Ok(ready);
         }

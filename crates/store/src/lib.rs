@@ -84,6 +84,7 @@ pub mod slots;
 pub mod templates;
 pub mod tokens;
 pub mod volumes;
+pub mod warm_pool;
 pub mod webhooks;
 pub mod writer;
 
@@ -105,6 +106,7 @@ pub use slots::SlotLease;
 pub use templates::{LogLine, TemplateRecord, TemplateState};
 pub use tokens::{hash_token, ApiToken, CreatedToken, KeyScope, Revoked, TokenId, VerifiedToken};
 pub use volumes::{VolumeMountRecord, VolumeRecord};
+pub use warm_pool::{PoolEntry, PoolState};
 pub use webhooks::{DeliveryAttempt, Webhook};
 pub use writer::{StoreWriter, WriteTx, WriterStats, WriterThread};
 

@@ -111,7 +111,37 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "secrets, their values sealed; sandboxes found by address (the egress gateway)",
         sql: SCHEMA_V17,
     },
+    Migration {
+        version: 18,
+        name: "warm pools: sandboxes booted ahead, each claimed once",
+        sql: SCHEMA_V18,
+    },
 ];
+
+/// Warm pools (`warm_pool`): sandboxes booted ahead of any create, each `warming` until its agent
+/// calls home, then `ready`. A create claims one by deleting its row (so it is claimed once), and
+/// the entry's network slot moves to the sandbox in the same transaction. A slot is held by a
+/// sandbox or by a pool entry, never both (`network_slots.pool_id`, unique where set). The sizes
+/// asked for, per template, are `warm_pool_sizes`.
+const SCHEMA_V18: &str = r#"
+CREATE TABLE warm_pool (
+    id          TEXT PRIMARY KEY NOT NULL CHECK (length(id) BETWEEN 1 AND 63),
+    template    TEXT NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('warming', 'ready')),
+    agent_token TEXT NOT NULL CHECK (length(agent_token) > 0),
+    cpu_millis  INTEGER NOT NULL,
+    memory_mb   INTEGER NOT NULL,
+    disk_mb     INTEGER NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+CREATE INDEX idx_warm_pool_ready ON warm_pool(template, created_at) WHERE state = 'ready';
+ALTER TABLE network_slots ADD COLUMN pool_id TEXT REFERENCES warm_pool(id) ON DELETE SET NULL;
+CREATE UNIQUE INDEX idx_network_slots_pool ON network_slots(pool_id) WHERE pool_id IS NOT NULL;
+CREATE TABLE warm_pool_sizes (
+    template TEXT PRIMARY KEY NOT NULL,
+    size     INTEGER NOT NULL CHECK (size >= 0)
+);
+"#;
 
 /// Secrets (`secrets`): a unique name, the value sealed under the daemon's secrets key (a format
 /// byte, a 12-byte nonce and a 16-byte tag at least: never a value in clear), the hosts it may be

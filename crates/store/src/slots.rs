@@ -77,51 +77,95 @@ impl WriteTx<'_> {
         pool_size: u32,
         now: UnixMillis,
     ) -> Result<SlotLease> {
+        let lease = self.lease("sandbox_id", sandbox_id, pool_size, now)?;
+        if !lease.reused {
+            self.conn()
+                .prepare_cached("UPDATE sandboxes SET net_slot = ?2 WHERE id = ?1")?
+                .execute(params![sandbox_id, lease.slot])?;
+        }
+        Ok(lease)
+    }
+
+    /// Leases the lowest free slot in `0..pool_size` to warm-pool entry `pool_id`
+    /// ([`crate::warm_pool`]), or returns the one it already holds; as [`WriteTx::lease_slot`].
+    pub fn lease_pool_slot(
+        &mut self,
+        pool_id: &str,
+        pool_size: u32,
+        now: UnixMillis,
+    ) -> Result<SlotLease> {
+        self.lease("pool_id", pool_id, pool_size, now)
+    }
+
+    /// Leases a slot to `holder` in `column` (`sandbox_id` or `pool_id`): a slot is free when
+    /// neither holds it.
+    fn lease(
+        &mut self,
+        column: &'static str,
+        holder: &str,
+        pool_size: u32,
+        now: UnixMillis,
+    ) -> Result<SlotLease> {
+        let kind = if column == "pool_id" {
+            "warm-pool entry"
+        } else {
+            "sandbox"
+        };
         let not_found = |e: rusqlite::Error| {
             if is_foreign_key_violation(&e) {
                 StoreError::NotFound {
-                    kind: "sandbox",
-                    key: sandbox_id.to_owned(),
+                    kind,
+                    key: holder.to_owned(),
                 }
             } else {
                 StoreError::Sqlite(e)
             }
         };
-        // 1. Claim the lowest free existing slot. If the sandbox already holds one, the partial unique
+        // 1. Claim the lowest free existing slot. If the holder already holds one, the partial unique
         //    index makes this a no-op (OR IGNORE) and step 2 observes the held slot.
         let claimed: Option<u32> = self
             .conn()
-            .prepare_cached(
-                "UPDATE OR IGNORE network_slots SET sandbox_id = ?1, leased_at = ?2
-                 WHERE slot = (SELECT MIN(slot) FROM network_slots WHERE sandbox_id IS NULL AND slot < ?3
+            .prepare_cached(&format!(
+                "UPDATE OR IGNORE network_slots SET {column} = ?1, leased_at = ?2
+                 WHERE slot = (SELECT MIN(slot) FROM network_slots
+                               WHERE sandbox_id IS NULL AND pool_id IS NULL AND slot < ?3
                                  AND (set_aside_until IS NULL OR set_aside_until <= ?2))
-                   AND sandbox_id IS NULL
-                 RETURNING slot",
-            )?
-            .query_row(params![sandbox_id, now, pool_size], |r| r.get(0))
+                   AND sandbox_id IS NULL AND pool_id IS NULL
+                 RETURNING slot"
+            ))?
+            .query_row(params![holder, now, pool_size], |r| r.get(0))
             .optional()
             .map_err(not_found)?;
-        let lease = match claimed {
+        let held = |tx: &Self| -> Result<Option<u32>> {
+            Ok(tx
+                .conn()
+                .prepare_cached(&format!(
+                    "SELECT slot FROM network_slots WHERE {column} = ?1"
+                ))?
+                .query_row([holder], |r| r.get(0))
+                .optional()?)
+        };
+        Ok(match claimed {
             Some(slot) => SlotLease {
                 slot,
                 reused: false,
             },
-            None => match self.slot_of(sandbox_id)? {
-                // 2. Idempotent: the sandbox already holds a slot.
+            None => match held(self)? {
+                // 2. Idempotent: the holder already holds a slot.
                 Some(slot) => SlotLease { slot, reused: true },
                 // 3. No free row: insert the lowest slot number that has no row yet.
                 None => {
                     let inserted: Option<u32> = self
                         .conn()
-                        .prepare_cached(
-                            "INSERT OR IGNORE INTO network_slots (slot, sandbox_id, leased_at)
+                        .prepare_cached(&format!(
+                            "INSERT OR IGNORE INTO network_slots (slot, {column}, leased_at)
                              SELECT c.s, ?1, ?2
                              FROM (SELECT 0 AS s UNION ALL SELECT slot + 1 FROM network_slots) c
                              WHERE c.s < ?3 AND NOT EXISTS (SELECT 1 FROM network_slots n WHERE n.slot = c.s)
                              ORDER BY c.s LIMIT 1
-                             RETURNING slot",
-                        )?
-                        .query_row(params![sandbox_id, now, pool_size], |r| r.get(0))
+                             RETURNING slot"
+                        ))?
+                        .query_row(params![holder, now, pool_size], |r| r.get(0))
                         .optional()
                         .map_err(not_found)?;
                     match inserted {
@@ -137,13 +181,7 @@ impl WriteTx<'_> {
                     }
                 }
             },
-        };
-        if !lease.reused {
-            self.conn()
-                .prepare_cached("UPDATE sandboxes SET net_slot = ?2 WHERE id = ?1")?
-                .execute(params![sandbox_id, lease.slot])?;
-        }
-        Ok(lease)
+        })
     }
 
     /// Takes `slot` from `sandbox_id` and sets it aside until `until`: the host holds it for someone

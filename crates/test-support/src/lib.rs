@@ -153,18 +153,29 @@ pub struct DaemonSlots {
 
 /// Takes a free block of slots for a daemon under test.
 pub fn daemon_slots() -> DaemonSlots {
+    daemon_slot_blocks(1).remove(0)
+}
+
+/// `n` consecutive blocks of [`daemon_slots`], for a daemon that holds more sandboxes than one block
+/// does: pass the first's base and `n` times its count.
+pub fn daemon_slot_blocks(n: u32) -> Vec<DaemonSlots> {
     const BASE: u32 = 1000;
     const COUNT: u32 = 64;
     const BLOCKS: u32 = (TEST_SLOT_BASE - BASE) / COUNT;
-    (0..BLOCKS)
-        .find_map(|block| {
-            try_lock("sandboxd-test-slot-blocks", block).map(|_lock| DaemonSlots {
-                base: BASE + block * COUNT,
-                count: COUNT,
-                _lock,
-            })
+    (0..=BLOCKS.saturating_sub(n))
+        .find_map(|first| {
+            let held: Vec<DaemonSlots> = (first..first + n)
+                .map_while(|block| {
+                    try_lock("sandboxd-test-slot-blocks", block).map(|_lock| DaemonSlots {
+                        base: BASE + block * COUNT,
+                        count: COUNT,
+                        _lock,
+                    })
+                })
+                .collect();
+            (held.len() == n as usize).then_some(held)
         })
-        .expect("no free block of network slots for a test daemon")
+        .expect("no free run of network slot blocks for a test daemon")
 }
 
 /// Path of binary `bin` of workspace package `package` (debug profile), built with

@@ -26,6 +26,7 @@ mod error;
 mod files;
 mod fs;
 mod identity;
+mod init;
 
 pub use identity::write_generation;
 mod process;
@@ -111,7 +112,8 @@ pub(crate) struct Shared {
     /// The access token (a restored fork takes a new one, see [`AgentConfig::identity_file`]).
     pub token: std::sync::RwLock<String>,
     pub default_user: String,
-    pub envs: HashMap<String, String>,
+    /// The environment commands start with (a warm pool's sandbox takes its creator's, [`init`]).
+    pub envs: std::sync::RwLock<HashMap<String, String>>,
     pub workdir: Option<String>,
     pub opts: ServerOptions,
     pub processes: process::ProcessTable,
@@ -121,6 +123,14 @@ pub(crate) struct Shared {
 pub(crate) type AppState = Arc<Shared>;
 
 impl Shared {
+    /// The environment commands start with now.
+    pub fn envs(&self) -> HashMap<String, String> {
+        self.envs
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     /// The access token calls must carry now.
     pub fn token(&self) -> String {
         self.token
@@ -239,7 +249,7 @@ pub async fn serve_with(
     let state: AppState = Arc::new(Shared {
         token: std::sync::RwLock::new(cfg.token),
         default_user: cfg.default_user,
-        envs: cfg.envs,
+        envs: std::sync::RwLock::new(cfg.envs),
         workdir: cfg.workdir,
         opts,
         processes: process::ProcessTable::default(),
@@ -273,6 +283,7 @@ fn router(state: AppState) -> Router {
             "/health",
             get(|| async { axum::http::StatusCode::NO_CONTENT }),
         )
+        .merge(init::routes())
         .merge(process::routes())
         .merge(fs::routes())
         .merge(files::routes())

@@ -274,7 +274,7 @@ impl NamespaceRuntime {
     /// veth pair. Idempotent.
     pub(crate) async fn kill(&self, p: &Persisted) -> Result<(), RuntimeError> {
         self.kill_init(p).await?;
-        let cgroup = self.cgroups.open(&p.spec.id);
+        let cgroup = self.cgroups.open(p.key());
         cgroup.kill_all()?;
         cgroup.remove()?;
         self.forwarders.stop(&p.spec.id);
@@ -289,7 +289,7 @@ impl NamespaceRuntime {
     async fn kill_init(&self, p: &Persisted) -> Result<(), RuntimeError> {
         // A paused (frozen) sandbox must be thawed to die: a cgroup v1 freezer holds even SIGKILL.
         // Best effort: a sandbox that never ran has no group to thaw.
-        let _ = self.cgroups.open(&p.spec.id).thaw();
+        let _ = self.cgroups.open(p.key()).thaw();
         if let Some(pid) = p.live_pid() {
             if let Ok(fd) = PidFd::open(pid) {
                 // Re-check after opening: the pidfd now pins the process we verified.
@@ -316,7 +316,7 @@ impl NamespaceRuntime {
         if p.live_pid().is_none() {
             return Err(RuntimeError::NotFound(id.to_string()));
         }
-        Ok(self.cgroups.open(id))
+        Ok(self.cgroups.open(p.key()))
     }
 }
 
@@ -425,6 +425,7 @@ impl Runtime for NamespaceRuntime {
                 started: false,
                 id_base: Some(base),
                 generation: 0,
+                key: None,
             };
             paths.save(&p)?;
             self.info(&p)
@@ -487,17 +488,19 @@ impl Runtime for NamespaceRuntime {
     async fn destroy(&self, id: &str) -> Result<(), RuntimeError> {
         validate_id(id)?;
         let paths = self.paths(id);
-        if let Some(p) = paths.load()? {
+        let key = if let Some(p) = paths.load()? {
             self.kill(&p).await?;
+            p.key().to_string()
         } else {
             // A half-created sandbox may have a cgroup but no record.
             let cgroup = self.cgroups.open(id);
             cgroup.kill_all()?;
             cgroup.remove()?;
-        }
+            id.to_string()
+        };
         // The layer first: the directory (with the links to it) is what makes the sandbox known, so
         // a destroy failing here leaves it findable for the retry.
-        self.quota.remove(id)?;
+        self.quota.remove(&key)?;
         match tokio::fs::remove_dir_all(&paths.dir).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -535,8 +538,8 @@ impl Runtime for NamespaceRuntime {
     }
 
     async fn disk_usage(&self, id: &str) -> Result<DiskUsage, RuntimeError> {
-        self.load(id)?;
-        self.quota.usage(id)?.ok_or_else(|| {
+        let (_, p) = self.load(id)?;
+        self.quota.usage(p.key())?.ok_or_else(|| {
             RuntimeError::Unsupported(format!(
                 "sandbox {id} has no quota'd writable layer (disk backend {:?})",
                 self.quota.backend()
@@ -552,14 +555,14 @@ impl Runtime for NamespaceRuntime {
             let bytes = disk_limit(&wanted).ok_or_else(|| {
                 RuntimeError::Unsupported(format!("sandbox {id}'s disk limit cannot be removed"))
             })?;
-            if !self.quota.relimit(id, bytes)? {
+            if !self.quota.relimit(p.key(), bytes)? {
                 return Err(RuntimeError::Unsupported(format!(
                     "sandbox {id}'s disk cannot be limited (no disk quota backend)"
                 )));
             }
         }
         if p.live_pid().is_some() {
-            let cgroup = self.cgroups.open(id);
+            let cgroup = self.cgroups.open(p.key());
             let new = self::limits(&wanted);
             blocking(move || cgroup.set_limits(&new)).await?;
         }
@@ -584,6 +587,36 @@ impl Runtime for NamespaceRuntime {
             .ok_or_else(|| RuntimeError::NotFound(id.to_string()))?;
         let netns = PathBuf::from(format!("/proc/{pid}/ns/net"));
         net::connect_in_netns(&netns, dst).await
+    }
+
+    async fn adopt(&self, from: &str, to: &str) -> Result<SandboxInfo, RuntimeError> {
+        validate_id(to)?;
+        let (source, p) = self.load(from)?;
+        if p.spec.isolation != Isolation::Namespace {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {from} runs in the {} tier, whose sandboxes cannot be adopted",
+                p.spec.isolation
+            )));
+        }
+        let target = self.paths(to);
+        // Making the directory is the claim on the new id, as in a create; the rename then replaces
+        // the empty directory in one step, and a record read before the rewrite below already
+        // names `to` ([`SandboxPaths::load`]).
+        match std::fs::create_dir(&target.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(RuntimeError::AlreadyExists(to.to_string()))
+            }
+            Err(e) => return Err(RuntimeError::io("create", &target.dir)(e)),
+        }
+        if let Err(e) = std::fs::rename(&source.dir, &target.dir) {
+            let _ = std::fs::remove_dir(&target.dir);
+            return Err(RuntimeError::io("rename", &source.dir)(e));
+        }
+        let (paths, p) = self.load(to)?;
+        paths.save(&p)?;
+        self.forwarders.rename(from, to);
+        self.info(&p)
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {

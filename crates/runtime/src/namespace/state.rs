@@ -33,6 +33,11 @@ pub struct Persisted {
     /// (`sandboxd_envd::init::GENERATION_FILE`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub generation: u64,
+    /// The name its host resources (cgroup, quota'd writable layer) were made under, when that is
+    /// not its id: a sandbox made for a warm pool and then adopted under a create's id
+    /// ([`crate::Runtime::adopt`]). `None`: its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -40,6 +45,11 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Persisted {
+    /// The name of its cgroup and quota'd writable layer ([`Persisted::key`]).
+    pub fn key(&self) -> &str {
+        self.key.as_deref().unwrap_or(&self.spec.id)
+    }
+
     /// The pid of the init if that very process is still alive.
     pub fn live_pid(&self) -> Option<i32> {
         let pid = self.pid?;
@@ -131,11 +141,23 @@ impl SandboxPaths {
     }
 
     /// Reads the state record; `None` when the sandbox is unknown.
+    ///
+    /// The directory's name is the sandbox's id: a record found under another name (an adoption
+    /// renames the directory before it rewrites the record) is read as the adopted sandbox, its
+    /// host resources still under the name it was made with.
     pub fn load(&self) -> Result<Option<Persisted>, RuntimeError> {
         let path = self.state();
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
+            Ok(bytes) => serde_json::from_slice::<Persisted>(&bytes)
+                .map(|mut p| {
+                    if let Some(name) = self.dir.file_name().and_then(|n| n.to_str()) {
+                        if p.spec.id != name {
+                            let made_as = std::mem::replace(&mut p.spec.id, name.to_string());
+                            p.key.get_or_insert(made_as);
+                        }
+                    }
+                    Some(p)
+                })
                 .map_err(|e| RuntimeError::Io {
                     what: "parse",
                     path,
@@ -186,6 +208,7 @@ mod tests {
             started: true,
             id_base: None,
             generation: 0,
+            key: None,
         };
         assert_eq!(p.observed_state(), RuntimeState::Running);
         p.start_time = p.start_time.map(|t| t + 1);
@@ -208,11 +231,40 @@ mod tests {
             started: true,
             id_base: Some(165_536),
             generation: 0,
+            key: None,
         };
         paths.save(&p).unwrap();
         let back = paths.load().unwrap().unwrap();
         assert_eq!(back.spec, p.spec);
         assert_eq!(back.pid, Some(42));
         assert_eq!(back.id_base, Some(165_536));
+    }
+
+    /// A record read under another directory's name (an adoption cut short between its rename and
+    /// its rewrite) is the sandbox that directory names, its host resources under the name it was
+    /// made with; a record rewritten after the rename reads the same.
+    #[test]
+    fn a_renamed_directory_names_the_sandbox_and_keeps_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let pooled = SandboxPaths::new(dir.path(), "wp1");
+        std::fs::create_dir_all(&pooled.dir).unwrap();
+        let p = Persisted {
+            spec: SandboxSpec::base("wp1", "t"),
+            pid: None,
+            start_time: None,
+            started: true,
+            id_base: None,
+            generation: 0,
+            key: None,
+        };
+        pooled.save(&p).unwrap();
+        assert_eq!(pooled.load().unwrap().unwrap().key(), "wp1");
+        std::fs::rename(&pooled.dir, dir.path().join("sb2")).unwrap();
+        let adopted = SandboxPaths::new(dir.path(), "sb2");
+        let read = adopted.load().unwrap().unwrap();
+        assert_eq!((read.spec.id.as_str(), read.key()), ("sb2", "wp1"));
+        adopted.save(&read).unwrap();
+        let again = adopted.load().unwrap().unwrap();
+        assert_eq!((again.spec.id.as_str(), again.key()), ("sb2", "wp1"));
     }
 }

@@ -181,12 +181,17 @@ async fn settle(
 
 /// Destroys runtime sandbox `id` unless a row for it exists by now. Returns whether it destroyed.
 async fn destroy_orphan(svc: &Service, id: &str) -> Result<bool, ServiceError> {
+    // No adoption renames a pooled sandbox meanwhile (`crate::warm_pool`): one seen here under its
+    // pool id and gone since was adopted, and is no orphan.
+    let _adoptions_held = svc.inner.warm_pools.adopting.write().await;
     let rid = id.to_string();
     if svc
         .reader()
         .read(move |tx| tx.get_sandbox_by_id(&rid))
         .await?
         .is_some()
+        || svc.is_pool_entry(id).await?
+        || svc.runtime().inspect(id).await?.is_none()
     {
         return Ok(false);
     }

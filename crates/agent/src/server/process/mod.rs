@@ -154,7 +154,7 @@ fn start_process(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|ms| *ms > 0)
         .map(Duration::from_millis);
-    let spec = spawn::SpawnSpec::new(&req, &caller.user, &state.envs)?;
+    let spec = spawn::SpawnSpec::new(&req, &caller.user, &state.envs())?;
     let spawn::Spawned { mut child, pty } = spawn::spawn(spec)?;
     let pid = child
         .id()

@@ -95,6 +95,14 @@ impl Forwarders {
         drop(old);
     }
 
+    /// Files sandbox `from`'s forwarder, if any, under `to` (an adopted sandbox's new id).
+    pub fn rename(&self, from: &str, to: &str) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(forwarder) = running.remove(from) {
+            running.insert(to.to_string(), forwarder);
+        }
+    }
+
     /// Whether sandbox `id` has a running forwarder.
     pub fn has(&self, id: &str) -> bool {
         self.running

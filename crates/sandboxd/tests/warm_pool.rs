@@ -1,0 +1,221 @@
+//! Warm pools against the real daemon: creates racing for a pool, and kill -9 while it refills or
+//! while a create adopts a pooled sandbox (`sandboxd_service::warm_pool`).
+
+mod common;
+
+use common::{
+    e2e, get, id_of, query, restart_and_reconcile, runtime_ids, wait_for_row, Daemon, Setup,
+};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// `GET /v1/warm-pools`' entry for `base`.
+async fn base_pool(d: &Daemon) -> Value {
+    let list = d.get_json("/v1/warm-pools").await;
+    list["warmPools"]
+        .as_array()
+        .and_then(|pools| pools.iter().find(|p| p["template"] == "base").cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until `base`'s pool holds `ready` booted sandboxes and boots no more.
+async fn await_pool(d: &Daemon, ready: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pool = base_pool(d).await;
+        if pool["ready"] == ready && pool["warming"] == 0 {
+            return pool;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool never filled: {pool}\n{}",
+            d.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The ids of the pool's entries, as the store holds them.
+fn entries(d: &Daemon) -> BTreeSet<String> {
+    query(d, "SELECT id FROM warm_pool").into_iter().collect()
+}
+
+/// What the runtime holds is exactly the sandboxes `live` and the pool's entries, and the store's
+/// slots are held by exactly those: nothing leaked, nothing shared.
+fn assert_holdings(d: &Daemon, live: &BTreeSet<String>) {
+    let pooled = entries(d);
+    let want: BTreeSet<String> = live.union(&pooled).cloned().collect();
+    assert_eq!(runtime_ids(d), want, "runtime vs sandboxes and pool");
+    let sandbox_slots: BTreeSet<String> = query(
+        d,
+        "SELECT sandbox_id FROM network_slots WHERE sandbox_id IS NOT NULL",
+    )
+    .into_iter()
+    .collect();
+    assert_eq!(&sandbox_slots, live, "slots of sandboxes");
+    let pool_slots: BTreeSet<String> = query(
+        d,
+        "SELECT pool_id FROM network_slots WHERE pool_id IS NOT NULL",
+    )
+    .into_iter()
+    .collect();
+    assert_eq!(pool_slots, pooled, "slots of the pool");
+}
+
+/// Invariant: a warm-pool sandbox is handed out once. Two hundred creates race for a pool of ten:
+/// each gets a sandbox of its own that runs with its own environment, the pool's hits and misses
+/// add up to the creates, every sandbox has a slot of its own, and once they are deleted the runtime
+/// holds nothing but the refilled pool.
+#[test]
+fn two_hundred_creates_race_for_a_pool_of_ten() {
+    e2e(|| async {
+        // Two hundred sandboxes and the pool: four blocks of slots.
+        let blocks = sandboxd_test_support::daemon_slot_blocks(4);
+        let d = Daemon::start_setup(Setup {
+            args: vec!["--warm-pool".into(), "base=10".into()],
+            slots: Some((blocks[0].base, blocks.iter().map(|b| b.count).sum())),
+            ..Setup::default()
+        })
+        .await;
+        let filled = await_pool(&d, 10).await;
+        assert_eq!(filled["size"], 10, "{filled}");
+        let pooled_before = entries(&d);
+        let creates = (0..200).map(|i| {
+            let (http, url) = (d.http().clone(), d.endpoint("/v1/sandboxes"));
+            tokio::spawn(async move {
+                let body = json!({"env": {"CREATE_NO": i.to_string()}, "timeoutSec": 0});
+                let resp = http.post(url).json(&body).send().await.expect("create");
+                let status = resp.status().as_u16();
+                let text = resp.text().await.unwrap_or_default();
+                (i, status, text)
+            })
+        });
+        let mut ids = BTreeSet::new();
+        let mut made = Vec::new();
+        for create in creates.collect::<Vec<_>>() {
+            let (i, status, text) = create.await.unwrap();
+            assert_eq!(status, 201, "create {i}: {text}\n{}", d.log_tail(300));
+            let id = id_of(&serde_json::from_str::<Value>(&text).unwrap());
+            assert!(ids.insert(id.clone()), "sandbox {id} handed out twice");
+            made.push((i, id));
+        }
+        assert!(ids.is_disjoint(&pooled_before), "a pool id leaked out");
+        let pool = base_pool(&d).await;
+        let (hits, misses) = (
+            pool["hits"].as_u64().unwrap(),
+            pool["misses"].as_u64().unwrap(),
+        );
+        assert!(hits >= 10, "the ten ready sandboxes were taken: {pool}");
+        assert_eq!(hits + misses, 200, "{pool}");
+        for (i, id) in &made {
+            let out = d.exec(id, &["sh", "-c", "echo $CREATE_NO"]).await;
+            assert_eq!(
+                out.stdout.trim(),
+                i.to_string(),
+                "sandbox {id}'s environment"
+            );
+            assert_eq!(get(&d, id).await.1["state"], "running");
+        }
+        let taken: BTreeSet<String> = pooled_before.difference(&entries(&d)).cloned().collect();
+        assert_eq!(taken.len(), 10, "every ready entry was claimed");
+        assert!(
+            taken.iter().all(|id| !runtime_ids(&d).contains(id)),
+            "claimed entries answer to their sandbox's id only"
+        );
+        assert_holdings(&d, &ids);
+        let metrics = d.get_text("/metrics").await;
+        assert!(
+            metrics.contains(&format!(
+                "sandboxd_warm_pool_hits_total{{template=\"base\"}} {hits}"
+            )),
+            "{metrics}"
+        );
+        for id in &ids {
+            let resp = d.delete(&format!("/v1/sandboxes/{id}")).await;
+            assert!(resp.status().is_success(), "delete {id}");
+        }
+        await_pool(&d, 10).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while runtime_ids(&d) != entries(&d) {
+            assert!(
+                Instant::now() < deadline,
+                "deleted sandboxes left behind: {:?}",
+                runtime_ids(&d)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_holdings(&d, &BTreeSet::new());
+    });
+}
+
+/// Invariant: a daemon killed while its pool refills starts with the pool rebuilt: every entry the
+/// dead one left (booted or half-made) is gone with its sandbox and slot, new ones fill the pool,
+/// and the sandbox it had created runs on.
+#[test]
+fn kill9_while_the_pool_refills_rebuilds_it() {
+    e2e(|| async {
+        let mut d = Daemon::start_with(
+            &["--warm-pool", "base=2"],
+            &[("FAILPOINTS", "pool.after-insert=2*off->return(60000)")],
+        )
+        .await;
+        await_pool(&d, 2).await;
+        let acked = d.create_id().await;
+        // The claim woke the filler, whose next boot holds with its entry written.
+        wait_for_row(&d, "SELECT id FROM warm_pool WHERE state = 'warming'").await;
+        let before = entries(&d);
+        d.kill9();
+        restart_and_reconcile(&mut d).await;
+        await_pool(&d, 2).await;
+        let after = entries(&d);
+        assert!(
+            after.is_disjoint(&before),
+            "entries of the dead daemon kept: {before:?} {after:?}"
+        );
+        assert_holdings(&d, &BTreeSet::from([acked.clone()]));
+        let out = d.exec(&acked, &["sh", "-c", "echo alive"]).await;
+        assert_eq!(out.stdout.trim(), "alive");
+    });
+}
+
+/// Invariant: a create killed after it claimed a pooled sandbox, before it adopted it, is a create
+/// that never finished: its row ends `failed` with its name free, the pooled sandbox is destroyed,
+/// and no one sees a half-claimed sandbox; a retry with the name succeeds from the pool.
+#[test]
+fn kill9_after_a_claim_leaves_no_half_claimed_sandbox() {
+    e2e(|| async {
+        let mut d = Daemon::start_with(
+            &["--warm-pool", "base=1"],
+            &[("FAILPOINTS", "create.after-claim=return(60000)")],
+        )
+        .await;
+        await_pool(&d, 1).await;
+        let claimed = entries(&d);
+        let body = json!({"name": "claimed"});
+        let hung = {
+            let (http, url) = (d.http().clone(), d.endpoint("/v1/sandboxes"));
+            tokio::spawn(async move { http.post(url).json(&body).send().await })
+        };
+        let half = wait_for_row(
+            &d,
+            "SELECT id FROM sandboxes WHERE name = 'claimed' AND state = 'creating'",
+        )
+        .await;
+        d.kill9();
+        assert!(
+            hung.await.unwrap().is_err(),
+            "the create cannot have answered"
+        );
+        restart_and_reconcile(&mut d).await;
+        let (_, row) = get(&d, &half).await;
+        assert_eq!(row["state"], "failed", "{row}");
+        await_pool(&d, 1).await;
+        assert!(entries(&d).is_disjoint(&claimed));
+        assert_holdings(&d, &BTreeSet::new());
+        let retry = d.create(json!({"name": "claimed"})).await;
+        assert_eq!(base_pool(&d).await["hits"], 1);
+        let id = id_of(&retry);
+        assert_eq!(d.exec(&id, &["true"]).await.exit_code, 0);
+    });
+}

@@ -1,0 +1,539 @@
+//! Warm pools: per template, sandboxes booted ahead of any create, so a create takes one instead of
+//! booting its own.
+//!
+//! Contract:
+//! - **Filling.** [`Service::run_warm_pools`] keeps each template's pool at the size asked for
+//!   (`--warm-pool TEMPLATE=N`, `PUT /v1/warm-pools/{template}`, kept in the store). It boots one
+//!   sandbox at a time exactly as a create would ([`Service::prepare`], [`Service::spec`]) under an
+//!   id of its own (`wp…`), recorded as a `warming` entry holding its network slot; the entry is
+//!   `ready` once its agent calls home (`readiness::pooled_event`). An entry is no sandbox:
+//!   no list, count, event, webhook or timeout sees it.
+//! - **Claiming.** A create whose template has a pool, and that asks nothing a booted sandbox
+//!   cannot take afterwards ([`Service::pool_for`]: the template's own root and tier, the default
+//!   network and disk, no volumes, secrets or start commands), claims the oldest ready entry in the
+//!   very transaction that inserts its row (`sandboxd_store::warm_pool`: an entry is handed out
+//!   once, and its slot moves to the sandbox). The runtime then adopts the booted sandbox under the
+//!   create's id ([`sandboxd_runtime::Runtime::adopt`]), its CPU and memory become the create's,
+//!   its agent takes the create's environment (`POST /init`) and the row goes `running`. With none
+//!   ready the create is made cold, counted as a miss; either way the filler is woken.
+//! - **Crashes.** A daemon that starts discards every entry a previous one left (its sandbox is
+//!   destroyed, its row and slot freed) and fills the pools again: an entry's boot may have been cut
+//!   short anywhere. A claim cut short is a `creating` row like any create's, and the reconcilers
+//!   settle it; the pooled sandbox it had not adopted yet is then an orphan, destroyed.
+//! - **Orphans.** The sandbox reconciler destroys runtime sandboxes with neither a row nor an entry.
+//!   It does so holding [`WarmPools::adopting`] exclusively, and claims adopt holding it shared, so
+//!   a sandbox being renamed is never taken for an orphan under its old id.
+
+use crate::events::{emit, sandbox_data, SANDBOX_RUNNING};
+use crate::sandboxes::{random_id, CreatePlan, Prepared};
+use crate::{Service, ServiceError};
+use sandboxd_api_types as api;
+use sandboxd_runtime::{Isolation, ResourceLimits};
+use sandboxd_store::{unix_millis_now, PoolEntry, PoolState, Sandbox, SandboxState};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// The largest pool a template may have.
+pub const MAX_POOL_SIZE: u32 = 1000;
+/// How long the filler waits after a boot failed before it tries again.
+const REFILL_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The pools' state in this process: sizes asked for, counters, and the filler's wake-ups.
+#[derive(Default)]
+pub(crate) struct WarmPools {
+    sizes: Mutex<BTreeMap<String, u32>>,
+    stats: Mutex<HashMap<String, PoolStats>>,
+    /// Woken when a size changes or a create took an entry (or found none).
+    refill: Notify,
+    /// Woken when a pooled agent called home.
+    ready: Notify,
+    /// Held shared by adoptions, exclusively by the destruction of orphans (see the module docs).
+    pub(crate) adopting: tokio::sync::RwLock<()>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct PoolStats {
+    hits: u64,
+    misses: u64,
+    last_refill_ms: Option<u64>,
+}
+
+impl Service {
+    fn pools(&self) -> &WarmPools {
+        &self.inner.warm_pools
+    }
+
+    /// The template whose pool may serve this create, if it has one and the create asks nothing a
+    /// booted sandbox cannot take afterwards.
+    pub(crate) fn pool_for(&self, plan: &CreatePlan, prepared: &Prepared) -> Option<String> {
+        let sized = self
+            .pools()
+            .sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&prepared.template)
+            .is_some_and(|n| *n > 0);
+        (sized && self.poolable(plan, prepared).is_ok()).then(|| prepared.template.clone())
+    }
+
+    /// Why sandboxes of this plan cannot be pooled, if they cannot.
+    fn poolable(&self, plan: &CreatePlan, prepared: &Prepared) -> Result<(), &'static str> {
+        let default_disk = self
+            .check_resources(None, None, None)
+            .map(|(_, _, disk)| disk)
+            .unwrap_or_default();
+        let default_network = crate::network::policy(None).ok();
+        if plan.image.is_some() || plan.resolved.is_some() {
+            Err("it is made from an image reference, not a template")
+        } else if prepared.isolation != Isolation::Namespace {
+            Err("only the namespace tier's sandboxes can be adopted under a create's id")
+        } else if prepared.commands != crate::templates::StartCommands::default() {
+            Err("the template has start commands, which must see the create's environment")
+        } else if !prepared.mounts.is_empty() || prepared.gateway.is_some() {
+            Err("it mounts volumes or sends traffic through the egress gateway")
+        } else if default_network.as_ref() != Some(&plan.network) {
+            Err("it asks for a network policy of its own")
+        } else if plan.disk_mb != default_disk {
+            Err("it asks for a disk limit of its own")
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Counts a create that `hit` (took an entry) or missed `template`'s pool, and wakes the filler.
+    pub(crate) fn count_pool_claim(&self, template: &str, hit: bool) {
+        {
+            let mut stats = self.pools().stats.lock().unwrap_or_else(|p| p.into_inner());
+            let stats = stats.entry(template.to_string()).or_default();
+            if hit {
+                stats.hits += 1;
+            } else {
+                stats.misses += 1;
+            }
+        }
+        self.pools().refill.notify_one();
+    }
+
+    /// Makes claimed `entry` sandbox `id` (whose `creating` row holds its slot and token): adopts
+    /// it under `id`, gives it the create's limits and environment, and moves the row to `running`.
+    pub(crate) async fn adopt_pooled(
+        &self,
+        id: &str,
+        entry: &PoolEntry,
+        plan: &CreatePlan,
+        prepared: &Prepared,
+    ) -> Result<Sandbox, ServiceError> {
+        let made = {
+            let _adopting = self.pools().adopting.read().await;
+            self.runtime().adopt(&entry.id, id).await?
+        };
+        if (entry.cpu_millis, u64::from(entry.memory_mb)) != (plan.cpu_millis, plan.memory_mb) {
+            let limits = ResourceLimits {
+                memory_mb: plan.memory_mb,
+                cpu_millis: plan.cpu_millis,
+                pids_max: ResourceLimits::default().pids_max,
+                disk_mb: plan.disk_mb,
+            };
+            self.runtime().resize(id, &limits).await?;
+        }
+        let client = sandboxd_envd::EnvdClient::new(&made.agent.socket, &made.agent.token);
+        let envs = prepared.envs.clone().into_iter().collect();
+        tokio::time::timeout(self.config().ready_deadline, client.init(envs))
+            .await
+            .map_err(|_| ServiceError::StartFailed {
+                id: id.to_string(),
+                reason: "its pooled agent did not take its environment in time".into(),
+            })?
+            .map_err(ServiceError::Agent)?;
+        let endpoint = crate::ports::observed_endpoint(&made);
+        let rid = id.to_string();
+        let moved = self
+            .writer()
+            .write(move |tx| {
+                let now = unix_millis_now();
+                if !tx.set_state(
+                    &rid,
+                    &[SandboxState::Creating],
+                    SandboxState::Running,
+                    None,
+                    now,
+                )? {
+                    return Ok(None);
+                }
+                tx.upsert_endpoint(&endpoint)?;
+                let row = tx.get_sandbox_by_id(&rid)?;
+                let data = row.as_ref().map(sandbox_data).unwrap_or_default();
+                let running = emit(tx, SANDBOX_RUNNING, Some(&rid), data)?;
+                Ok(row.map(|row| (row, running)))
+            })
+            .await?;
+        let Some((row, running)) = moved else {
+            return Err(ServiceError::StartFailed {
+                id: id.to_string(),
+                reason: "it was deleted while being created".into(),
+            });
+        };
+        self.publish([running]);
+        Ok(row)
+    }
+
+    /// Every template's pool.
+    pub async fn warm_pools(&self) -> Result<Vec<api::WarmPool>, ServiceError> {
+        let entries = self.reader().read(|tx| tx.pool_entries()).await?;
+        let sizes = self
+            .pools()
+            .sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let stats = self
+            .pools()
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut templates: Vec<&String> = sizes.keys().collect();
+        templates.extend(entries.iter().map(|e| &e.template));
+        templates.sort();
+        templates.dedup();
+        Ok(templates
+            .into_iter()
+            .map(|template| {
+                let of = |state| {
+                    entries
+                        .iter()
+                        .filter(|e| &e.template == template && e.state == state)
+                        .count() as u32
+                };
+                let stats = stats.get(template).copied().unwrap_or_default();
+                api::WarmPool {
+                    template: template.clone(),
+                    size: sizes.get(template).copied().unwrap_or(0),
+                    ready: of(PoolState::Ready),
+                    warming: of(PoolState::Warming),
+                    hits: stats.hits,
+                    misses: stats.misses,
+                    last_refill_ms: stats.last_refill_ms,
+                }
+            })
+            .collect())
+    }
+
+    /// Asks for `size` sandboxes of `template` kept booted (0 empties its pool); the template must
+    /// exist and its sandboxes be poolable.
+    pub async fn set_warm_pool(
+        &self,
+        template: &str,
+        size: u32,
+    ) -> Result<api::WarmPool, ServiceError> {
+        if size > MAX_POOL_SIZE.min(self.config().net_slots) {
+            return Err(ServiceError::InvalidRequest(format!(
+                "size must be at most {}",
+                MAX_POOL_SIZE.min(self.config().net_slots)
+            )));
+        }
+        if size > 0 {
+            let plan = self.pool_plan(template)?;
+            let prepared = self.prepare("wp-check", &plan).await?;
+            self.poolable(&plan, &prepared).map_err(|why| {
+                ServiceError::InvalidRequest(format!(
+                    "template {template:?} cannot have a warm pool: {why}"
+                ))
+            })?;
+        }
+        let name = template.to_string();
+        self.writer()
+            .write(move |tx| tx.set_pool_size(&name, size))
+            .await?;
+        {
+            let mut sizes = self.pools().sizes.lock().unwrap_or_else(|p| p.into_inner());
+            if size == 0 {
+                sizes.remove(template);
+            } else {
+                sizes.insert(template.to_string(), size);
+            }
+        }
+        self.pools().refill.notify_one();
+        let pools = self.warm_pools().await?;
+        Ok(pools
+            .into_iter()
+            .find(|p| p.template == template)
+            .unwrap_or(api::WarmPool {
+                template: template.to_string(),
+                ..Default::default()
+            }))
+    }
+
+    /// The create a pool's sandboxes are booted for: the template, everything else default.
+    fn pool_plan(&self, template: &str) -> Result<CreatePlan, ServiceError> {
+        self.plan_create(api::CreateSandbox {
+            template: Some(template.to_string()),
+            timeout_sec: Some(0),
+            ..Default::default()
+        })
+    }
+
+    /// Keeps the pools filled until the process ends: first discards every entry a previous daemon
+    /// left, then takes the sizes `configured` (over those in the store) and boots sandboxes one at
+    /// a time whenever a pool is short (see the module docs).
+    pub async fn run_warm_pools(&self, configured: &[(String, u32)]) {
+        self.discard_pool_entries().await;
+        match self.reader().read(|tx| tx.pool_sizes()).await {
+            Ok(stored) => {
+                *self.pools().sizes.lock().unwrap_or_else(|p| p.into_inner()) =
+                    stored.into_iter().collect()
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the warm pools' sizes"),
+        }
+        for (template, size) in configured {
+            if let Err(e) = self.set_warm_pool(template, *size).await {
+                tracing::warn!(template = %template, error = %crate::error::chain(&e), "cannot set the warm pool asked for at start");
+            }
+        }
+        loop {
+            let woken = self.pools().refill.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            match self.fill_pools().await {
+                Ok(true) => continue,
+                Ok(false) => woken.await,
+                Err(e) => {
+                    tracing::warn!(error = %crate::error::chain(&e), "cannot fill a warm pool");
+                    tokio::time::sleep(REFILL_BACKOFF).await;
+                }
+            }
+        }
+    }
+
+    /// Destroys every pooled sandbox and forgets its entry.
+    async fn discard_pool_entries(&self) {
+        let entries = match self.reader().read(|tx| tx.pool_entries()).await {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the warm pools");
+                return;
+            }
+        };
+        for entry in entries {
+            self.discard_pool_entry(&entry.id).await;
+        }
+    }
+
+    async fn discard_pool_entry(&self, id: &str) {
+        if let Err(e) = self.runtime().destroy(id).await {
+            tracing::warn!(pool_id = %id, error = %e, "cannot destroy a pooled sandbox");
+            return;
+        }
+        let rid = id.to_string();
+        if let Err(e) = self
+            .writer()
+            .write(move |tx| tx.delete_pool_entry(&rid))
+            .await
+        {
+            tracing::warn!(pool_id = %id, error = %e, "cannot forget a pooled sandbox");
+        }
+    }
+
+    /// One step towards the sizes asked for: boots one sandbox for the first pool short of its
+    /// size, or discards one ready sandbox of a pool over it. False when every pool is at its size.
+    async fn fill_pools(&self) -> Result<bool, ServiceError> {
+        let entries = self.reader().read(|tx| tx.pool_entries()).await?;
+        let sizes = self
+            .pools()
+            .sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let held = |template: &str| entries.iter().filter(|e| e.template == template).count();
+        if let Some(extra) = entries.iter().find(|e| {
+            e.state == PoolState::Ready
+                && held(&e.template) > sizes.get(&e.template).copied().unwrap_or(0) as usize
+        }) {
+            self.discard_pool_entry(&extra.id).await;
+            return Ok(true);
+        }
+        let Some(short) = sizes
+            .iter()
+            .find(|(template, size)| held(template) < **size as usize)
+            .map(|(template, _)| template.clone())
+        else {
+            return Ok(false);
+        };
+        self.boot_pool_entry(&short).await?;
+        Ok(true)
+    }
+
+    /// Boots one sandbox for `template`'s pool and waits for its agent; on failure nothing of it is
+    /// left.
+    async fn boot_pool_entry(&self, template: &str) -> Result<(), ServiceError> {
+        let began = Instant::now();
+        let plan = self.pool_plan(template)?;
+        let id = random_id("wp", 14);
+        let prepared = self.prepare(&id, &plan).await?;
+        self.poolable(&plan, &prepared).map_err(|why| {
+            ServiceError::InvalidRequest(format!(
+                "template {template:?} cannot have a warm pool: {why}"
+            ))
+        })?;
+        let token = random_id("", 40);
+        let entry = PoolEntry {
+            id: id.clone(),
+            template: template.to_string(),
+            state: PoolState::Warming,
+            agent_token: token.clone(),
+            cpu_millis: plan.cpu_millis,
+            memory_mb: plan.memory_mb as u32,
+            disk_mb: plan.disk_mb as u32,
+            created_at: unix_millis_now(),
+            slot: None,
+        };
+        let slots = self.config().net_slots;
+        let slot = self
+            .writer()
+            .write(move |tx| {
+                tx.insert_pool_entry(&entry)?;
+                Ok(tx
+                    .lease_pool_slot(&entry.id, slots, unix_millis_now())?
+                    .slot)
+            })
+            .await?;
+        let booted = async {
+            crate::failpoints::hold("pool.after-insert").await;
+            let spec = self.spec(&id, &plan, &prepared, slot, &token);
+            self.runtime().create(&spec).await?;
+            self.runtime().start(&id).await?;
+            self.await_pool_ready(&id, Instant::now() + self.config().ready_deadline)
+                .await
+        }
+        .await;
+        if let Err(e) = booted {
+            self.discard_pool_entry(&id).await;
+            return Err(e);
+        }
+        let took = began.elapsed().as_millis() as u64;
+        tracing::debug!(pool_id = %id, template, took_ms = took, "warm pool sandbox ready");
+        self.pools()
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(template.to_string())
+            .or_default()
+            .last_refill_ms = Some(took);
+        Ok(())
+    }
+
+    /// Waits until entry `id` is ready; an error once it is gone or at `deadline`.
+    async fn await_pool_ready(&self, id: &str, deadline: Instant) -> Result<(), ServiceError> {
+        loop {
+            let woken = self.pools().ready.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let rid = id.to_string();
+            let entry = self.reader().read(move |tx| tx.pool_entry(&rid)).await?;
+            let reason = match entry {
+                Some(e) if e.state == PoolState::Ready => return Ok(()),
+                Some(_) if Instant::now() >= deadline => "its agent did not call home in time",
+                Some(_) => {
+                    tokio::select! {
+                        _ = woken => {}
+                        _ = tokio::time::sleep_until(deadline) => {}
+                    }
+                    continue;
+                }
+                None => "its agent reported a failure",
+            };
+            return Err(ServiceError::StartFailed {
+                id: id.to_string(),
+                reason: reason.into(),
+            });
+        }
+    }
+
+    /// Wakes the pool's waiters: a pooled agent's report was applied.
+    pub(crate) fn pooled_agent_reported(&self) {
+        self.pools().ready.notify_waiters();
+    }
+
+    /// Whether `id` is a warm-pool entry (the sandbox reconciler's orphans exclude them).
+    pub(crate) async fn is_pool_entry(&self, id: &str) -> Result<bool, ServiceError> {
+        let rid = id.to_string();
+        Ok(self
+            .reader()
+            .read(move |tx| tx.pool_entry(&rid))
+            .await?
+            .is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{InMemoryRuntimeForTests, TestService};
+    use crate::ServiceConfig;
+
+    fn service() -> TestService {
+        TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default())
+    }
+
+    /// A size past the limit is the caller's 400, an unknown template a 404, and neither is kept;
+    /// a size is kept, replaced and removed.
+    #[tokio::test]
+    async fn sizes_are_checked_and_kept() {
+        let t = service();
+        let err = t
+            .svc
+            .set_warm_pool("base", MAX_POOL_SIZE + 1)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ServiceError::InvalidRequest(_)), "{err:?}");
+        let err = t.svc.set_warm_pool("no-such", 1).await.unwrap_err();
+        assert!(matches!(err, ServiceError::NotFound(_)), "{err:?}");
+        assert_eq!(t.svc.warm_pools().await.unwrap(), vec![]);
+        let set = t.svc.set_warm_pool("base", 3).await.unwrap();
+        assert_eq!((set.template.as_str(), set.size, set.ready), ("base", 3, 0));
+        t.svc.set_warm_pool("base", 5).await.unwrap();
+        let sizes = t.svc.reader().read(|tx| tx.pool_sizes()).await.unwrap();
+        assert_eq!(sizes, vec![("base".to_string(), 5)]);
+        t.svc.set_warm_pool("base", 0).await.unwrap();
+        assert_eq!(t.svc.warm_pools().await.unwrap(), vec![]);
+    }
+
+    /// A create that asks for what a booted sandbox cannot take afterwards is made cold; one that
+    /// asks only for what it can (environment, labels, CPU, memory, timeout) may take one.
+    #[tokio::test]
+    async fn creates_asking_only_what_a_booted_sandbox_can_take_use_the_pool() {
+        let t = service();
+        t.svc.set_warm_pool("base", 1).await.unwrap();
+        let pooled = |req: api::CreateSandbox| {
+            let svc = t.svc.clone();
+            async move {
+                let plan = svc.plan_create(req).unwrap();
+                let prepared = svc.prepare("sb-check", &plan).await.unwrap();
+                svc.pool_for(&plan, &prepared)
+            }
+        };
+        let takes = api::CreateSandbox {
+            env: Some([("K".to_string(), "v".to_string())].into()),
+            metadata: Some([("team".to_string(), "a".to_string())].into()),
+            cpu: Some(0.5),
+            memory_mb: Some(256),
+            timeout_sec: Some(60),
+            ..Default::default()
+        };
+        assert_eq!(pooled(takes).await.as_deref(), Some("base"));
+        let own_network = api::CreateSandbox {
+            network: Some(api::NetworkPolicy {
+                egress: true,
+                allow_out: vec!["10.0.0.0/8".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(pooled(own_network).await, None);
+        t.svc.set_warm_pool("base", 0).await.unwrap();
+        assert_eq!(pooled(api::CreateSandbox::default()).await, None, "no pool");
+    }
+}
