@@ -89,6 +89,17 @@ try {
   await volumeRow.locator("button.danger").click();
   await volumeRow.waitFor({ state: "detached" });
 
+  // Warm pools: a size set on the Templates page is the pool's, shown in its table; emptied again.
+  await go("#/templates");
+  await page.fill("#set-warm-pool input[name=template]", "base");
+  await page.fill("#set-warm-pool input[name=size]", "1");
+  await page.click("#set-warm-pool button[type=submit]");
+  const poolRow = page.locator('#warm-pools tr[data-id="base"]');
+  await poolRow.waitFor();
+  assert.match(await poolRow.innerText(), /^base\s+1\s/);
+  await shot("warm-pool");
+  assert.equal((await call("PUT", "/v1/warm-pools/base", { size: 0 })).status, 200);
+
   // Secrets: made on their page with a value typed once; the page shows the name and placeholder,
   // never the value (no answer carries it); deleted from the page.
   const secretValue = "sk-console-never-shown-4242";

@@ -1,4 +1,4 @@
-// Templates (build state and log), webhooks (their delivery attempts) and API keys.
+// Templates (build state and log, warm pools), webhooks (their delivery attempts) and API keys.
 
 import { api } from "./api.js";
 import { el, guarded, stateBadge, table } from "./ui.js";
@@ -21,7 +21,34 @@ export function templatesView(main) {
         ["Error", (t) => t.error || ""], ["", (t) => el("button.plain", { type: "button", onclick: () => showLog(t) }, "Log")]], templates)
       : el("p.muted", {}, "No templates."));
   });
-  main.replaceChildren(el("h1", {}, "Templates"), list, log);
+  main.replaceChildren(el("h1", {}, "Templates"), list, log, warmPools());
+}
+
+// Warm pools: sandboxes of a template booted ahead of creates (admin keys); sizes set here.
+function warmPools() {
+  const list = el("div#warm-pools-list");
+  const template = el("input", { name: "template", required: true, placeholder: "base" });
+  const size = el("input", { name: "size", type: "number", min: "0", max: "1000", required: true, placeholder: "10" });
+  const load = () => guarded(async () => {
+    const { warmPools } = await api("GET", "/v1/warm-pools");
+    list.replaceChildren(warmPools.length
+      ? table([["Template", (p) => p.template], ["Size", (p) => String(p.size)], ["Ready", (p) => String(p.ready)],
+        ["Booting", (p) => String(p.warming)], ["Hits", (p) => String(p.hits)], ["Misses", (p) => String(p.misses)],
+        ["Last boot", (p) => (p.lastRefillMs == null ? "—" : `${p.lastRefillMs} ms`)]], warmPools,
+        { id: "warm-pools", rowId: (p) => p.template })
+      : el("p.muted", {}, "No warm pools."));
+  });
+  const form = el("form.grid#set-warm-pool", {
+    onsubmit: (event) => {
+      event.preventDefault();
+      guarded(async () => {
+        await api("PUT", `/v1/warm-pools/${enc(template.value.trim())}`, { size: Number(size.value) });
+        await load();
+      });
+    },
+  }, el("label", {}, "Template", template), el("label", {}, "Size", size), el("button", { type: "submit" }, "Set pool size"));
+  load();
+  return el("section", {}, el("h2", {}, "Warm pools"), el("section.card", {}, form), list);
 }
 
 export function webhooksView(main) {

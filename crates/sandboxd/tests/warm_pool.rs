@@ -136,15 +136,34 @@ fn two_hundred_creates_race_for_a_pool_of_ten() {
             assert!(resp.status().is_success(), "delete {id}");
         }
         await_pool(&d, 10).await;
+        assert_holdings(&d, &BTreeSet::new());
+        // Emptied through sbx: every pooled sandbox goes, with its slot.
+        let set = d.sbx(&["warm-pools", "set", "base", "0", "--json"]);
+        assert!(
+            set.status.success(),
+            "{}",
+            String::from_utf8_lossy(&set.stderr)
+        );
+        let set: Value = serde_json::from_slice(&set.stdout).unwrap();
+        assert_eq!(
+            (set["template"].as_str(), set["size"].as_u64()),
+            (Some("base"), Some(0))
+        );
         let deadline = Instant::now() + Duration::from_secs(60);
-        while runtime_ids(&d) != entries(&d) {
+        while !runtime_ids(&d).is_empty() || !entries(&d).is_empty() {
             assert!(
                 Instant::now() < deadline,
-                "deleted sandboxes left behind: {:?}",
+                "an emptied pool kept {:?}",
                 runtime_ids(&d)
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let ls = d.sbx(&["warm-pools", "ls"]);
+        let text = String::from_utf8_lossy(&ls.stdout);
+        assert!(
+            text.starts_with("TEMPLATE") && text.contains(&format!(" {hits} ")),
+            "{text}"
+        );
         assert_holdings(&d, &BTreeSet::new());
     });
 }

@@ -138,6 +138,9 @@ pub enum Command {
     /// Secrets (values a sandbox holds only a placeholder of): list, create, update, remove.
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// Warm pools (sandboxes of a template booted ahead of creates): list, set a size (admin keys).
+    #[command(subcommand, name = "warm-pools", alias = "pools")]
+    WarmPools(WarmPoolsCommand),
     /// Check an API key (--token / SB_PAT_TOKEN, else the first line of stdin) against the daemon
     /// and save it with the daemon's address for later commands (see --config).
     Login,
@@ -317,6 +320,21 @@ pub enum ApiKeysCommand {
         /// Key ids.
         #[arg(required = true)]
         ids: Vec<String>,
+    },
+}
+
+/// `sbx warm-pools …`.
+#[derive(Debug, Subcommand)]
+pub enum WarmPoolsCommand {
+    /// Every template's pool: its size, sandboxes ready and booting, hits and misses.
+    #[command(alias = "list")]
+    Ls,
+    /// Keep SIZE sandboxes of TEMPLATE booted and idle (0 empties the pool); prints the pool.
+    Set {
+        /// The template (`base` included).
+        template: String,
+        /// How many to keep (at most 1000).
+        size: u32,
     },
 }
 

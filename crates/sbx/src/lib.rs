@@ -25,6 +25,7 @@ pub mod secrets;
 pub mod shell;
 pub mod templates;
 pub mod volumes;
+pub mod warm_pools;
 
 pub use cli::{Cli, Command};
 pub use error::SbxError;
@@ -109,6 +110,7 @@ async fn dispatch(cli: Cli, out: Output) -> Result<ExitCode, SbxError> {
         Command::Templates(cmd) => templates::run(&client()?, out, cmd).await,
         Command::Volumes(cmd) => volumes::run(&client()?, out, cmd).await,
         Command::Secrets(cmd) => secrets::run(&client()?, out, cmd).await,
+        Command::WarmPools(cmd) => warm_pools::run(&client()?, out, cmd).await,
         Command::Snapshot { id, name } => templates::snapshot(&client()?, out, &id, &name).await,
         Command::Git(args) => git::run(&client()?, out, args).await,
     }

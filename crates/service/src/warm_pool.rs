@@ -180,7 +180,8 @@ impl Service {
         Ok(row)
     }
 
-    /// Every template's pool.
+    /// Every template's pool: those with a size, with sandboxes, or that served creates since the
+    /// daemon started.
     pub async fn warm_pools(&self) -> Result<Vec<api::WarmPool>, ServiceError> {
         let entries = self.reader().read(|tx| tx.pool_entries()).await?;
         let sizes = self
@@ -195,7 +196,8 @@ impl Service {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let mut templates: Vec<&String> = sizes.keys().collect();
+        // Those with a size, with entries, or that served creates since the start.
+        let mut templates: Vec<&String> = sizes.keys().chain(stats.keys()).collect();
         templates.extend(entries.iter().map(|e| &e.template));
         templates.sort();
         templates.dedup();
