@@ -52,6 +52,7 @@ pub mod toolbox;
 pub mod toolbox_error;
 pub mod transfer;
 pub mod volumes;
+pub mod warm_pools;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
@@ -105,6 +106,20 @@ pub fn router(service: Service, auth: Auth) -> Router {
             get(volumes::get).delete(volumes::delete),
         )
         .route("/api/volumes/by-name/{key}", get(volumes::get))
+        .merge(
+            Router::new()
+                .route(
+                    "/api/warm-pools",
+                    post(warm_pools::create).get(warm_pools::list),
+                )
+                .route(
+                    "/api/warm-pools/{id}",
+                    axum::routing::patch(warm_pools::update).delete(warm_pools::delete),
+                )
+                .route_layer(axum::middleware::from_fn(
+                    sandboxd_surface::auth::admin_only,
+                )),
+        )
         .route("/api/secret", post(secrets::create).get(secrets::list))
         .route("/api/secret/paginated", get(secrets::paginated))
         .route(

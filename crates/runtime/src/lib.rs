@@ -116,6 +116,15 @@ pub trait Runtime: Send + Sync + 'static {
             "sandbox {from} cannot be adopted under another id in this runtime"
         )))
     }
+    /// Lets running sandbox `id` send traffic out (`egress`) or stops it, for a sandbox whose policy
+    /// names no lists, names or gateway (a warm pool's, taken by a create whose policy differs
+    /// from the one it booted with). Setting what it has succeeds.
+    async fn set_egress(&self, id: &str, egress: bool) -> Result<(), RuntimeError> {
+        let _ = egress;
+        Err(RuntimeError::Unsupported(format!(
+            "the egress of sandbox {id} cannot change in this runtime"
+        )))
+    }
     /// Disk usage and limit of the sandbox's writable layer (running or not); `Unsupported` when the
     /// runtime does not measure it (no quota backend, or a sandbox made without one).
     async fn disk_usage(&self, id: &str) -> Result<quota::DiskUsage, RuntimeError> {

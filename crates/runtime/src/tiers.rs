@@ -79,6 +79,10 @@ impl Runtime for Tiers {
         self.of(from)?.adopt(from, to).await
     }
 
+    async fn set_egress(&self, id: &str, egress: bool) -> Result<(), RuntimeError> {
+        self.of(id)?.set_egress(id, egress).await
+    }
+
     async fn slot_free(&self, slot: u32) -> Result<bool, RuntimeError> {
         self.namespace.slot_free(slot).await
     }

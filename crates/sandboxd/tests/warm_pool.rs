@@ -1,7 +1,9 @@
-//! Warm pools against the real daemon: creates racing for a pool, and kill -9 while it refills or
-//! while a create adopts a pooled sandbox (`sandboxd_service::warm_pool`).
+//! Warm pools against the real daemon: creates racing for a pool, kill -9 while it refills or
+//! while a create adopts a pooled sandbox (`sandboxd_service::warm_pool`), and Daytona's SDK
+//! managing them.
 
 mod common;
+mod e2b_support;
 
 use common::{
     e2e, get, id_of, query, restart_and_reconcile, runtime_ids, wait_for_row, Daemon, Setup,
@@ -236,5 +238,37 @@ fn kill9_after_a_claim_leaves_no_half_claimed_sandbox() {
         assert_eq!(base_pool(&d).await["hits"], 1);
         let id = id_of(&retry);
         assert_eq!(d.exec(&id, &["true"]).await.exit_code, 0);
+    });
+}
+
+/// Daytona's `warm_pool` (the real SDK, `tests/daytona/test_warm_pool.py`) drives the shared pools:
+/// a pool for a snapshot fills, serves a create that takes the create's environment, is resized,
+/// refused twice for one snapshot, and deleted; the daemon counted that create as the pool's hit.
+#[test]
+fn daytonas_warm_pools_are_the_daemons() {
+    e2b_support::e2b_test(async {
+        let (_, daytona) = e2b_support::python_sdks();
+        let d = e2b_support::start().await;
+        let api = format!("{}/api", d.url());
+        let env = [
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+        ];
+        e2b_support::run_script(&d, &daytona, &["tests/daytona/test_warm_pool.py"], &env).await;
+        let pool = base_pool(&d).await;
+        assert_eq!(
+            (pool["hits"].as_u64(), pool["size"].as_u64()),
+            (Some(1), Some(0)),
+            "{pool}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !entries(&d).is_empty() || !runtime_ids(&d).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "a deleted pool kept {:?}",
+                runtime_ids(&d)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
 }

@@ -76,7 +76,16 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .get(&prepared.template)
             .is_some_and(|n| *n > 0);
-        (sized && self.poolable(plan, prepared).is_ok()).then(|| prepared.template.clone())
+        if !sized {
+            return None;
+        }
+        match self.poolable(plan, prepared) {
+            Ok(()) => Some(prepared.template.clone()),
+            Err(why) => {
+                tracing::debug!(template = %prepared.template, why, "a create made cold beside a warm pool");
+                None
+            }
+        }
     }
 
     /// Why sandboxes of this plan cannot be pooled, if they cannot.
@@ -85,7 +94,19 @@ impl Service {
             .check_resources(None, None, None)
             .map(|(_, _, disk)| disk)
             .unwrap_or_default();
-        let default_network = crate::network::policy(None).ok();
+        // What the booted sandbox's network holds (who may reach its ports is the daemon's alone).
+        // Whether it may send out at all changes after the boot (`Runtime::set_egress`); its lists
+        // and rules do not.
+        let booted = |p: &crate::network::EgressPolicy| {
+            (
+                p.allow.clone(),
+                p.deny.clone(),
+                p.allow_names.clone(),
+                p.deny_names.clone(),
+                p.rules.clone(),
+            )
+        };
+        let default_network = crate::network::policy(None).ok().map(|p| booted(&p));
         if plan.image.is_some() || plan.resolved.is_some() {
             Err("it is made from an image reference, not a template")
         } else if prepared.isolation != Isolation::Namespace {
@@ -94,7 +115,7 @@ impl Service {
             Err("the template has start commands, which must see the create's environment")
         } else if !prepared.mounts.is_empty() || prepared.gateway.is_some() {
             Err("it mounts volumes or sends traffic through the egress gateway")
-        } else if default_network.as_ref() != Some(&plan.network) {
+        } else if default_network != Some(booted(&plan.network)) {
             Err("it asks for a network policy of its own")
         } else if plan.disk_mb != default_disk {
             Err("it asks for a disk limit of its own")
@@ -130,6 +151,10 @@ impl Service {
             let _adopting = self.pools().adopting.read().await;
             self.runtime().adopt(&entry.id, id).await?
         };
+        // Pooled sandboxes boot with the default policy, which sends nothing out.
+        if plan.network.egress != crate::network::EgressPolicy::default().egress {
+            self.runtime().set_egress(id, plan.network.egress).await?;
+        }
         if (entry.cpu_millis, u64::from(entry.memory_mb)) != (plan.cpu_millis, plan.memory_mb) {
             let limits = ResourceLimits {
                 memory_mb: plan.memory_mb,
@@ -526,6 +551,19 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(pooled(takes).await.as_deref(), Some("base"));
+        let sends_out = api::CreateSandbox {
+            network: Some(api::NetworkPolicy {
+                egress: true,
+                allow_public_traffic: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            pooled(sends_out).await.as_deref(),
+            Some("base"),
+            "egress is set after"
+        );
         let own_network = api::CreateSandbox {
             network: Some(api::NetworkPolicy {
                 egress: true,

@@ -166,8 +166,8 @@ fn admit_admin(caller: Option<&Caller>) -> Result<(), Error> {
         Some(KeyScope::User) => Err(Error::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            "this API key's scope is user: managing API keys, webhooks and the reconcilers takes an \
-             admin key",
+            "this API key's scope is user: managing API keys, webhooks, warm pools and the reconcilers \
+             takes an admin key",
         )),
         // Not behind `require`: a wiring mistake, refused rather than let through.
         None => Err(Error::new(

@@ -619,6 +619,38 @@ impl Runtime for NamespaceRuntime {
         self.info(&p)
     }
 
+    async fn set_egress(&self, id: &str, egress: bool) -> Result<(), RuntimeError> {
+        let (paths, mut p) = self.load(id)?;
+        if p.spec.egress == egress {
+            return Ok(());
+        }
+        let spec = &p.spec;
+        if !spec.egress_allow.is_empty()
+            || !spec.egress_deny.is_empty()
+            || spec.has_names()
+            || spec.egress_gateway.is_some()
+        {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {id}'s egress names lists or a gateway: it is fixed at create"
+            )));
+        }
+        let pid = p
+            .live_pid()
+            .ok_or_else(|| RuntimeError::NotFound(id.to_string()))?;
+        p.spec.egress = egress;
+        let slot = p.spec.net_slot;
+        let addrs = self.net.addrs(slot)?;
+        let netns = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        if egress {
+            self.net.set_default_route(slot, &netns, true).await?;
+            egress::allow(&addrs, &p.spec).await?;
+        } else {
+            egress::revoke(addrs.sandbox).await;
+            self.net.set_default_route(slot, &netns, false).await?;
+        }
+        paths.save(&p)
+    }
+
     async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
         let dir = self.config.state_dir.join("sandboxes");
         let entries = std::fs::read_dir(&dir).map_err(RuntimeError::io("list", &dir))?;

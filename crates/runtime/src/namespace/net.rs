@@ -33,6 +33,14 @@ pub struct Network {
     prefix: String,
 }
 
+/// The sandbox's default route: through the host end of its pair, out of `eth0`.
+fn default_route(addrs: &NetAddrs, eth0: u32) -> rtnetlink::packet_route::route::RouteMessage {
+    RouteMessageBuilder::<Ipv4Addr>::new()
+        .gateway(addrs.host)
+        .output_interface(eth0)
+        .build()
+}
+
 fn net_err(what: &str) -> impl FnOnce(rtnetlink::Error) -> RuntimeError + '_ {
     move |e| RuntimeError::Network(format!("{what}: {e}"))
 }
@@ -147,13 +155,9 @@ impl Network {
                 .map_err(net_err("address sandbox end"))?;
             set_up(&inner, eth0).await?;
             if egress {
-                let route = RouteMessageBuilder::<Ipv4Addr>::new()
-                    .gateway(addrs.host)
-                    .output_interface(eth0)
-                    .build();
                 inner
                     .route()
-                    .add(route)
+                    .add(default_route(&addrs, eth0))
                     .execute()
                     .await
                     .map_err(net_err("default route"))?;
@@ -166,6 +170,35 @@ impl Network {
             return Err(e);
         }
         Ok(addrs)
+    }
+
+    /// Gives the sandbox on `slot`, whose network namespace is `netns`, its default route through the
+    /// host end (`egress`), or takes it away; a route already as asked is fine.
+    pub async fn set_default_route(
+        &self,
+        slot: u32,
+        netns: &Path,
+        egress: bool,
+    ) -> Result<(), RuntimeError> {
+        let addrs = self.addrs(slot)?;
+        let ns = std::fs::File::open(netns).map_err(RuntimeError::io("open", netns))?;
+        let inner = handle_in_netns(ns).await?;
+        let eth0 = link_index(&inner, "eth0").await?;
+        let route = default_route(&addrs, eth0);
+        let done = if egress {
+            inner.route().add(route).execute().await
+        } else {
+            inner.route().del(route).execute().await
+        };
+        match done {
+            Ok(()) => Ok(()),
+            Err(rtnetlink::Error::NetlinkError(e))
+                if e.raw_code() == -libc::EEXIST || e.raw_code() == -libc::ESRCH =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(net_err("default route")(e)),
+        }
     }
 
     /// The slots of the host interfaces named by this runtime's prefix (`<prefix><digits>`), whoever
