@@ -6,7 +6,8 @@ mod common;
 mod e2b_support;
 
 use common::{
-    e2e, get, id_of, query, restart_and_reconcile, runtime_ids, wait_for_row, Daemon, Setup,
+    create_in_background, e2e, get, id_of, query, restart_and_reconcile, runtime_ids, wait_for_row,
+    Daemon, Setup,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -213,11 +214,7 @@ fn kill9_after_a_claim_leaves_no_half_claimed_sandbox() {
         .await;
         await_pool(&d, 1).await;
         let claimed = entries(&d);
-        let body = json!({"name": "claimed"});
-        let hung = {
-            let (http, url) = (d.http().clone(), d.endpoint("/v1/sandboxes"));
-            tokio::spawn(async move { http.post(url).json(&body).send().await })
-        };
+        let hung = create_in_background(&d, "claimed");
         let half = wait_for_row(
             &d,
             "SELECT id FROM sandboxes WHERE name = 'claimed' AND state = 'creating'",
@@ -270,5 +267,99 @@ fn daytonas_warm_pools_are_the_daemons() {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    });
+}
+
+/// A template's pool serves its sandboxes with the template's files (an image template: a
+/// snapshot), and the template is not deleted under its pooled sandboxes: 409 while it has a pool,
+/// 204 once the pool is emptied and its sandboxes gone.
+#[test]
+fn a_templates_pool_serves_its_files_and_holds_the_template() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let id = d.create_id().await;
+        let wrote = d
+            .exec(&id, &["sh", "-c", "echo from-snap > /home/user/snap.txt"])
+            .await;
+        assert_eq!(wrote.exit_code, 0);
+        let snap = d
+            .post_json(
+                &format!("/v1/sandboxes/{id}/snapshot"),
+                &json!({"name": "pooled"}),
+            )
+            .await;
+        assert_eq!(snap.status(), 201);
+        let set = d
+            .http()
+            .put(d.endpoint("/v1/warm-pools/pooled"))
+            .json(&json!({"size": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(set.status(), 200);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while query(
+            &d,
+            "SELECT id FROM warm_pool WHERE template = 'pooled' AND state = 'ready'",
+        )
+        .is_empty()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the pool never filled: {}",
+                d.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let made = id_of(&d.create(json!({"template": "pooled"})).await);
+        let pools = d.get_json("/v1/warm-pools").await;
+        let pool = pools["warmPools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["template"] == "pooled")
+            .cloned();
+        assert_eq!(
+            pool.as_ref().map(|p| p["hits"].clone()),
+            Some(json!(1)),
+            "{pools}"
+        );
+        let out = d.exec(&made, &["cat", "/home/user/snap.txt"]).await;
+        assert_eq!(out.stdout.trim(), "from-snap");
+        for sandbox in [&id, &made] {
+            assert_eq!(
+                d.delete(&format!("/v1/sandboxes/{sandbox}")).await.status(),
+                204
+            );
+        }
+        let refused = d.delete("/v1/templates/pooled").await;
+        assert_eq!(
+            refused.status(),
+            409,
+            "{}",
+            refused.text().await.unwrap_or_default()
+        );
+        let emptied = d
+            .http()
+            .put(d.endpoint("/v1/warm-pools/pooled"))
+            .json(&json!({"size": 0}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(emptied.status(), 200);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = d.delete("/v1/templates/pooled").await.status();
+            if status == 204 {
+                break;
+            }
+            assert_eq!(status, 409);
+            assert!(
+                Instant::now() < deadline,
+                "the emptied pool kept its sandboxes"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(entries(&d).is_empty());
     });
 }

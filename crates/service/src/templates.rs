@@ -417,6 +417,12 @@ impl Service {
                 "template {name:?} is used by {users} sandbox(es)"
             )));
         }
+        if self.has_warm_pool(name).await? {
+            return Err(ServiceError::Conflict(format!(
+                "template {name:?} has a warm pool: set its size to 0 and delete the template once \
+                 its pooled sandboxes are gone"
+            )));
+        }
         let n = name.to_string();
         self.writer()
             .write(move |tx| tx.delete_template(&n))

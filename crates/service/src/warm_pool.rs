@@ -54,6 +54,18 @@ pub(crate) struct WarmPools {
     pub(crate) adopting: tokio::sync::RwLock<()>,
 }
 
+impl WarmPools {
+    /// The sizes asked for, by template.
+    fn sizes(&self) -> BTreeMap<String, u32> {
+        self.sizes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The counters, by template.
+    fn stats(&self) -> HashMap<String, PoolStats> {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct PoolStats {
     hits: u64,
@@ -71,9 +83,7 @@ impl Service {
     pub(crate) fn pool_for(&self, plan: &CreatePlan, prepared: &Prepared) -> Option<String> {
         let sized = self
             .pools()
-            .sizes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .sizes()
             .get(&prepared.template)
             .is_some_and(|n| *n > 0);
         if !sized {
@@ -209,18 +219,7 @@ impl Service {
     /// daemon started.
     pub async fn warm_pools(&self) -> Result<Vec<api::WarmPool>, ServiceError> {
         let entries = self.reader().read(|tx| tx.pool_entries()).await?;
-        let sizes = self
-            .pools()
-            .sizes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let stats = self
-            .pools()
-            .stats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let (sizes, stats) = (self.pools().sizes(), self.pools().stats());
         // Those with a size, with entries, or that served creates since the start.
         let mut templates: Vec<&String> = sizes.keys().chain(stats.keys()).collect();
         templates.extend(entries.iter().map(|e| &e.template));
@@ -368,12 +367,7 @@ impl Service {
     /// size, or discards one ready sandbox of a pool over it. False when every pool is at its size.
     async fn fill_pools(&self) -> Result<bool, ServiceError> {
         let entries = self.reader().read(|tx| tx.pool_entries()).await?;
-        let sizes = self
-            .pools()
-            .sizes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let sizes = self.pools().sizes();
         let held = |template: &str| entries.iter().filter(|e| e.template == template).count();
         if let Some(extra) = entries.iter().find(|e| {
             e.state == PoolState::Ready
@@ -482,6 +476,16 @@ impl Service {
     /// Wakes the pool's waiters: a pooled agent's report was applied.
     pub(crate) fn pooled_agent_reported(&self) {
         self.pools().ready.notify_waiters();
+    }
+
+    /// Whether `template` has a pool: a size, or sandboxes booted for it (a template is not deleted
+    /// under them).
+    pub(crate) async fn has_warm_pool(&self, template: &str) -> Result<bool, ServiceError> {
+        if self.pools().sizes().get(template).is_some_and(|n| *n > 0) {
+            return Ok(true);
+        }
+        let entries = self.reader().read(|tx| tx.pool_entries()).await?;
+        Ok(entries.iter().any(|e| e.template == template))
     }
 
     /// Whether `id` is a warm-pool entry (the sandbox reconciler's orphans exclude them).
