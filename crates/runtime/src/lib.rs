@@ -107,9 +107,10 @@ pub trait Runtime: Send + Sync + 'static {
         )))
     }
     /// Gives running or created sandbox `from` the id `to` (a warm pool's sandbox, booted ahead,
-    /// taken by a create): every later call names it `to`, and nothing answers to `from`. Its
-    /// processes, addresses, token and limits are untouched; its cgroup and writable layer keep the
-    /// names they were made with. One rename on disk: a crash leaves it under one id or the other.
+    /// taken by a create): every later call names it `to`, and nothing answers to `from`; inside,
+    /// its hostname becomes `to`. Its processes, addresses, token and limits are untouched; its
+    /// cgroup and writable layer keep the names they were made with. One rename on disk: a crash
+    /// leaves it under one id or the other.
     async fn adopt(&self, from: &str, to: &str) -> Result<SandboxInfo, RuntimeError> {
         let _ = to;
         Err(RuntimeError::Unsupported(format!(

@@ -112,11 +112,12 @@ fn two_hundred_creates_race_for_a_pool_of_ten() {
         assert!(hits >= 10, "the ten ready sandboxes were taken: {pool}");
         assert_eq!(hits + misses, 200, "{pool}");
         for (i, id) in &made {
-            let out = d.exec(id, &["sh", "-c", "echo $CREATE_NO"]).await;
+            let script = "echo $CREATE_NO $(hostname) $(cat /etc/hostname) $(grep -c \"$(hostname)\" /etc/hosts)";
+            let out = d.exec(id, &["sh", "-c", script]).await;
             assert_eq!(
                 out.stdout.trim(),
-                i.to_string(),
-                "sandbox {id}'s environment"
+                format!("{i} {id} {id} 1"),
+                "sandbox {id}'s environment and name"
             );
             assert_eq!(get(&d, id).await.1["state"], "running");
         }

@@ -616,6 +616,18 @@ impl Runtime for NamespaceRuntime {
         let (paths, p) = self.load(to)?;
         paths.save(&p)?;
         self.forwarders.rename(from, to);
+        // Its name inside, as a create gives it: the files that name it (written in place, so the
+        // mounted root sees them) and its UTS namespace's hostname.
+        let nameserver = if p.spec.has_names() {
+            Some(self.net.addrs(p.spec.net_slot)?.host)
+        } else {
+            None
+        };
+        let base = p.id_base.unwrap_or(self.config.id_map_base);
+        rootfs::personalise(&paths.upper(), to, base, nameserver)?;
+        if let Some(pid) = p.live_pid() {
+            process::set_hostname(pid, to)?;
+        }
         self.info(&p)
     }
 

@@ -188,6 +188,21 @@ impl PidFd {
     }
 }
 
+/// Sets the hostname of the UTS namespace of process `pid` (a sandbox's init), from a thread of
+/// its own that joins that namespace and ends.
+pub fn set_hostname(pid: i32, name: &str) -> Result<(), crate::RuntimeError> {
+    let path = format!("/proc/{pid}/ns/uts");
+    let ns = std::fs::File::open(&path).map_err(crate::RuntimeError::io("open", &path))?;
+    let name = name.to_string();
+    std::thread::spawn(move || {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWUTS)?;
+        nix::unistd::sethostname(&name)
+    })
+    .join()
+    .map_err(|_| crate::RuntimeError::Host("the hostname thread panicked".into()))?
+    .map_err(|e| crate::RuntimeError::Host(format!("setting the hostname of pid {pid}: {e}")))
+}
+
 /// Reaps `pid` if it is a dead child of this process; harmless otherwise.
 pub fn reap(pid: i32) {
     // SAFETY: waitpid with WNOHANG on a specific pid; ECHILD when not ours.
