@@ -308,7 +308,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let direct = figures.pop().expect("two figures");
     let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
     let (create, delete) = api_create_first_exec(&fleet, args.creates).await?;
-    let pooled = crate::warm_pool::create_first_exec(&fleet, args.creates, 2).await?;
+    let pooled = crate::warm_pool::create_first_exec(&fleet, args.creates).await?;
     let volume_files = crate::volume_files::measure(&fleet).await?;
     Ok(HttpReport {
         server: args.server,

@@ -1,5 +1,5 @@
-//! API create→first exec from a warm pool: the daemon's `base` pool is filled first and before each
-//! create, so every create takes a booted sandbox (the figure a pool buys), then emptied again.
+//! API create→first exec from a warm pool: the daemon's `base` pool is filled with as many sandboxes
+//! as there are creates, so every create takes a booted one (the figure a pool buys), then emptied.
 
 use crate::http::{run_ok, ApiFleet};
 use crate::report::{Latency, Target};
@@ -11,27 +11,29 @@ pub const TARGET_P50_MS: f64 = 3.0;
 /// How long the pool may take to fill.
 const FILL_DEADLINE: Duration = Duration::from_secs(120);
 
-/// `n` creates from a full pool of `size`, each followed by `true`; the pool is emptied afterwards
+/// `n` creates from a full pool of `n`, each followed by `true`; the pool is emptied afterwards
 /// whatever happened.
-pub(crate) async fn create_first_exec(
-    fleet: &ApiFleet,
-    n: usize,
-    size: u32,
-) -> anyhow::Result<Latency> {
+pub(crate) async fn create_first_exec(fleet: &ApiFleet, n: usize) -> anyhow::Result<Latency> {
+    let size = u32::try_from(n).context("too many creates for a pool")?;
     let client = &fleet.client;
     client
         .set_warm_pool("base", size)
         .await
         .context("setting the base warm pool")?;
     let measured = async {
+        // Like the cold figure's: `n` creates one after the other, then the deletes.
+        full(fleet, size).await?;
         let mut took = Vec::with_capacity(n);
+        let mut made = Vec::with_capacity(n);
         for _ in 0..n {
-            full(fleet, size).await?;
             let t = Instant::now();
             let sandbox = fleet.create().await?;
             run_ok(client, &sandbox.id, &["true"]).await?;
             took.push(t.elapsed());
-            fleet.delete(&sandbox.id).await?;
+            made.push(sandbox.id);
+        }
+        for id in made {
+            fleet.delete(&id).await?;
         }
         let pool = client.warm_pools().await?;
         let hits = pool

@@ -15,7 +15,9 @@
 //!   once, and its slot moves to the sandbox). The runtime then adopts the booted sandbox under the
 //!   create's id ([`sandboxd_runtime::Runtime::adopt`]), its CPU and memory become the create's,
 //!   its agent takes the create's environment (`POST /init`) and the row goes `running`. With none
-//!   ready the create is made cold, counted as a miss; either way the filler is woken.
+//!   ready the create is made cold, counted as a miss; either way the filler is woken, and boots
+//!   replacements once creates have paused for [`REFILL_QUIET`] (at most [`REFILL_MAX_DELAY`]
+//!   later), so a burst's creates do not compete with their replacements' boots.
 //! - **Crashes.** A daemon that starts discards every entry a previous one left (its sandbox is
 //!   destroyed, its row and slot freed) and fills the pools again: an entry's boot may have been cut
 //!   short anywhere. A claim cut short is a `creating` row like any create's, and the reconcilers
@@ -40,6 +42,12 @@ use tokio::time::Instant;
 pub const MAX_POOL_SIZE: u32 = 1000;
 /// How long the filler waits after a boot failed before it tries again.
 const REFILL_BACKOFF: Duration = Duration::from_secs(1);
+/// After a create took a pooled sandbox (or found none), the filler boots replacements only once
+/// this long has passed without another, so a burst of creates and the first commands they run do
+/// not share the cores with the boots of their own replacements...
+const REFILL_QUIET: Duration = Duration::from_millis(100);
+/// ...but never later than this after it was first woken.
+const REFILL_MAX_DELAY: Duration = Duration::from_secs(1);
 
 /// The pools' state in this process: sizes asked for, counters, and the filler's wake-ups.
 #[derive(Default)]
@@ -48,6 +56,8 @@ pub(crate) struct WarmPools {
     stats: Mutex<HashMap<String, PoolStats>>,
     /// Woken when a size changes or a create took an entry (or found none).
     refill: Notify,
+    /// When a create last took an entry or found none.
+    last_claim: Mutex<Option<Instant>>,
     /// Woken when a pooled agent called home.
     ready: Notify,
     /// Held shared by adoptions, exclusively by the destruction of orphans (see the module docs).
@@ -145,6 +155,11 @@ impl Service {
                 stats.misses += 1;
             }
         }
+        *self
+            .pools()
+            .last_claim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         self.pools().refill.notify_one();
     }
 
@@ -323,6 +338,7 @@ impl Service {
             let woken = self.pools().refill.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
+            self.quiet_after_claims().await;
             match self.fill_pools().await {
                 Ok(true) => continue,
                 Ok(false) => woken.await,
@@ -331,6 +347,27 @@ impl Service {
                     tokio::time::sleep(REFILL_BACKOFF).await;
                 }
             }
+        }
+    }
+
+    /// Returns once [`REFILL_QUIET`] has passed since the last claim, or [`REFILL_MAX_DELAY`] since
+    /// this call.
+    async fn quiet_after_claims(&self) {
+        let started = Instant::now();
+        loop {
+            let last = *self
+                .pools()
+                .last_claim
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let Some(last) = last else {
+                return;
+            };
+            let until = (last + REFILL_QUIET).min(started + REFILL_MAX_DELAY);
+            if Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep_until(until).await;
         }
     }
 
