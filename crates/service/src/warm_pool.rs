@@ -381,23 +381,21 @@ impl Service {
             }
         };
         for entry in entries {
-            self.discard_pool_entry(&entry.id).await;
+            if let Err(e) = self.discard_pool_entry(&entry.id).await {
+                tracing::warn!(pool_id = %entry.id, error = %crate::error::chain(&e), "cannot discard a pooled sandbox");
+            }
         }
     }
 
-    async fn discard_pool_entry(&self, id: &str) {
-        if let Err(e) = self.runtime().destroy(id).await {
-            tracing::warn!(pool_id = %id, error = %e, "cannot destroy a pooled sandbox");
-            return;
-        }
+    /// Destroys pooled sandbox `id`, then forgets its entry (kept, for a later try, while its
+    /// sandbox cannot be destroyed).
+    async fn discard_pool_entry(&self, id: &str) -> Result<(), ServiceError> {
+        self.runtime().destroy(id).await?;
         let rid = id.to_string();
-        if let Err(e) = self
-            .writer()
+        self.writer()
             .write(move |tx| tx.delete_pool_entry(&rid))
-            .await
-        {
-            tracing::warn!(pool_id = %id, error = %e, "cannot forget a pooled sandbox");
-        }
+            .await?;
+        Ok(())
     }
 
     /// One step towards the sizes asked for: boots one sandbox for the first pool short of its
@@ -410,7 +408,7 @@ impl Service {
             e.state == PoolState::Ready
                 && held(&e.template) > sizes.get(&e.template).copied().unwrap_or(0) as usize
         }) {
-            self.discard_pool_entry(&extra.id).await;
+            self.discard_pool_entry(&extra.id).await?;
             return Ok(true);
         }
         let Some(short) = sizes
@@ -468,7 +466,9 @@ impl Service {
         }
         .await;
         if let Err(e) = booted {
-            self.discard_pool_entry(&id).await;
+            if let Err(d) = self.discard_pool_entry(&id).await {
+                tracing::warn!(pool_id = %id, error = %crate::error::chain(&d), "cannot discard a pooled sandbox that did not boot");
+            }
             return Err(e);
         }
         let took = began.elapsed().as_millis() as u64;
