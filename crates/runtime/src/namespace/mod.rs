@@ -231,6 +231,16 @@ impl NamespaceRuntime {
         self.quota.layer(id)
     }
 
+    /// The resolver `spec`'s sandbox is given: its own DNS forwarder, on the host end of its pair,
+    /// when its lists name domains; else `None` (the host's resolvers).
+    fn nameserver(&self, spec: &SandboxSpec) -> Result<Option<Ipv4Addr>, RuntimeError> {
+        Ok(if spec.has_names() {
+            Some(self.net.addrs(spec.net_slot)?.host)
+        } else {
+            None
+        })
+    }
+
     pub(crate) fn paths(&self, id: &str) -> SandboxPaths {
         SandboxPaths::new(&self.config.state_dir.join("sandboxes"), id)
     }
@@ -412,12 +422,7 @@ impl Runtime for NamespaceRuntime {
                 }
             }
             mkdir_owned(&paths.rootfs(), 0o755, None)?;
-            let nameserver = if spec.has_names() {
-                Some(self.net.addrs(spec.net_slot)?.host)
-            } else {
-                None
-            };
-            rootfs::personalise(&paths.upper(), &spec.id, base, nameserver)?;
+            rootfs::personalise(&paths.upper(), &spec.id, base, self.nameserver(spec)?)?;
             let p = Persisted {
                 spec: spec.clone(),
                 pid: None,
@@ -618,13 +623,8 @@ impl Runtime for NamespaceRuntime {
         self.forwarders.rename(from, to);
         // Its name inside, as a create gives it: the files that name it (written in place, so the
         // mounted root sees them) and its UTS namespace's hostname.
-        let nameserver = if p.spec.has_names() {
-            Some(self.net.addrs(p.spec.net_slot)?.host)
-        } else {
-            None
-        };
         let base = p.id_base.unwrap_or(self.config.id_map_base);
-        rootfs::personalise(&paths.upper(), to, base, nameserver)?;
+        rootfs::personalise(&paths.upper(), to, base, self.nameserver(&p.spec)?)?;
         if let Some(pid) = p.live_pid() {
             process::set_hostname(pid, to)?;
         }
