@@ -23,14 +23,11 @@ use serde_json::{json, Value};
 /// The region every pool is in (this daemon).
 const TARGET: &str = "local";
 
-/// `POST /api/warm-pools`.
+/// `POST /api/warm-pools` (its `target` region is ignored: this daemon is the only one).
 #[derive(Debug, Deserialize)]
 struct CreateWarmPool {
     snapshot: String,
     pool: u32,
-    #[serde(default)]
-    #[allow(dead_code)]
-    target: Option<String>,
 }
 
 /// `PATCH /api/warm-pools/{id}`.
