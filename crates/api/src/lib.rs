@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod request_log;
 pub mod secrets;
+pub mod server_timing;
 pub mod templates;
 pub mod terminal;
 pub mod v1;
@@ -249,6 +250,8 @@ pub fn router(
         // writing the body reads the answer instead of a broken pipe. API requests only; the proxy
         // relays sandboxes' bodies as they are.
         .layer(middleware::from_fn(sandboxd_drain::drain_unread))
+        // The steps a flow timed, named on its answer.
+        .layer(middleware::from_fn(server_timing::server_timing))
         .layer(middleware::from_fn(
             sandboxd_facade_e2b::error::shape_errors,
         ))

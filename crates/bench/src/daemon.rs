@@ -172,6 +172,16 @@ impl Daemon {
         }
     }
 
+    /// The daemon's process id (`None` once it was reaped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Where its runtime keeps each sandbox's record (`sandboxes/ID/state.json`).
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.workdir.join("data/runtime")
+    }
+
     /// `program` set up to run inside the daemon's network namespace, with `SB_API_URL` and
     /// `SB_PAT_TOKEN` naming the daemon.
     pub fn command(&self, program: &Path) -> tokio::process::Command {

@@ -16,8 +16,10 @@
 
 use crate::load::{self, LoadResult, LoadTarget};
 use crate::report::{verdict, Latency};
+use crate::steps::{StepBreakdown, StepSamples};
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
+use sandboxd_client::timing::Timed;
 use sandboxd_client::types::{CreateSandbox, ExecRequest};
 use sandboxd_client::{Client, ClientError, ListQuery};
 use serde::Serialize;
@@ -139,9 +141,13 @@ pub struct HttpReport {
     pub ratio_target: f64,
     pub ratio_met: bool,
     pub api_create_to_first_exec: Latency,
+    /// Where its time went: the create's steps, then the first exec's.
+    pub api_breakdown: Vec<StepBreakdown>,
     pub api_delete: Option<Latency>,
     /// API create→first-exec taking a sandbox from a full warm pool ([`crate::warm_pool`]).
     pub pool_create_to_first_exec: Latency,
+    /// Where its time went: the create's steps, then the first exec's.
+    pub pool_breakdown: Vec<StepBreakdown>,
     /// The volume file API against the same bytes through a sandbox.
     pub volume_files: crate::volume_files::VolumeFilesFigure,
 }
@@ -185,11 +191,17 @@ impl HttpReport {
             "{}",
             self.api_create_to_first_exec.line("API create→first-exec")
         );
+        for b in &self.api_breakdown {
+            println!("{}", b.line());
+        }
         println!(
             "{}",
             self.pool_create_to_first_exec
                 .line("API create→first-exec (warm pool)")
         );
+        for b in &self.pool_breakdown {
+            println!("{}", b.line());
+        }
         if let Some(d) = &self.api_delete {
             println!("{}", d.line("API delete"));
         }
@@ -307,8 +319,9 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let proxy = figures.pop().expect("two figures");
     let direct = figures.pop().expect("two figures");
     let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
-    let (create, delete) = api_create_first_exec(&fleet, args.creates).await?;
-    let pooled = crate::warm_pool::create_first_exec(&fleet, args.creates).await?;
+    let (create, delete, api_breakdown) = api_create_first_exec(&fleet, args.creates).await?;
+    let (pooled, pool_breakdown) =
+        crate::warm_pool::create_first_exec(&fleet, args.creates).await?;
     let volume_files = crate::volume_files::measure(&fleet).await?;
     Ok(HttpReport {
         server: args.server,
@@ -320,25 +333,31 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         ratio_target: RATIO_TARGET,
         ratio_met: ratio >= RATIO_TARGET,
         api_create_to_first_exec: Latency::new("API create→first-exec", &create, None)?,
+        api_breakdown,
+        pool_breakdown,
         api_delete: Latency::new("API delete", &delete, None).ok(),
         pool_create_to_first_exec: pooled,
         volume_files,
     })
 }
 
-/// `n` times: create, run `true`; then delete each. Returns both latencies.
+/// The breakdowns of a create→first-exec run: the create's, then the first exec's.
+pub(crate) fn create_exec_samples() -> [StepSamples; 2] {
+    [StepSamples::new("create"), StepSamples::new("first exec")]
+}
+
+/// `n` times: create, run `true`; then delete each. Returns both latencies and the breakdowns.
 async fn api_create_first_exec(
     fleet: &ApiFleet,
     n: usize,
-) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, Vec<StepBreakdown>)> {
     let mut created = Vec::with_capacity(n);
     let mut took = Vec::with_capacity(n);
+    let mut samples = create_exec_samples();
     for _ in 0..n {
-        let t = Instant::now();
-        let sandbox = fleet.create().await?;
-        run_ok(&fleet.client, &sandbox.id, &["true"]).await?;
-        took.push(t.elapsed());
-        created.push(sandbox.id);
+        let (id, t) = fleet.create_then_true(&mut samples).await?;
+        took.push(t);
+        created.push(id);
     }
     let mut deleted = Vec::with_capacity(n);
     for id in created {
@@ -347,7 +366,8 @@ async fn api_create_first_exec(
         deleted.push(t.elapsed());
         fleet.forget(&id);
     }
-    Ok((took, deleted))
+    let breakdown = samples.iter().filter_map(StepSamples::summary).collect();
+    Ok((took, deleted, breakdown))
 }
 
 /// Runs `cmd` in sandbox `id` and returns its stdout; a non-zero exit is an error.
@@ -467,17 +487,60 @@ impl ApiFleet {
         &self,
         body: CreateSandbox,
     ) -> anyhow::Result<sandboxd_client::types::Sandbox> {
-        let body = CreateSandbox {
+        let sandbox = self.client.create(&self.labelled(body), None).await?;
+        self.record(&sandbox.id);
+        Ok(sandbox)
+    }
+
+    /// [`ApiFleet::create`], with the steps the daemon's create took.
+    pub(crate) async fn create_timed(
+        &self,
+    ) -> anyhow::Result<Timed<sandboxd_client::types::Sandbox>> {
+        let body = self.labelled(CreateSandbox::default());
+        let timed = self.client.create_timed(&body).await?;
+        self.record(&timed.value.id);
+        Ok(timed)
+    }
+
+    /// `body` with this run's label and lifetime.
+    fn labelled(&self, body: CreateSandbox) -> CreateSandbox {
+        CreateSandbox {
             metadata: Some(BTreeMap::from([(LABEL.to_string(), self.run.clone())])),
             timeout_sec: Some(SANDBOX_TIMEOUT_SECS),
             ..body
+        }
+    }
+
+    fn record(&self, id: &str) {
+        self.ids.lock().expect("fleet lock").push(id.to_string());
+    }
+
+    /// Creates a sandbox and runs `true` in it, adding each call's time and steps to `samples`
+    /// (create, first exec); returns its id and the time of both.
+    pub(crate) async fn create_then_true(
+        &self,
+        samples: &mut [StepSamples; 2],
+    ) -> anyhow::Result<(String, Duration)> {
+        let t = Instant::now();
+        let created = self.create_timed().await?;
+        let created_in = t.elapsed();
+        let id = created.value.id;
+        let req = ExecRequest {
+            cmd: vec!["true".into()],
+            ..ExecRequest::default()
         };
-        let sandbox = self.client.create(&body, None).await?;
-        self.ids
-            .lock()
-            .expect("fleet lock")
-            .push(sandbox.id.clone());
-        Ok(sandbox)
+        let ran = self
+            .client
+            .exec_timed(&id, &req)
+            .await
+            .with_context(|| format!("exec true in {id}"))?;
+        let took = t.elapsed();
+        if ran.value.exit_code != 0 {
+            bail!("true in {id} exited {}", ran.value.exit_code);
+        }
+        samples[0].add(created_in, &created.steps);
+        samples[1].add(took - created_in, &ran.steps);
+        Ok((id, took))
     }
 
     /// Deletes sandbox `id` and forgets it.
@@ -490,7 +553,7 @@ impl ApiFleet {
         Ok(())
     }
 
-    fn forget(&self, id: &str) {
+    pub(crate) fn forget(&self, id: &str) {
         self.ids.lock().expect("fleet lock").retain(|i| i != id);
     }
 

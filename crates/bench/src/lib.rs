@@ -25,6 +25,7 @@ pub mod cluster;
 pub mod conn;
 pub mod daemon;
 pub mod daytona;
+pub mod density;
 pub mod egress;
 pub mod gvisor;
 pub mod http;
@@ -35,6 +36,7 @@ pub mod quota;
 pub mod report;
 pub mod runtime;
 pub mod stats;
+pub mod steps;
 pub mod volume_files;
 pub mod volumes;
 pub mod warm_pool;
@@ -75,6 +77,10 @@ pub enum Command {
     Cluster(cluster::ClusterArgs),
     /// HTTPS through the egress gateway to a host it rewrites for, against direct, on loopback.
     Egress(egress::EgressArgs),
+    /// How many idle sandboxes one host holds, against a daemon this command starts and stops:
+    /// memory and tasks per sandbox, creates per second as the count grows, exec and list at the
+    /// top.
+    Density(density::DensityArgs),
     /// `runtime`, then `http` and `images` against a daemon this command starts and stops, then
     /// `egress`.
     All(AllArgs),
@@ -149,6 +155,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Egress(args) => {
             let report = egress::run(args).await?;
+            emit(cli.json, &report, || report.print())
+        }
+        Command::Density(args) => {
+            let report = density::run(args, interrupt).await?;
             emit(cli.json, &report, || report.print())
         }
         Command::All(args) => all(args, cli.json, interrupt).await,

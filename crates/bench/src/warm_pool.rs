@@ -1,8 +1,9 @@
 //! API create→first exec from a warm pool: the daemon's `base` pool is filled with as many sandboxes
 //! as there are creates, so every create takes a booted one (the figure a pool buys), then emptied.
 
-use crate::http::{run_ok, ApiFleet};
+use crate::http::{create_exec_samples, ApiFleet};
 use crate::report::{Latency, Target};
+use crate::steps::{StepBreakdown, StepSamples};
 use anyhow::{bail, Context};
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,10 @@ const FILL_DEADLINE: Duration = Duration::from_secs(120);
 
 /// `n` creates from a full pool of `n`, each followed by `true`; the pool is emptied afterwards
 /// whatever happened.
-pub(crate) async fn create_first_exec(fleet: &ApiFleet, n: usize) -> anyhow::Result<Latency> {
+pub(crate) async fn create_first_exec(
+    fleet: &ApiFleet,
+    n: usize,
+) -> anyhow::Result<(Latency, Vec<StepBreakdown>)> {
     let size = u32::try_from(n).context("too many creates for a pool")?;
     let client = &fleet.client;
     client
@@ -25,12 +29,11 @@ pub(crate) async fn create_first_exec(fleet: &ApiFleet, n: usize) -> anyhow::Res
         full(fleet, size).await?;
         let mut took = Vec::with_capacity(n);
         let mut made = Vec::with_capacity(n);
+        let mut samples = create_exec_samples();
         for _ in 0..n {
-            let t = Instant::now();
-            let sandbox = fleet.create().await?;
-            run_ok(client, &sandbox.id, &["true"]).await?;
-            took.push(t.elapsed());
-            made.push(sandbox.id);
+            let (id, t) = fleet.create_then_true(&mut samples).await?;
+            took.push(t);
+            made.push(id);
         }
         for id in made {
             fleet.delete(&id).await?;
@@ -44,14 +47,16 @@ pub(crate) async fn create_first_exec(fleet: &ApiFleet, n: usize) -> anyhow::Res
         if hits < n as u64 {
             bail!("only {hits} of {n} creates took a pooled sandbox");
         }
-        Latency::new(
+        let latency = Latency::new(
             "API create→first-exec (warm pool)",
             &took,
             Some(Target {
                 p50_ms: Some(TARGET_P50_MS),
                 p99_ms: None,
             }),
-        )
+        )?;
+        let breakdown = samples.iter().filter_map(StepSamples::summary).collect();
+        Ok((latency, breakdown))
     }
     .await;
     let emptied = client.set_warm_pool("base", 0).await;

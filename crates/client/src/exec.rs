@@ -31,6 +31,17 @@ impl Client {
             .await
     }
 
+    /// [`Client::exec`], with the steps the daemon's exec took.
+    pub async fn exec_timed(
+        &self,
+        id: &str,
+        request: &ExecRequest,
+    ) -> Result<crate::timing::Timed<ExecResult>, ClientError> {
+        let url = self.sandbox_endpoint(id, &["exec"])?;
+        self.send_json_timed(self.request(Method::POST, url).json(request), "exec result")
+            .await
+    }
+
     /// `POST /v1/sandboxes/{id}/exec/stream`: runs a command and streams its events (see module docs).
     pub fn exec_stream(
         &self,

@@ -28,6 +28,7 @@ pub mod sandboxes;
 pub mod secrets;
 pub mod templates;
 pub mod terminal;
+pub mod timing;
 pub mod volumes;
 pub mod warm_pools;
 

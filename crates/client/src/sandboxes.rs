@@ -64,6 +64,17 @@ impl Client {
         self.send_json(request, "sandbox").await
     }
 
+    /// [`Client::create`], with the steps the daemon's create took.
+    pub async fn create_timed(
+        &self,
+        body: &CreateSandbox,
+    ) -> Result<crate::timing::Timed<Sandbox>, ClientError> {
+        let request = self
+            .request(Method::POST, self.endpoint(&["sandboxes"])?)
+            .json(body);
+        self.send_json_timed(request, "sandbox").await
+    }
+
     /// `GET /v1/sandboxes`: one page.
     pub async fn list(&self, query: &ListQuery) -> Result<SandboxList, ClientError> {
         let mut url = self.endpoint(&["sandboxes"])?;

@@ -364,3 +364,78 @@ fn a_templates_pool_serves_its_files_and_holds_the_template() {
         assert!(entries(&d).is_empty());
     });
 }
+
+/// The steps a response names in its `Server-Timing` header (`name;dur=MS, …`), each with a
+/// duration that parses.
+fn server_timing(response: &reqwest::Response) -> Vec<String> {
+    let value = response
+        .headers()
+        .get("server-timing")
+        .unwrap_or_else(|| panic!("no Server-Timing on {}", response.url()))
+        .to_str()
+        .unwrap()
+        .to_string();
+    value
+        .split(", ")
+        .map(|entry| {
+            let (name, dur) = entry
+                .split_once(";dur=")
+                .unwrap_or_else(|| panic!("{value}"));
+            let ms: f64 = dur.parse().unwrap_or_else(|_| panic!("{value}"));
+            assert!((0.0..60_000.0).contains(&ms), "{value}");
+            name.to_string()
+        })
+        .collect()
+}
+
+/// A create names its steps in `Server-Timing` (`sandboxd_service::timing`): a cold one boots a
+/// sandbox (`runtime-create`, `start`, `ready`), one from the pool adopts one instead (`adopt`,
+/// `init`, `running`); an exec names its lookup and its agent call.
+#[test]
+fn creates_and_execs_name_their_steps_in_server_timing() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let cold = d.post_json("/v1/sandboxes", &json!({})).await;
+        let steps = server_timing(&cold);
+        assert_eq!(cold.status(), 201);
+        for step in ["prepare", "admit", "runtime-create", "start", "ready"] {
+            assert!(steps.iter().any(|s| s == step), "{step} not in {steps:?}");
+        }
+        let set = d
+            .http()
+            .put(d.endpoint("/v1/warm-pools/base"))
+            .json(&json!({"size": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(set.status(), 200);
+        await_pool(&d, 1).await;
+        let pooled = d.post_json("/v1/sandboxes", &json!({})).await;
+        let steps = server_timing(&pooled);
+        assert_eq!(pooled.status(), 201);
+        assert_eq!(
+            steps,
+            ["prepare", "admit", "adopt", "init", "running"],
+            "a pooled create boots nothing"
+        );
+        let id = id_of(&pooled.json::<Value>().await.unwrap());
+        let exec = d
+            .post_json(
+                &format!("/v1/sandboxes/{id}/exec"),
+                &json!({"cmd": ["true"]}),
+            )
+            .await;
+        assert_eq!(exec.status(), 200);
+        assert_eq!(server_timing(&exec), ["resolve", "agent"]);
+        let missing = d
+            .http()
+            .get(d.endpoint("/v1/sandboxes"))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            missing.headers().get("server-timing").is_none(),
+            "a list times no steps"
+        );
+    });
+}

@@ -93,8 +93,9 @@ impl Service {
             return Ok(());
         };
         let name = &new.name;
-        let outcome = cluster
-            .propose(Command::Reserve {
+        let outcome = crate::timing::step(
+            "place",
+            cluster.propose(Command::Reserve {
                 id: new.id.clone(),
                 owner: cluster.id(),
                 name: name.clone(),
@@ -108,8 +109,9 @@ impl Service {
                     metadata: new.metadata.clone(),
                 },
                 at_ms: sandboxd_cluster::node::now_ms(),
-            })
-            .await?;
+            }),
+        )
+        .await?;
         match outcome {
             // `Unchanged`: a retry of this very reservation committed before.
             Outcome::Applied | Outcome::Unchanged => Ok(()),

@@ -1,6 +1,7 @@
 //! Commands and files in a running sandbox: thin translations of the native API onto the sandbox's agent
 //! (the same envd calls the E2B SDK makes), so there is one implementation of exec and files.
 
+use crate::timing::step;
 use crate::{validate, Service, ServiceError};
 use base64::Engine;
 use bytes::Bytes;
@@ -134,7 +135,7 @@ impl Service {
         req: api::ExecRequest,
     ) -> Result<api::ExecResult, ServiceError> {
         let start = Self::start_request(&req)?;
-        let (_, client) = self.agent(key, req.user.as_deref()).await?;
+        let (_, client) = step("resolve", self.agent(key, req.user.as_deref())).await?;
         let cmd: Vec<String> = req.cmd.clone();
         let opts = ExecOptions {
             envs: start.process.envs,
@@ -142,7 +143,9 @@ impl Service {
             tag: None,
             timeout: req.timeout_ms.map(Duration::from_millis),
         };
-        let out = client.exec(&cmd, opts).await.map_err(agent_error)?;
+        let out = step("agent", client.exec(&cmd, opts))
+            .await
+            .map_err(agent_error)?;
         Ok(api::ExecResult {
             exit_code: exit_code(&out.end),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -56,6 +56,7 @@ pub mod templates;
 pub mod terminal;
 #[cfg(test)]
 mod test_support;
+pub mod timing;
 mod validate;
 pub mod volumes;
 pub mod warm_pool;

@@ -13,6 +13,7 @@
 
 use crate::events::{emit, sandbox_data, SANDBOX_CREATED, SANDBOX_FAILED};
 use crate::network::{self, EgressPolicy};
+use crate::timing::step;
 use crate::{validate, Service, ServiceError};
 use rand::Rng;
 use sandboxd_api_types as api;
@@ -257,7 +258,7 @@ impl Service {
         if self.name_held_pending(&plan.name, &id) {
             return Err(ServiceError::NameConflict(plan.name));
         }
-        let prepared = self.prepare(&id, &plan).await?;
+        let prepared = step("prepare", self.prepare(&id, &plan)).await?;
         let pool = self.pool_for(&plan, &prepared);
         let limits = self.config().key_limits;
         let template = prepared.template.clone();
@@ -295,9 +296,9 @@ impl Service {
         self.reserve_placement(&new).await?;
         let slots = self.config().net_slots;
         let pool_template = pool.clone();
-        let admitted = self
-            .writer()
-            .write(move |tx| {
+        let admitted = step(
+            "admit",
+            self.writer().write(move |tx| {
                 if !new.owner.is_empty() {
                     if let Err(refused) = limits.admit(tx.key_usage(&new.owner)?) {
                         return Ok(Err(refused));
@@ -323,10 +324,11 @@ impl Service {
                 let data = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
                 let created = emit(tx, SANDBOX_CREATED, Some(&id), data.unwrap_or_default())?;
                 Ok(Ok((slot, claimed, created)))
-            })
-            .await
-            .map_err(ServiceError::from)
-            .and_then(|admitted| admitted);
+            }),
+        )
+        .await
+        .map_err(ServiceError::from)
+        .and_then(|admitted| admitted);
         let (slot, claimed, created) = match admitted {
             Ok(admitted) => admitted,
             Err(e) => {
@@ -353,25 +355,27 @@ impl Service {
             };
         }
         crate::failpoints::hold("create.after-insert").await;
-        let slot = match self.free_slot(&id, slot).await {
+        let slot = match step("slot", self.free_slot(&id, slot)).await {
             Ok(slot) => slot,
             Err(e) => return Err(self.undo_create(&id, e).await),
         };
         let spec = self.spec(&id, &plan, &prepared, slot, &token);
         let started = async {
-            let made = self.runtime().create(&spec).await?;
+            let made = step("runtime-create", self.runtime().create(&spec)).await?;
             // `starting` before the boot: the agent may call home as soon as it serves. Where the
             // sandbox will be is the runtime's answer already; it is stored in the same write.
-            let moved = self
-                .move_with_endpoint(&id, SandboxState::Starting, &made)
-                .await?;
+            let moved = step(
+                "starting",
+                self.move_with_endpoint(&id, SandboxState::Starting, &made),
+            )
+            .await?;
             if !moved {
                 return Err(ServiceError::StartFailed {
                     id: id.clone(),
                     reason: "it was deleted while being created".into(),
                 });
             }
-            self.runtime().start(&spec.id).await?;
+            step("start", self.runtime().start(&spec.id)).await?;
             Ok(())
         }
         .await;
@@ -384,19 +388,22 @@ impl Service {
         let svc = self.clone();
         let rid = id.clone();
         let deadline = tokio::time::Instant::now() + self.config().ready_deadline;
-        let ready = tokio::spawn(async move { svc.await_ready(&rid, deadline).await })
-            .await
-            .map_err(|e| ServiceError::StartFailed {
-                id: id.clone(),
-                reason: format!("its readiness waiter died: {e}"),
-            })??;
+        let ready = step(
+            "ready",
+            tokio::spawn(async move { svc.await_ready(&rid, deadline).await }),
+        )
+        .await
+        .map_err(|e| ServiceError::StartFailed {
+            id: id.clone(),
+            reason: format!("its readiness waiter died: {e}"),
+        })??;
         let commands = prepared.commands;
         if commands == crate::templates::StartCommands::default() {
             return Ok(ready);
         }
         // The template's start command, then its ready command: the create answers once the
         // sandbox's own service is up, or fails (and the sandbox goes) when it never is.
-        if let Err(e) = self.run_start_commands(&id, &commands).await {
+        if let Err(e) = step("start-commands", self.run_start_commands(&id, &commands)).await {
             let reason = crate::error::chain(&e);
             if let Err(d) = self.delete(&id).await {
                 tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&d), "could not delete a sandbox whose start command failed");

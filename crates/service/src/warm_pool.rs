@@ -28,6 +28,7 @@
 
 use crate::events::{emit, sandbox_data, SANDBOX_RUNNING};
 use crate::sandboxes::{random_id, CreatePlan, Prepared};
+use crate::timing::step;
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_runtime::{Isolation, ResourceLimits};
@@ -172,13 +173,14 @@ impl Service {
         plan: &CreatePlan,
         prepared: &Prepared,
     ) -> Result<Sandbox, ServiceError> {
-        let made = {
+        let made = step("adopt", async {
             let _adopting = self.pools().adopting.read().await;
-            self.runtime().adopt(&entry.id, id).await?
-        };
+            self.runtime().adopt(&entry.id, id).await
+        })
+        .await?;
         // Pooled sandboxes boot with the default policy, which sends nothing out.
         if plan.network.egress != crate::network::EgressPolicy::default().egress {
-            self.runtime().set_egress(id, plan.network.egress).await?;
+            step("egress", self.runtime().set_egress(id, plan.network.egress)).await?;
         }
         if (entry.cpu_millis, u64::from(entry.memory_mb)) != (plan.cpu_millis, plan.memory_mb) {
             let limits = ResourceLimits {
@@ -187,22 +189,25 @@ impl Service {
                 pids_max: ResourceLimits::default().pids_max,
                 disk_mb: plan.disk_mb,
             };
-            self.runtime().resize(id, &limits).await?;
+            step("resize", self.runtime().resize(id, &limits)).await?;
         }
         let client = sandboxd_envd::EnvdClient::new(&made.agent.socket, &made.agent.token);
         let envs = prepared.envs.clone().into_iter().collect();
-        tokio::time::timeout(self.config().ready_deadline, client.init(envs))
-            .await
-            .map_err(|_| ServiceError::StartFailed {
-                id: id.to_string(),
-                reason: "its pooled agent did not take its environment in time".into(),
-            })?
-            .map_err(ServiceError::Agent)?;
+        step(
+            "init",
+            tokio::time::timeout(self.config().ready_deadline, client.init(envs)),
+        )
+        .await
+        .map_err(|_| ServiceError::StartFailed {
+            id: id.to_string(),
+            reason: "its pooled agent did not take its environment in time".into(),
+        })?
+        .map_err(ServiceError::Agent)?;
         let endpoint = crate::ports::observed_endpoint(&made);
         let rid = id.to_string();
-        let moved = self
-            .writer()
-            .write(move |tx| {
+        let moved = step(
+            "running",
+            self.writer().write(move |tx| {
                 let now = unix_millis_now();
                 if !tx.set_state(
                     &rid,
@@ -218,8 +223,9 @@ impl Service {
                 let data = row.as_ref().map(sandbox_data).unwrap_or_default();
                 let running = emit(tx, SANDBOX_RUNNING, Some(&rid), data)?;
                 Ok(row.map(|row| (row, running)))
-            })
-            .await?;
+            }),
+        )
+        .await?;
         let Some((row, running)) = moved else {
             return Err(ServiceError::StartFailed {
                 id: id.to_string(),
