@@ -4,6 +4,9 @@
 //! for the `Server-Timing` header of the answer ([`server_timing`]) that `bench` reads its
 //! breakdowns from.
 //!
+//! With `SB_LOG=info,sandboxd_service::timing=debug` the daemon logs each step's end with its
+//! milliseconds, inside the request's span (its id, its sandbox).
+//!
 //! Contract: a step is timed from its start to its end on the task that serves the request; a step
 //! run in a task of its own is not gathered (its span still is), so a flow times the wait for such a
 //! task as a step of its own. Outside [`collect`] a step costs its span and nothing else.
@@ -41,8 +44,11 @@ pub async fn collect<F: Future>(work: F) -> (F::Output, Vec<Step>) {
 /// Runs step `name` of a flow in a span of its own, timing it for the [`collect`] around it.
 pub async fn step<F: Future>(name: &'static str, work: F) -> F::Output {
     let start = Instant::now();
-    let out = work.instrument(tracing::debug_span!("step", name)).await;
-    record(name, start.elapsed());
+    let span = tracing::debug_span!("step", name);
+    let out = work.instrument(span.clone()).await;
+    let took = start.elapsed();
+    span.in_scope(|| tracing::debug!(ms = took.as_secs_f64() * 1e3, "step done"));
+    record(name, took);
     out
 }
 

@@ -140,11 +140,14 @@ impl Shared {
     }
 }
 
-/// Builds a multi-thread tokio runtime (2 worker threads) and serves `listener` until SIGTERM/SIGINT,
-/// calling home if `cfg.callback` says where; returns the process exit code.
+/// Builds a single-thread tokio runtime and serves `listener` until SIGTERM/SIGINT, calling home if
+/// `cfg.callback` says where; returns the process exit code.
+///
+/// One thread: an idle sandbox holds two tasks of the host's `kernel.pid_max` (its init and this),
+/// not four, and a call is served without a hand-off between threads. Blocking work (compression,
+/// archives) runs on `spawn_blocking`'s threads, which start on demand and end when idle.
 pub fn run_blocking(listener: std::os::unix::net::UnixListener, mut cfg: AgentConfig) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .thread_name("agent-worker")
         .enable_all()
         .build()

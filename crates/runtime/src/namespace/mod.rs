@@ -618,13 +618,14 @@ impl Runtime for NamespaceRuntime {
             let _ = std::fs::remove_dir(&target.dir);
             return Err(RuntimeError::io("rename", &source.dir)(e));
         }
+        // The record is not rewritten: read under its new directory it already names `to`, its
+        // host resources under the name it was made with (a write and an fsync less per claim).
         let (paths, p) = self.load(to)?;
-        paths.save(&p)?;
         self.forwarders.rename(from, to);
-        // Its name inside, as a create gives it: the files that name it (written in place, so the
-        // mounted root sees them) and its UTS namespace's hostname.
+        // Its name inside, as a create gives it: the files that name it and its UTS namespace's
+        // hostname. Its resolver is its slot's, unchanged.
         let base = p.id_base.unwrap_or(self.config.id_map_base);
-        rootfs::personalise(&paths.upper(), to, base, self.nameserver(&p.spec)?)?;
+        rootfs::write_names(&paths.upper(), to, base)?;
         if let Some(pid) = p.live_pid() {
             process::set_hostname(pid, to)?;
         }

@@ -308,6 +308,19 @@ pub fn personalise(
     id_base: u32,
     nameserver: Option<std::net::Ipv4Addr>,
 ) -> Result<(), RuntimeError> {
+    let etc = write_names(upper, hostname, id_base)?;
+    match nameserver
+        .map(super::dns::resolv_conf)
+        .or_else(current_resolv_conf)
+    {
+        Some(conf) => write_file(&etc.join("resolv.conf"), conf.as_bytes(), 0o644, id_base),
+        None => Ok(()),
+    }
+}
+
+/// Writes the files that name the sandbox, `/etc/hostname` and `/etc/hosts`, into its writable
+/// layer `upper` (in place, so a mounted root sees them); returns the layer's `etc`.
+pub fn write_names(upper: &Path, hostname: &str, id_base: u32) -> Result<PathBuf, RuntimeError> {
     let etc = upper.join("etc");
     std::fs::create_dir_all(&etc).map_err(RuntimeError::io("create", &etc))?;
     std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755))
@@ -323,13 +336,7 @@ pub fn personalise(
         "127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     );
     write_file(&etc.join("hosts"), hosts.as_bytes(), 0o644, id_base)?;
-    match nameserver
-        .map(super::dns::resolv_conf)
-        .or_else(current_resolv_conf)
-    {
-        Some(conf) => write_file(&etc.join("resolv.conf"), conf.as_bytes(), 0o644, id_base),
-        None => Ok(()),
-    }
+    Ok(etc)
 }
 
 #[cfg(test)]

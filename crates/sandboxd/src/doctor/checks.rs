@@ -18,6 +18,11 @@ const NO_SPACE: u64 = 512 << 20;
 const PROBE_POOL_MB: u64 = 256;
 /// How long a tool the checks run may take.
 const TOOL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Tasks (processes and threads) an idle sandbox holds: its init and its agent (`bench density`
+/// measures it).
+const TASKS_PER_IDLE_SANDBOX: u64 = 2;
+/// Tasks left for the host and the daemon beside its sandboxes.
+const HOST_TASKS: u64 = 2048;
 
 /// Every check: [`host_checks`], then the probes that make (and remove) something beside the data
 /// dir — the disk-quota choice and idmapped mounts.
@@ -54,6 +59,7 @@ pub fn host_checks(config: &ServeConfig) -> Vec<Check> {
         data_space(config),
         listen(config),
         gvisor(config),
+        capacity(config),
     ]
 }
 
@@ -267,6 +273,48 @@ fn data_space(config: &ServeConfig) -> Check {
     }
 }
 
+fn capacity(config: &ServeConfig) -> Check {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    match (
+        read("/proc/sys/kernel/pid_max"),
+        read("/proc/sys/kernel/threads-max"),
+    ) {
+        (Some(pid_max), Some(threads_max)) => {
+            capacity_of(u64::from(config.net_slots), pid_max, threads_max)
+        }
+        _ => Check::degraded(
+            "capacity",
+            "cannot read kernel.pid_max or kernel.threads-max",
+            "mount /proc",
+        ),
+    }
+}
+
+/// Whether the host's task limits hold `slots` idle sandboxes (the most the daemon runs at once).
+fn capacity_of(slots: u64, pid_max: u64, threads_max: u64) -> Check {
+    let needed = slots * TASKS_PER_IDLE_SANDBOX + HOST_TASKS;
+    let limit = pid_max.min(threads_max);
+    let detail = format!(
+        "{slots} network slots: {slots} idle sandboxes hold {} tasks; kernel.pid_max {pid_max}, kernel.threads-max {threads_max}",
+        slots * TASKS_PER_IDLE_SANDBOX
+    );
+    if limit >= needed {
+        return Check::ok("capacity", detail);
+    }
+    let fits = limit.saturating_sub(HOST_TASKS) / TASKS_PER_IDLE_SANDBOX;
+    Check::degraded(
+        "capacity",
+        format!("{detail}: creates fail past about {fits} sandboxes"),
+        format!(
+            "raise the limit: sysctl -w kernel.pid_max=4194304 (kept in /etc/sysctl.d/), or lower --net-slots to {fits}"
+        ),
+    )
+}
+
 fn listen(config: &ServeConfig) -> Check {
     match std::net::TcpListener::bind(config.listen) {
         Ok(_) => Check::ok("listen", format!("{} is free", config.listen)),
@@ -441,6 +489,24 @@ mod tests {
         assert_eq!(kernel_version("garbage"), None);
         assert!(Some((6, 1)) >= Some(IDMAP_OVERLAY_KERNEL));
         assert!(Some((5, 10)) < Some(IDMAP_OVERLAY_KERNEL));
+    }
+
+    #[test]
+    fn capacity_is_judged_by_the_tasks_idle_sandboxes_hold() {
+        let ok = capacity_of(8000, 4_194_304, 192_724);
+        assert_eq!(ok.status, super::super::Status::Ok, "{ok:?}");
+        // Debian's default on a small host: 32768 tasks hold 15360 sandboxes besides the host's.
+        let short = capacity_of(16384, 32768, 192_724);
+        assert_eq!(short.status, super::super::Status::Degraded, "{short:?}");
+        assert!(
+            short.detail.ends_with("past about 15360 sandboxes"),
+            "{short:?}"
+        );
+        assert!(short.fix.unwrap().contains("--net-slots to 15360"));
+        assert_eq!(
+            capacity_of(8000, 32768, 192_724).status,
+            super::super::Status::Ok
+        );
     }
 
     #[test]
