@@ -29,6 +29,11 @@ const MAX_NET_SLOTS: usize = 16384;
 const PSS_SAMPLE: usize = 50;
 /// Execs and lists timed at the top.
 const TOP_SAMPLES: usize = 50;
+/// The run stops creating once the host's `MemAvailable` falls under this share of `MemTotal`
+/// (or [`MEMORY_FLOOR_MIN_KIB`], whichever is more), and says so: it measures, it does not run the
+/// host out of memory.
+const MEMORY_FLOOR_SHARE: u64 = 10;
+const MEMORY_FLOOR_MIN_KIB: u64 = 1 << 20;
 
 /// Options of `bench density`.
 #[derive(Debug, Clone, clap::Args)]
@@ -42,6 +47,10 @@ pub struct DensityArgs {
     /// Creates per line of the growth table.
     #[arg(long, default_value_t = 1000)]
     pub step: usize,
+    /// The daemon's `--disk-backend` (`auto`, `project`, `btrfs`, `off`): run once with `off` to see
+    /// what the disk-quota backend costs at density.
+    #[arg(long, default_value = "auto")]
+    pub disk_backend: String,
     /// The sandboxd binary (default: beside this executable, else target/release/sandboxd).
     #[arg(long)]
     pub daemon: Option<PathBuf>,
@@ -63,6 +72,8 @@ pub struct Growth {
 #[derive(Debug, Clone, Serialize)]
 pub struct DensityReport {
     pub asked: usize,
+    /// The daemon's `--disk-backend`.
+    pub disk_backend: String,
     /// Sandboxes live at the top.
     pub reached: usize,
     /// Why the run stopped short of `asked`, with the host's limits; `None` when it did not.
@@ -86,7 +97,10 @@ pub struct DensityReport {
 impl DensityReport {
     /// Lines for people.
     pub fn print(&self) {
-        println!("== density ({} sandboxes asked)", self.asked);
+        println!(
+            "== density ({} sandboxes asked, --disk-backend {})",
+            self.asked, self.disk_backend
+        );
         for g in &self.growth {
             println!(
                 "  {:>6} live: {:>6.1} creates/s  create p50 {} ms",
@@ -141,6 +155,7 @@ pub async fn run(args: &DensityArgs, interrupt: Interrupt) -> anyhow::Result<Den
             format!("--net-slots={}", (args.count + 16).min(MAX_NET_SLOTS)),
             // Nothing expires or pauses while the run climbs.
             "--default-timeout=3600".into(),
+            format!("--disk-backend={}", args.disk_backend),
         ],
     };
     let daemon = Daemon::start_node(&binary, &agent, node).await?;
@@ -170,6 +185,7 @@ async fn measure(
     interrupt: Interrupt,
 ) -> anyhow::Result<DensityReport> {
     let before = Host::read()?;
+    let floor_kib = (before.mem_total_kib / MEMORY_FLOOR_SHARE).max(MEMORY_FLOOR_MIN_KIB);
     let live = Arc::new(Mutex::new(Vec::<String>::with_capacity(args.count)));
     let took = Arc::new(Mutex::new(Vec::<(Instant, Duration)>::with_capacity(
         args.count,
@@ -177,7 +193,8 @@ async fn measure(
     let next = Arc::new(AtomicUsize::new(0));
     let failure = Arc::new(Mutex::new(None::<String>));
     let started = Instant::now();
-    let mut workers = Vec::new();
+    // A set: dropped (the run interrupted, its task aborted), it aborts the workers too.
+    let mut workers = tokio::task::JoinSet::new();
     for _ in 0..args.concurrency {
         let (fleet, live, took, next, failure) = (
             fleet.clone(),
@@ -186,17 +203,33 @@ async fn measure(
             next.clone(),
             failure.clone(),
         );
-        let count = args.count;
-        workers.push(tokio::spawn(async move {
+        let (count, step) = (args.count, args.step);
+        workers.spawn(async move {
             while next.fetch_add(1, Ordering::SeqCst) < count {
                 if failure.lock().expect("failure lock").is_some() {
                     return;
+                }
+                match Host::read() {
+                    Ok(host) if host.mem_available_kib < floor_kib => {
+                        failure.lock().expect("failure lock").get_or_insert(format!(
+                            "host memory: MemAvailable {} MiB, under the run's floor of {} MiB",
+                            host.mem_available_kib / 1024,
+                            floor_kib / 1024
+                        ));
+                        return;
+                    }
+                    _ => {}
                 }
                 let t = Instant::now();
                 match fleet.create().await {
                     Ok(sandbox) => {
                         took.lock().expect("took lock").push((t, t.elapsed()));
-                        live.lock().expect("live lock").push(sandbox.id);
+                        let mut live = live.lock().expect("live lock");
+                        live.push(sandbox.id);
+                        if live.len() % step == 0 {
+                            // Progress, for a run cut short.
+                            eprintln!("bench density: {} live", live.len());
+                        }
                     }
                     Err(e) => {
                         failure
@@ -207,9 +240,9 @@ async fn measure(
                     }
                 }
             }
-        }));
+        });
     }
-    let all = futures::future::join_all(workers);
+    let all = async { while workers.join_next().await.is_some() {} };
     tokio::select! {
         _ = all => {}
         _ = interrupted(interrupt.clone()) => bail!("interrupted"),
@@ -249,6 +282,7 @@ async fn measure(
     let deletes_per_sec = delete_all(&fleet, live, args.concurrency).await?;
     Ok(DensityReport {
         asked: args.count,
+        disk_backend: args.disk_backend.clone(),
         reached,
         stopped_by,
         growth,
@@ -314,19 +348,19 @@ async fn delete_all(
     let n = live.len();
     let queue = Arc::new(Mutex::new(live));
     let t = Instant::now();
-    let mut workers = Vec::new();
+    let mut workers = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
         let (fleet, queue) = (fleet.clone(), queue.clone());
-        workers.push(tokio::spawn(async move {
+        workers.spawn(async move {
             loop {
                 let Some(id) = queue.lock().expect("queue lock").pop() else {
                     return Ok::<_, anyhow::Error>(());
                 };
                 fleet.delete(&id).await?;
             }
-        }));
+        });
     }
-    for w in futures::future::join_all(workers).await {
+    while let Some(w) = workers.join_next().await {
         w.context("a delete worker died")??;
     }
     Ok(n as f64 / t.elapsed().as_secs_f64().max(1e-6))
@@ -334,6 +368,7 @@ async fn delete_all(
 
 /// The host figures read before and at the top.
 struct Host {
+    mem_total_kib: u64,
     mem_available_kib: u64,
     /// Tasks (processes and threads) on the host.
     tasks: u64,
@@ -344,6 +379,7 @@ impl Host {
         let meminfo = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
         let loadavg = std::fs::read_to_string("/proc/loadavg").context("reading /proc/loadavg")?;
         Ok(Host {
+            mem_total_kib: field_kib(&meminfo, "MemTotal:").context("no MemTotal")?,
             mem_available_kib: field_kib(&meminfo, "MemAvailable:").context("no MemAvailable")?,
             // The fourth field is `running/total` scheduling entities.
             tasks: loadavg

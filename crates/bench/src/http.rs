@@ -19,6 +19,7 @@ use crate::report::{verdict, Latency};
 use crate::steps::{StepBreakdown, StepSamples};
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
+use futures::StreamExt;
 use sandboxd_client::timing::Timed;
 use sandboxd_client::types::{CreateSandbox, ExecRequest};
 use sandboxd_client::{Client, ClientError, ListQuery};
@@ -33,6 +34,10 @@ pub const SANDBOX_TIMEOUT_SECS: u64 = 900;
 const LABEL: &str = "sandboxd-bench";
 const SERVER_PORT: u16 = 8000;
 const ETH0_ADDRESS: &str = "import fcntl,socket,struct;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);print(socket.inet_ntoa(fcntl.ioctl(s.fileno(),0x8915,struct.pack('256s',b'eth0'))[20:24]))";
+/// Deletes in flight at once when a fleet is torn down.
+const TEARDOWN_CONCURRENCY: usize = 4;
+/// Cold API create→first exec relative to a bare bwrap sandbox that the issue asks for.
+const COLD_OVER_BWRAP: f64 = 1.2;
 /// Proxy throughput relative to direct that the issue asks for.
 const RATIO_TARGET: f64 = 0.8;
 /// How long the server gets to start listening.
@@ -143,6 +148,9 @@ pub struct HttpReport {
     pub api_create_to_first_exec: Latency,
     /// Where its time went: the create's steps, then the first exec's.
     pub api_breakdown: Vec<StepBreakdown>,
+    /// Its peer: `bwrap --unshare-all … true` ([`crate::runtime::bwrap_floor`]); `None` without
+    /// bwrap.
+    pub bwrap_floor: Option<Latency>,
     pub api_delete: Option<Latency>,
     /// API create→first-exec taking a sandbox from a full warm pool ([`crate::warm_pool`]).
     pub pool_create_to_first_exec: Latency,
@@ -193,6 +201,17 @@ impl HttpReport {
         );
         for b in &self.api_breakdown {
             println!("{}", b.line());
+        }
+        match &self.bwrap_floor {
+            Some(bwrap) => {
+                println!("{}", bwrap.line("floor: bwrap … true"));
+                let ratio = self.api_create_to_first_exec.summary.p50_ms / bwrap.summary.p50_ms;
+                println!(
+                    "  API create→first-exec / bwrap p50 ratio {ratio:.2}  (target ≤{COLD_OVER_BWRAP}: {})",
+                    verdict(ratio <= COLD_OVER_BWRAP)
+                );
+            }
+            None => println!("floor: bwrap not installed (apt install bubblewrap)"),
         }
         println!(
             "{}",
@@ -320,6 +339,8 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let direct = figures.pop().expect("two figures");
     let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
     let (create, delete, api_breakdown) = api_create_first_exec(&fleet, args.creates).await?;
+    // Its peer, in the same run: a bare sandbox of a well-known tool.
+    let bwrap = crate::runtime::bwrap_floor(args.creates).await?;
     let (pooled, pool_breakdown) =
         crate::warm_pool::create_first_exec(&fleet, args.creates).await?;
     let volume_files = crate::volume_files::measure(&fleet).await?;
@@ -333,6 +354,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         ratio_target: RATIO_TARGET,
         ratio_met: ratio >= RATIO_TARGET,
         api_create_to_first_exec: Latency::new("API create→first-exec", &create, None)?,
+        bwrap_floor: bwrap.map(|b| Latency::new("bwrap", &b, None)).transpose()?,
         api_breakdown,
         pool_breakdown,
         api_delete: Latency::new("API delete", &delete, None).ok(),
@@ -571,8 +593,14 @@ impl ApiFleet {
         ids.sort();
         ids.dedup();
         let mut failed = Vec::new();
-        for id in ids {
-            match self.client.delete(&id).await {
+        // A few at a time: a run cut short may leave thousands (`bench density`).
+        let outcomes: Vec<_> = futures::stream::iter(ids)
+            .map(|id| async move { (self.client.delete(&id).await, id) })
+            .buffer_unordered(TEARDOWN_CONCURRENCY)
+            .collect()
+            .await;
+        for (outcome, id) in outcomes {
+            match outcome {
                 Ok(()) | Err(ClientError::Api { status: 404, .. }) => {}
                 Err(e) => failed.push(format!("{id}: {e}")),
             }

@@ -110,6 +110,11 @@ pub struct RuntimeReport {
     pub breakdown: Breakdown,
     /// `unshare --fork --pid --mount --net --uts --ipc --user --map-root-user true`, for reference.
     pub unshare_floor: Latency,
+    /// `/bin/true` spawned and awaited by this process: the floor of any exec round trip.
+    pub spawn_floor: Latency,
+    /// `bwrap --unshare-all --ro-bind / / --proc /proc --dev /dev true`, for reference; `None`
+    /// when bwrap is not installed.
+    pub bwrap_floor: Option<Latency>,
     /// The gVisor tier in the same run; `None` when not asked for.
     pub gvisor: Option<crate::gvisor::GvisorFigures>,
     /// What one mounted volume adds to create→first exec; `None` when not asked for.
@@ -146,9 +151,20 @@ impl RuntimeReport {
                 .unwrap_or_default()
         );
         println!("{}", self.exec_round_trip.line("exec round trip"));
+        println!("{}", self.spawn_floor.line("floor: spawn /bin/true"));
         println!("{}", self.pause.line("pause"));
         println!("{}", self.resume_to_exec.line("resume→exec"));
         println!("{}", self.unshare_floor.line("floor: unshare … true"));
+        match &self.bwrap_floor {
+            Some(bwrap) => {
+                println!("{}", bwrap.line("floor: bwrap … true"));
+                println!(
+                    "  create→first-exec / bwrap p50 ratio {:.2}",
+                    self.create_to_first_exec.summary.p50_ms / bwrap.summary.p50_ms
+                );
+            }
+            None => println!("floor: bwrap not installed (apt install bubblewrap)"),
+        }
         if let Some(volume) = &self.volume {
             volume.print();
         }
@@ -246,6 +262,8 @@ async fn measure(
     let rtt = exec_round_trips(&client, args.execs).await?;
     let (pause, resume_to_exec) = pause_cycles(&fleet, &client, args.resumes).await?;
     let floor = unshare_floor(args.sandboxes).await?;
+    let bwrap = bwrap_floor(args.sandboxes).await?;
+    let spawn = spawn_floor("/bin/true", &[], args.execs).await?;
     let volume = match args.volume_sandboxes {
         0 => None,
         n => Some(crate::volumes::measure(&fleet, n).await?),
@@ -278,6 +296,8 @@ async fn measure(
             destroy_p50_ms: None,
         },
         unshare_floor: Latency::new("unshare", &floor, None)?,
+        spawn_floor: Latency::new("spawn", &spawn, None)?,
+        bwrap_floor: bwrap.map(|b| Latency::new("bwrap", &b, None)).transpose()?,
         gvisor,
         volume,
     })
@@ -338,6 +358,52 @@ async fn pause_cycles(
     Ok((pause, resume))
 }
 
+/// `n` spawns of `bwrap --unshare-all --ro-bind / / --proc /proc --dev /dev true`: a bare
+/// sandbox of a well-known tool (namespaces and a root, no cgroup, network or agent); `None` when
+/// bwrap is not installed.
+pub(crate) async fn bwrap_floor(n: usize) -> anyhow::Result<Option<Vec<Duration>>> {
+    let args = [
+        "--unshare-all",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "true",
+    ];
+    match tokio::process::Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .await
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        other => {
+            other.context("running bwrap --version")?;
+        }
+    }
+    spawn_floor("bwrap", &args, n).await.map(Some)
+}
+
+/// `n` timed spawns of `program args`, each of which must succeed.
+async fn spawn_floor(program: &str, args: &[&str], n: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let status = tokio::process::Command::new(program)
+            .args(args)
+            .status()
+            .await
+            .with_context(|| format!("running {program}"))?;
+        samples.push(t.elapsed());
+        if !status.success() {
+            bail!("{program} {} failed: {status}", args.join(" "));
+        }
+    }
+    Ok(samples)
+}
+
 /// `n` spawns of `unshare … true`: the cost of the namespaces alone, without rootfs, cgroup, network
 /// or agent.
 async fn unshare_floor(n: usize) -> anyhow::Result<Vec<Duration>> {
@@ -352,20 +418,7 @@ async fn unshare_floor(n: usize) -> anyhow::Result<Vec<Duration>> {
         "--map-root-user",
         "true",
     ];
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        let status = tokio::process::Command::new("unshare")
-            .args(args)
-            .status()
-            .await
-            .context("running unshare")?;
-        samples.push(t.elapsed());
-        if !status.success() {
-            bail!("unshare {} failed: {status}", args.join(" "));
-        }
-    }
-    Ok(samples)
+    spawn_floor("unshare", &args, n).await
 }
 
 /// Removes a runtime state directory the bench made, unless something is mounted inside it (a leaked
