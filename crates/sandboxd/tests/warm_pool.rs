@@ -22,6 +22,23 @@ async fn base_pool(d: &Daemon) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// Sets `template`'s pool to `size` through the API.
+async fn set_pool(d: &Daemon, template: &str, size: u32) {
+    let set = d
+        .http()
+        .put(d.endpoint(&format!("/v1/warm-pools/{template}")))
+        .json(&json!({"size": size}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        set.status(),
+        200,
+        "{}",
+        set.text().await.unwrap_or_default()
+    );
+}
+
 /// Waits until `base`'s pool holds `ready` booted sandboxes and boots no more.
 async fn await_pool(d: &Daemon, ready: u64) -> Value {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -290,14 +307,7 @@ fn a_templates_pool_serves_its_files_and_holds_the_template() {
             )
             .await;
         assert_eq!(snap.status(), 201);
-        let set = d
-            .http()
-            .put(d.endpoint("/v1/warm-pools/pooled"))
-            .json(&json!({"size": 1}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(set.status(), 200);
+        set_pool(&d, "pooled", 1).await;
         let deadline = Instant::now() + Duration::from_secs(60);
         while query(
             &d,
@@ -340,14 +350,7 @@ fn a_templates_pool_serves_its_files_and_holds_the_template() {
             "{}",
             refused.text().await.unwrap_or_default()
         );
-        let emptied = d
-            .http()
-            .put(d.endpoint("/v1/warm-pools/pooled"))
-            .json(&json!({"size": 0}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(emptied.status(), 200);
+        set_pool(&d, "pooled", 0).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let status = d.delete("/v1/templates/pooled").await.status();
@@ -401,14 +404,7 @@ fn creates_and_execs_name_their_steps_in_server_timing() {
         for step in ["prepare", "admit", "runtime-create", "start", "ready"] {
             assert!(steps.iter().any(|s| s == step), "{step} not in {steps:?}");
         }
-        let set = d
-            .http()
-            .put(d.endpoint("/v1/warm-pools/base"))
-            .json(&json!({"size": 1}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(set.status(), 200);
+        set_pool(&d, "base", 1).await;
         await_pool(&d, 1).await;
         let pooled = d.post_json("/v1/sandboxes", &json!({})).await;
         let steps = server_timing(&pooled);
