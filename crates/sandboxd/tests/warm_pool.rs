@@ -191,7 +191,9 @@ fn two_hundred_creates_race_for_a_pool_of_ten() {
 
 /// Invariant: a daemon killed while its pool refills starts with the pool rebuilt: every entry the
 /// dead one left (booted or half-made) is gone with its sandbox and slot, new ones fill the pool,
-/// and the sandbox it had created runs on.
+/// and the sandbox it had created runs on. That sandbox's record names it by its new id without
+/// ever being rewritten (`Runtime::adopt`): the restarted daemon finds it, and its delete removes the
+/// cgroup it was made with under its pool id.
 #[test]
 fn kill9_while_the_pool_refills_rebuilds_it() {
     e2e(|| async {
@@ -201,6 +203,7 @@ fn kill9_while_the_pool_refills_rebuilds_it() {
         )
         .await;
         await_pool(&d, 2).await;
+        let made_as = entries(&d);
         let acked = d.create_id().await;
         // The claim woke the filler, whose next boot holds with its entry written.
         wait_for_row(&d, "SELECT id FROM warm_pool WHERE state = 'warming'").await;
@@ -216,6 +219,24 @@ fn kill9_while_the_pool_refills_rebuilds_it() {
         assert_holdings(&d, &BTreeSet::from([acked.clone()]));
         let out = d.exec(&acked, &["sh", "-c", "echo alive"]).await;
         assert_eq!(out.stdout.trim(), "alive");
+        let cgroups =
+            |d: &Daemon| -> Vec<_> { made_as.iter().flat_map(|key| d.cgroup_dirs(key)).collect() };
+        assert!(
+            !cgroups(&d).is_empty(),
+            "the adopted sandbox runs in the cgroup it was made with"
+        );
+        let deleted = d.delete(&format!("/v1/sandboxes/{acked}")).await;
+        assert_eq!(deleted.status(), 204);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cgroups(&d).is_empty() || runtime_ids(&d).contains(&acked) {
+            assert!(
+                Instant::now() < deadline,
+                "it outlived its delete: {:?} {:?}",
+                cgroups(&d),
+                runtime_ids(&d)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
 }
 
