@@ -152,7 +152,7 @@ pub async fn run(args: &DensityArgs, interrupt: Interrupt) -> anyhow::Result<Den
             .join(format!("sandboxd-bench-density-{}", std::process::id())),
         cgroup_parent: crate::runtime::CGROUP_PARENT.into(),
         args: vec![
-            format!("--net-slots={}", (args.count + 16).min(MAX_NET_SLOTS)),
+            format!("--net-slots={}", net_slots(args.count)),
             // Nothing expires or pauses while the run climbs.
             "--default-timeout=3600".into(),
             format!("--disk-backend={}", args.disk_backend),
@@ -266,7 +266,7 @@ async fn measure(
         .lock()
         .expect("failure lock")
         .clone()
-        .map(|e| format!("{e}; {}", Host::limits(reached)));
+        .map(|e| format!("{e}; {}", Host::limits(reached, net_slots(args.count))));
     // Idle: whatever the creates set going (refills, first calls home) settles.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let top = Host::read()?;
@@ -392,24 +392,30 @@ impl Host {
     }
 
     /// The host limits a create at `reached` live sandboxes may have hit, with their use.
-    fn limits(reached: usize) -> String {
+    fn limits(reached: usize, slots: usize) -> String {
         let read = |p: &str| {
             std::fs::read_to_string(p)
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "?".into())
         };
-        let tasks = Host::read()
-            .map(|h| h.tasks.to_string())
-            .unwrap_or_else(|_| "?".into());
-        let available = Host::read()
-            .map(|h| format!("{} MiB", h.mem_available_kib / 1024))
-            .unwrap_or_else(|_| "?".into());
+        let (tasks, available) = match Host::read() {
+            Ok(h) => (
+                h.tasks.to_string(),
+                format!("{} MiB", h.mem_available_kib / 1024),
+            ),
+            Err(_) => ("?".into(), "?".into()),
+        };
         format!(
-            "host limits at {reached} sandboxes: tasks {tasks} of kernel.pid_max {} (threads-max {}), MemAvailable {available}, network slots {reached} of the daemon's",
+            "host limits at {reached} sandboxes: tasks {tasks} of kernel.pid_max {} (threads-max {}), MemAvailable {available}, network slots {reached} of {slots}",
             read("/proc/sys/kernel/pid_max"),
             read("/proc/sys/kernel/threads-max"),
         )
     }
+}
+
+/// The daemon's network slots for a run of `count`: a few more than asked, within one daemon's.
+fn net_slots(count: usize) -> usize {
+    (count + 16).min(MAX_NET_SLOTS)
 }
 
 /// `Name:  123 kB` → 123.

@@ -72,13 +72,9 @@ impl StepSamples {
     }
 }
 
-/// Milliseconds unpadded: two decimals below 10, one above.
+/// Milliseconds as the reports write them, unpadded.
 fn fmt_ms(v: f64) -> String {
-    if v < 10.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.1}")
-    }
+    crate::report::ms(v).trim().to_string()
 }
 
 impl StepBreakdown {
