@@ -92,9 +92,8 @@ impl Forwarder {
         let bind_err = |e: std::io::Error| {
             RuntimeError::Network(format!("DNS forwarder on {}: {e}", config.listen))
         };
-        let socket = UdpSocket::bind(config.listen).await.map_err(bind_err)?;
+        let (socket, listener) = bind_both(config.listen).await.map_err(bind_err)?;
         let udp = socket.local_addr().map_err(bind_err)?;
-        let listener = TcpListener::bind(udp).await.map_err(bind_err)?;
         let tcp = listener.local_addr().map_err(bind_err)?;
         let shared = Arc::new(Shared {
             config,
@@ -117,6 +116,25 @@ impl Forwarder {
     /// The TCP address it listens on.
     pub fn tcp_addr(&self) -> SocketAddr {
         self.tcp
+    }
+}
+
+/// A UDP socket and a TCP listener on one address. With port 0, the TCP port is the one the UDP
+/// socket was given, which something else may hold already: then both are bound again, a few times.
+async fn bind_both(listen: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener)> {
+    const ATTEMPTS: usize = 8;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let socket = UdpSocket::bind(listen).await?;
+        match TcpListener::bind(socket.local_addr()?).await {
+            Ok(listener) => return Ok((socket, listener)),
+            Err(e)
+                if listen.port() == 0
+                    && e.kind() == std::io::ErrorKind::AddrInUse
+                    && attempt < ATTEMPTS => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -380,6 +398,16 @@ mod tests {
             tokio::join!(udp, tcp);
         });
         (addr, task)
+    }
+
+    /// A port asked for by number is that port or an error: only port 0 is bound again elsewhere.
+    #[tokio::test]
+    async fn a_named_port_held_over_tcp_is_an_error_and_port_zero_finds_a_free_pair() {
+        let held = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let err = bind_both(held.local_addr().unwrap()).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+        let (udp, tcp) = bind_both("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        assert_eq!(udp.local_addr().unwrap(), tcp.local_addr().unwrap());
     }
 
     async fn forwarder(upstreams: Vec<SocketAddr>) -> Forwarder {
