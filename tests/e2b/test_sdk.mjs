@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 import { createRequire } from 'node:module'
-import { CommandExitError, Sandbox, SandboxNotFoundError, Volume } from 'e2b'
+import { CommandExitError, Sandbox, SandboxNotFoundError, Volume, VolumeFileType } from 'e2b'
 
 const run = randomUUID().slice(0, 12)
 const created = new Set()
@@ -392,6 +392,14 @@ const checks = {
       assert.equal(await vol.readFile('/note'), 'from-a\n')
       const names = (await vol.list('/')).map((e) => e.name).sort()
       assert.deepEqual(names, ['note', 'seed'])
+      // An entry's stat, and its mode changed through the volume API.
+      const st = await vol.getInfo('/note')
+      assert.deepEqual([st.name, st.path, st.size, st.type], ['note', '/note', 7, VolumeFileType.FILE])
+      assert.ok(st.mtime instanceof Date && !Number.isNaN(st.mtime.getTime()), `mtime ${st.mtime}`)
+      assert.equal((await vol.updateMetadata('/note', { mode: 0o600 })).mode & 0o777, 0o600)
+      assert.equal((await vol.getInfo('/note')).mode & 0o777, 0o600)
+      assert.equal((await vol.getInfo('/seed')).type, VolumeFileType.DIRECTORY)
+      assert.equal(await vol.exists('/nothing-here'), false)
       await assert.rejects(Volume.destroy(vol.volumeId), (e) => /mounted/.test(`${e}`))
       await a.kill()
       await b.kill()

@@ -97,23 +97,38 @@ fn c_path(path: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
 }
 
-/// A detached mount of `dir` whose owners read through `userns` (see [`user_namespace`]).
-pub fn idmapped_clone(dir: &Path, userns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
-    let path = c_path(dir)?;
+/// A detached mount of `path` resolved from `dirfd` (`AT_EMPTY_PATH` among `flags`: `dirfd` itself).
+fn open_tree(dirfd: libc::c_int, path: &CString, flags: libc::c_uint) -> io::Result<OwnedFd> {
     // SAFETY: open_tree with a valid C string returns a new descriptor we own, or -1.
     let tree = unsafe {
         libc::syscall(
             libc::SYS_open_tree,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
-            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC as libc::c_uint,
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC as libc::c_uint | flags,
         )
     };
     if tree < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `tree` was just returned by open_tree and is owned by nobody else.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+    Ok(unsafe { OwnedFd::from_raw_fd(tree as i32) })
+}
+
+/// A detached mount of the directory `dir` is open on, owners as they are: what it names can no
+/// longer change, whatever is renamed or linked on its path afterwards. It can be put in place
+/// (`move_mount`, as [`attach`] does) in any mount namespace its holder has entered since.
+pub fn detached_clone(dir: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    open_tree(
+        dir.as_raw_fd(),
+        &CString::default(),
+        libc::AT_EMPTY_PATH as libc::c_uint,
+    )
+}
+
+/// A detached mount of `dir` whose owners read through `userns` (see [`user_namespace`]).
+pub fn idmapped_clone(dir: &Path, userns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let tree = open_tree(libc::AT_FDCWD, &c_path(dir)?, 0)?;
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_IDMAP,
         attr_clr: 0,
@@ -229,6 +244,26 @@ mod tests {
         assert_eq!(through("unmapped").uid(), 65534);
         let on_disk = std::fs::metadata(&mapped).unwrap();
         assert_eq!((on_disk.uid(), on_disk.gid()), (100_005, 100_007));
+    }
+
+    /// A plain clone names the directory it was opened on, even once that path is a link elsewhere.
+    #[test]
+    fn a_plain_clone_keeps_its_directory_when_the_path_changes() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("file"), b"inside").unwrap();
+        let opened = std::fs::File::open(&sub).unwrap();
+        let tree = detached_clone(opened.as_fd()).unwrap();
+        std::fs::rename(&sub, dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink("/etc", &sub).unwrap();
+        let through = format!("/proc/self/fd/{}/file", tree.as_raw_fd());
+        assert_eq!(std::fs::read(&through).unwrap(), b"inside");
+        assert!(std::fs::metadata(format!("/proc/self/fd/{}/passwd", tree.as_raw_fd())).is_err());
     }
 
     #[test]

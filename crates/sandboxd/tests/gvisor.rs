@@ -4,7 +4,8 @@
 mod common;
 
 use common::{
-    assert_agree, built, e2e, id_of, in_background, restart_and_reconcile, runtime_ids, Daemon,
+    assert_agree, built, e2e, expect_error, id_of, in_background, restart_and_reconcile,
+    runtime_ids, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -255,7 +256,8 @@ fn a_fork_killed_mid_way_leaves_no_half_copy() {
 /// A volume is one tree across tiers: what a gVisor sandbox writes there a namespace sandbox reads
 /// at once, owned by `user` in both; a pause (a checkpoint) and a fork keep the mount, and what was
 /// written while the sandbox was paused is there after its resume; a snapshot copies the sandbox's
-/// own files, not the volume's; a subpath mount is refused in the gVisor tier, saying why.
+/// own files, not the volume's; a subpath mount is the directory it names in the gVisor tier too,
+/// and one through a link a sandbox planted is refused.
 #[test]
 fn a_volume_is_shared_between_a_gvisor_and_a_namespace_sandbox() {
     e2e(|| async {
@@ -341,10 +343,17 @@ fn a_volume_is_shared_between_a_gvisor_and_a_namespace_sandbox() {
             )
             .await;
         assert_eq!(looked.stdout, "own0\n", "{looked:?}");
-        let sub = json!({"isolation": "gvisor", "volumes": [{"name": "across", "path": "/w", "subpath": "x"}]});
-        let refused = d.post_json("/v1/sandboxes", &sub).await;
-        assert_eq!(refused.status(), 400);
-        let text = refused.text().await.unwrap();
-        assert!(text.contains("namespace"), "{text}");
+        let at = |subpath: &str| json!({"isolation": "gvisor", "volumes": [{"name": "across", "path": "/w", "subpath": subpath}]});
+        let sub = id_of(&d.create(at("x/y")).await);
+        let wrote = d
+            .exec(&sub, &["sh", "-c", "echo sub > /w/s && ls -A /w"])
+            .await;
+        assert_eq!(wrote.stdout, "s\n", "{wrote:?}");
+        let seen = d.exec(&plain, &["cat", "/data/x/y/s"]).await;
+        assert_eq!(seen.stdout, "sub\n", "{seen:?}");
+        let planted = d.exec(&plain, &["ln", "-s", "/", "/data/escape"]).await;
+        assert_eq!(planted.exit_code, 0, "{planted:?}");
+        let refused = d.post_json("/v1/sandboxes", &at("escape/etc")).await;
+        expect_error("a gVisor subpath through a link", refused, 400, None).await;
     });
 }

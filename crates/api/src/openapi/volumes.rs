@@ -48,18 +48,10 @@ pub(super) fn constrain(doc: &mut Value, disk_quota: bool) {
     ]}});
     mount["subpath"] = json!({"type": ["string", "null"], "maxLength": 4096,
         "pattern": "^[^\\u0000]*$", "not": {"anyOf": [{"pattern": DOT_DOT}, {"pattern": LONG_NAME}]}});
-    // Two mounts at one path, or one inside another, are refused; so is a subpath in the gVisor
-    // tier (it binds whole volumes only).
+    // Two mounts at one path, or one inside another, are refused.
     let volumes = &mut schemas["CreateSandbox"]["properties"]["volumes"];
     volumes["maxItems"] = json!(16);
     volumes["uniqueItems"] = json!(true);
-    let whole = json!({"properties": {"volumes": {"type": ["array", "null"], "items": {
-        "properties": {"subpath": {"anyOf": [{"type": "null"}, {"maxLength": 0}, {"pattern": "^/*$"}]}}}}}});
-    let gvisor =
-        json!({"properties": {"isolation": {"const": "gvisor"}}, "required": ["isolation"]});
-    if let Some(all) = schemas["CreateSandbox"]["allOf"].as_array_mut() {
-        all.push(json!({"if": gvisor, "then": whole}));
-    }
     let paths = &mut doc["paths"];
     let inside = json!({"maxLength": 4096, "pattern": "^[^\\u0000]*$",
         "not": {"anyOf": [{"pattern": DOT_DOT}, {"pattern": LONG_NAME}]}});

@@ -4,7 +4,8 @@
 //! the sandbox), whose root is the overlay the launcher mounts on its stage ([`Stage::root`], so writes
 //! land in the sandbox's own writable layer, `--overlay2=none`), with the host's read-only binds of its
 //! root plan (the agent and the call-home directory from the stage), a read-write bind of its own
-//! `shared/` directory at [`super::SHARED_DIR`], its volumes (whole ones only), its network
+//! `shared/` directory at [`super::SHARED_DIR`], its volumes (each from the stage, where the
+//! launcher put the directory it mounts), its network
 //! namespace the file [`SandboxPaths::netns`] (already wired by the runtime), and a user namespace
 //! mapping its ids `0..65536` onto the storage range, so the shared layers' owners are its own and
 //! the gofer serving its files runs unprivileged. Cgroups are the runtime's (`--ignore-cgroups`); the
@@ -125,15 +126,9 @@ pub(crate) fn spec(
         mounts.push(bind(&source, &b.target, b.read_only)?);
     }
     for (n, v) in root.volumes.iter().enumerate() {
-        // runsc's gofer opens a mount's source by path; a subpath inside a shared volume could be a
-        // link another sandbox planted by then, so only whole volumes are mounted in this tier.
-        if !v.subpath.is_empty() {
-            return Err(RuntimeError::Unsupported(format!(
-                "mounting a volume's subpath ({}) needs isolation \"namespace\"",
-                v.subpath
-            )));
-        }
-        // Served from the stage, like the agent (see `launch`).
+        // Served from the stage, like the agent: runsc's gofer opens a mount's source by path, and a
+        // path inside a shared volume could be a link another sandbox planted by then, so the
+        // launcher puts there the directory it opened without following any (see `launch`).
         mounts.push(bind(&Stage::volume(n), &v.target, v.read_only)?);
     }
     mounts.push(bind(&Stage::shared(), Path::new(super::SHARED_DIR), false)?);
@@ -235,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn volumes_are_bound_whole_and_a_subpath_is_refused() {
+    fn volumes_and_their_subpaths_are_bound_from_the_stage() {
         let paths = SandboxPaths::new(Path::new("/state/sandboxes"), "sb1");
         let spec_json = |plan: &RootPlan| {
             spec(&SandboxSpec::base("sb1", "t"), plan, &paths, 100_000)
@@ -251,9 +246,10 @@ mod tests {
             .unwrap();
         assert_eq!(data["source"], "/run/sandboxd-gvisor/volume-0");
         assert_eq!(data["options"], serde_json::json!(["rbind", "rw"]));
+        // A subpath is the launcher's to open: the bundle names the stage either way.
         let mut sub = plan();
         sub.volumes[0].subpath = "a/b".into();
-        assert!(matches!(spec_json(&sub), Err(RuntimeError::Unsupported(_))));
+        assert_eq!(spec_json(&sub).unwrap()["mounts"], json["mounts"]);
     }
 
     #[test]

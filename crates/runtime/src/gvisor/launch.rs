@@ -7,7 +7,9 @@
 //! - in a private mount namespace of its own, where [`PROCFS_NET_WORKAROUND`] applies and where a
 //!   tmpfs on [`STAGE`] holds what the sandbox's gofer serves: the overlay root at [`Stage::root`]
 //!   and binds of the host paths the bundle names ([`Stage::shared`], [`Stage::callback`],
-//!   [`Stage::agent`], [`Stage::volume`]). The gofer runs as the sandbox's (unprivileged) root and could not traverse
+//!   [`Stage::agent`]), and at [`Stage::volume`] each volume's directory, as the caller opened it
+//!   before the fork (a detached mount: a link planted on its path since changes nothing). The gofer
+//!   runs as the sandbox's (unprivileged) root and could not traverse
 //!   the runtime's private state directories to reach them where they lie; the stage is visible to
 //!   nothing on the host and goes with the last process of the sandbox.
 //!
@@ -16,6 +18,7 @@
 
 use crate::RuntimeError;
 use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -105,8 +108,9 @@ pub struct StagePlan<'a> {
     pub callback: Option<&'a Path>,
     /// The agent binary.
     pub agent: &'a Path,
-    /// The roots of its volumes, in order.
-    pub volumes: &'a [PathBuf],
+    /// Its volumes' directories, in order, as detached mounts
+    /// ([`sandboxd_idmap::detached_clone`]).
+    pub volumes: &'a [OwnedFd],
 }
 
 /// What the child needs, prepared before the fork.
@@ -117,6 +121,8 @@ struct Prepared {
     overlay: CString,
     /// (host source, stage target, whether the target is a file) of every bind.
     binds: Vec<(CString, CString, bool)>,
+    /// (detached mount, stage target) of every volume.
+    volumes: Vec<(RawFd, CString)>,
 }
 
 fn cstring(what: &'static str, bytes: &[u8]) -> Result<CString, RuntimeError> {
@@ -166,13 +172,12 @@ pub fn spawn(
             false,
         ));
     }
-    for (n, volume) in plan.volumes.iter().enumerate() {
-        binds.push((
-            path("a volume", volume)?,
-            path("", &Stage::volume(n))?,
-            false,
-        ));
-    }
+    let volumes = plan
+        .volumes
+        .iter()
+        .enumerate()
+        .map(|(n, tree)| Ok((tree.as_raw_fd(), path("", &Stage::volume(n))?)))
+        .collect::<Result<_, RuntimeError>>()?;
     let prepared = Prepared {
         procs: procs
             .iter()
@@ -182,13 +187,15 @@ pub fn spawn(
         root: path("", &Stage::root())?,
         overlay: cstring("the overlay options", plan.overlay.as_bytes())?,
         binds,
+        volumes,
     };
     let err_log = log.try_clone().map_err(RuntimeError::Spawn)?;
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(err_log));
     // SAFETY: the closure runs in the child between fork and exec; it only makes raw system calls on
-    // the C strings prepared above (no allocation, no locks) and reports failure through errno.
+    // the C strings prepared above and on the plan's descriptors, which the caller holds until this
+    // returns (after the exec), with no allocation and no locks, and reports failure through errno.
     unsafe {
         cmd.pre_exec(move || enter(&prepared));
     }
@@ -268,6 +275,20 @@ fn enter(p: &Prepared) -> std::io::Result<()> {
                 libc::MS_BIND,
                 std::ptr::null(),
             ) != 0
+            {
+                return fail();
+            }
+        }
+        for (tree, target) in &p.volumes {
+            if libc::mkdir(target.as_ptr(), 0o755) != 0
+                || libc::syscall(
+                    libc::SYS_move_mount,
+                    *tree,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    target.as_ptr(),
+                    libc::MOVE_MOUNT_F_EMPTY_PATH,
+                ) != 0
             {
                 return fail();
             }

@@ -478,7 +478,11 @@ impl GvisorRuntime {
             .append(true)
             .open(&log_path)
             .map_err(RuntimeError::io("open", &log_path))?;
-        let volumes: Vec<PathBuf> = root.volumes.iter().map(|v| v.root.clone()).collect();
+        let volumes = root
+            .volumes
+            .iter()
+            .map(open_volume)
+            .collect::<Result<Vec<_>, _>>()?;
         let plan = launch::StagePlan {
             overlay: &overlay,
             shared: &paths.shared(),
@@ -690,6 +694,28 @@ impl Runtime for GvisorRuntime {
     async fn stats(&self, id: &str) -> Result<cgroup::CgroupStats, RuntimeError> {
         self.host.stats(id).await
     }
+}
+
+/// The directory of `volume` the sandbox mounts, opened beneath the volume's root without following
+/// any link (a link a sandbox planted in a shared volume never redirects a mount), as a detached
+/// mount its stage takes ([`launch::StagePlan::volumes`]).
+fn open_volume(
+    volume: &sandboxd_envd::boot::VolumeMount,
+) -> Result<std::os::fd::OwnedFd, RuntimeError> {
+    use sandboxd_volumes::beneath;
+    use std::os::fd::AsFd;
+    let subpath =
+        sandboxd_volumes::RelPath::parse(&volume.subpath).map_err(|e| RuntimeError::Boot {
+            stage: "volume subpath".into(),
+            message: e.to_string(),
+        })?;
+    beneath::open_root(&volume.root)
+        .and_then(|root| beneath::open_dir(&root, &subpath, true))
+        .and_then(|dir| sandboxd_idmap::detached_clone(dir.as_fd()))
+        .map_err(|e| RuntimeError::Boot {
+            stage: "open volume".into(),
+            message: format!("{}{}: {e}", volume.root.display(), subpath.display()),
+        })
 }
 
 #[cfg(test)]
