@@ -27,7 +27,8 @@ pub enum Command {
     Config(ConfigCommand),
     /// Check this host for everything `serve` uses — kernel, cgroups and their controllers, user
     /// namespaces, overlayfs, idmapped mounts, the disk-quota backend it would pick and why,
-    /// nftables, the agent, the data dir's space, the listen address, the gVisor tier — each ok,
+    /// nftables, the agent, the data dir's space, the listen address, the gVisor tier, the limits on
+    /// tasks and open files against `--net-slots` — each ok,
     /// degraded or missing with its fix. Takes `serve`'s flags and config file. Exit status 1 when
     /// sandboxes cannot run at all.
     Doctor(Box<DoctorConfig>),

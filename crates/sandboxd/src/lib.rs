@@ -17,6 +17,7 @@ pub mod doctor;
 pub mod gateway;
 pub mod identity;
 pub mod mcp;
+pub mod open_files;
 pub mod tls;
 
 use anyhow::Context;
@@ -233,6 +234,17 @@ fn admin_token(data_dir: &Path) -> anyhow::Result<String> {
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(file) = &config.config {
         tracing::info!(file = %file.display(), "read the config file");
+    }
+    match open_files::raise() {
+        Ok((before, now)) if before < now => {
+            tracing::info!(
+                before,
+                now,
+                "raised the limit on open files to the hard limit"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not raise the limit on open files"),
     }
     // What `sandboxd doctor` would say of this host, in the log, off the start-up path (the listen
     // address is this daemon's to take, not a check).

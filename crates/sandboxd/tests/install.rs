@@ -91,6 +91,7 @@ fn doctor_checks_the_host_and_leaves_nothing_behind() {
         "data dir",
         "listen",
         "gvisor tier",
+        "open files",
         "disk quota",
         "id ranges",
     ] {

@@ -60,6 +60,7 @@ pub fn host_checks(config: &ServeConfig) -> Vec<Check> {
         listen(config),
         gvisor(config),
         capacity(config),
+        crate::open_files::check(u64::from(config.net_slots)),
     ]
 }
 
