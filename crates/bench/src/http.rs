@@ -15,7 +15,7 @@
 //! namespace as the daemon).
 
 use crate::load::{self, LoadResult, LoadTarget};
-use crate::report::{verdict, Latency};
+use crate::report::{verdict, Latency, Target};
 use crate::steps::{StepBreakdown, StepSamples};
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
@@ -34,6 +34,13 @@ pub const SANDBOX_TIMEOUT_SECS: u64 = 900;
 const LABEL: &str = "sandboxd-bench";
 const SERVER_PORT: u16 = 8000;
 const ETH0_ADDRESS: &str = "import fcntl,socket,struct;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);print(socket.inet_ntoa(fcntl.ioctl(s.fileno(),0x8915,struct.pack('256s',b'eth0'))[20:24]))";
+/// The goal for a delete, which answers once the sandbox's processes are gone.
+const DELETE_TARGET: Target = Target {
+    p50_ms: Some(5.0),
+    p99_ms: None,
+};
+/// The longest a delete's teardown behind its answer may take in the delete figure.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(10);
 /// Deletes in flight at once when a fleet is torn down.
 const TEARDOWN_CONCURRENCY: usize = 4;
 /// Cold API create→first exec relative to a bare bwrap sandbox that the issue asks for.
@@ -151,7 +158,11 @@ pub struct HttpReport {
     /// Its peer: `bwrap --unshare-all … true` ([`crate::runtime::bwrap_floor`]); `None` without
     /// bwrap.
     pub bwrap_floor: Option<Latency>,
+    /// API delete of a sandbox, each once the previous one's teardown (behind its answer) ended:
+    /// what one delete waits for.
     pub api_delete: Option<Latency>,
+    /// API deletes back to back, each while the teardowns of those before it run.
+    pub api_delete_back_to_back: Option<Latency>,
     /// API create→first-exec taking a sandbox from a full warm pool ([`crate::warm_pool`]).
     pub pool_create_to_first_exec: Latency,
     /// Where its time went: the create's steps, then the first exec's.
@@ -223,6 +234,9 @@ impl HttpReport {
         }
         if let Some(d) = &self.api_delete {
             println!("{}", d.line("API delete"));
+        }
+        if let Some(d) = &self.api_delete_back_to_back {
+            println!("{}", d.line("  … back to back"));
         }
         self.volume_files.print();
     }
@@ -338,7 +352,8 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let proxy = figures.pop().expect("two figures");
     let direct = figures.pop().expect("two figures");
     let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
-    let (create, delete, api_breakdown) = api_create_first_exec(&fleet, args.creates).await?;
+    let (create, (delete, back_to_back), api_breakdown) =
+        api_create_first_exec(&fleet, args.creates).await?;
     // Its peer, in the same run: a bare sandbox of a well-known tool.
     let bwrap = crate::runtime::bwrap_floor(args.creates).await?;
     let (pooled, pool_breakdown) =
@@ -357,7 +372,8 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         bwrap_floor: bwrap.map(|b| Latency::new("bwrap", &b, None)).transpose()?,
         api_breakdown,
         pool_breakdown,
-        api_delete: Latency::new("API delete", &delete, None).ok(),
+        api_delete: Latency::new("API delete", &delete, Some(DELETE_TARGET)).ok(),
+        api_delete_back_to_back: Latency::new("API delete", &back_to_back, None).ok(),
         pool_create_to_first_exec: pooled,
         volume_files,
     })
@@ -368,11 +384,17 @@ pub(crate) fn create_exec_samples() -> [StepSamples; 2] {
     [StepSamples::new("create"), StepSamples::new("first exec")]
 }
 
-/// `n` times: create, run `true`; then delete each. Returns both latencies and the breakdowns.
+/// `n` times: create, run `true`; then delete each: the first half one at a time, each once the
+/// daemon reported the previous one's teardown done (`sandbox.deleted`), the rest back to back.
+/// Returns the create latencies, both sets of delete latencies and the breakdowns.
 async fn api_create_first_exec(
     fleet: &ApiFleet,
     n: usize,
-) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, Vec<StepBreakdown>)> {
+) -> anyhow::Result<(
+    Vec<Duration>,
+    (Vec<Duration>, Vec<Duration>),
+    Vec<StepBreakdown>,
+)> {
     let mut created = Vec::with_capacity(n);
     let mut took = Vec::with_capacity(n);
     let mut samples = create_exec_samples();
@@ -381,15 +403,36 @@ async fn api_create_first_exec(
         took.push(t);
         created.push(id);
     }
-    let mut deleted = Vec::with_capacity(n);
-    for id in created {
+    let mut events = std::pin::pin!(fleet.client.events().await?);
+    let (alone, rest) = created.split_at(n / 2);
+    let mut deleted = Vec::with_capacity(alone.len());
+    for id in alone {
         let t = Instant::now();
-        fleet.client.delete(&id).await?;
+        fleet.client.delete(id).await?;
         deleted.push(t.elapsed());
-        fleet.forget(&id);
+        fleet.forget(id);
+        let torn_down = async {
+            while let Some(event) = events.next().await {
+                let event = event?;
+                if event.kind == "sandbox.deleted" && event.data["id"] == id.as_str() {
+                    return Ok(());
+                }
+            }
+            bail!("the event feed ended before {id}'s teardown did")
+        };
+        tokio::time::timeout(TEARDOWN_WAIT, torn_down)
+            .await
+            .with_context(|| format!("{id}'s teardown took over {TEARDOWN_WAIT:?}"))??;
+    }
+    let mut back_to_back = Vec::with_capacity(rest.len());
+    for id in rest {
+        let t = Instant::now();
+        fleet.client.delete(id).await?;
+        back_to_back.push(t.elapsed());
+        fleet.forget(id);
     }
     let breakdown = samples.iter().filter_map(StepSamples::summary).collect();
-    Ok((took, deleted, breakdown))
+    Ok((took, (deleted, back_to_back), breakdown))
 }
 
 /// Runs `cmd` in sandbox `id` and returns its stdout; a non-zero exit is an error.

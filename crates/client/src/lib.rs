@@ -18,6 +18,7 @@ pub mod api_keys;
 pub mod cluster;
 pub mod code;
 mod error;
+pub mod events;
 pub mod exec;
 pub mod files;
 pub mod git;

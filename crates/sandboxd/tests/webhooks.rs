@@ -9,7 +9,7 @@ mod common;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
-use common::{e2e, id_of, Daemon};
+use common::{e2e, id_of, runtime_ids, Daemon};
 use futures::StreamExt;
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
@@ -430,5 +430,42 @@ fn bad_registrations_are_rejected_and_nothing_is_stored() {
         assert_eq!(resp.status(), 204);
         let resp = daemon.delete(&format!("/v1/webhooks/{id}")).await;
         assert_eq!(resp.status(), 404);
+    });
+}
+
+/// The client's event feed (`sandboxd_client::Client::events`) has a sandbox's events in order, and
+/// `sandbox.deleted` comes once the teardown behind the delete's answer ended: by then the runtime
+/// holds nothing of the sandbox.
+#[test]
+fn the_clients_feed_reports_a_delete_once_its_teardown_ended() {
+    e2e(|| async {
+        let daemon = Daemon::start().await;
+        let client = sandboxd_client::Client::new(&daemon.url(), daemon.token()).unwrap();
+        let mut feed = std::pin::pin!(client.events().await.unwrap());
+        let id = daemon.create_id().await;
+        let deleted = daemon.delete(&format!("/v1/sandboxes/{id}")).await;
+        assert!(deleted.status().is_success(), "{}", deleted.status());
+        let mut kinds = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kinds.last().map(String::as_str) != Some("sandbox.deleted") {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = tokio::time::timeout(left, feed.next())
+                .await
+                .unwrap_or_else(|_| panic!("no sandbox.deleted on the feed: {kinds:?}"))
+                .expect("the feed ended")
+                .expect("an event");
+            assert!(event.id.starts_with("evt_"), "{event:?}");
+            if event.data["id"] == id.as_str() {
+                kinds.push(event.kind);
+            }
+        }
+        assert_eq!(
+            kinds,
+            ["sandbox.created", "sandbox.running", "sandbox.deleted"]
+        );
+        assert!(
+            !runtime_ids(&daemon).contains(&id),
+            "{id} is still in the runtime"
+        );
     });
 }
