@@ -1,9 +1,10 @@
 //! Spawning one process as a user, on pipes or on a terminal.
 //!
 //! Guarantees for the child, all set up between fork and exec: its own process group (with a PTY: its
-//! own session, whose controlling terminal is the PTY); `oom_score_adj` back to 0 (the agent runs at
-//! -1000 and children must be killable first); the user's supplementary groups, gid and uid (in that
-//! order, so no privilege is kept); then `chdir` to the working directory as that user. The environment
+//! own session, whose controlling terminal is the PTY); the user's supplementary groups, gid and uid
+//! (in that order, so no privilege is kept); then `chdir` to the working directory as that user. It
+//! keeps the `oom_score_adj` the sandbox was started with, as the agent does (inside a sandbox,
+//! opening `/proc/self/oom_score_adj` for writing is refused, so the agent could not change it). The environment
 //! is built from scratch: `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL` (and `TERM=xterm-256color` with a
 //! PTY), then the sandbox-wide variables, then the request's, each later source overriding earlier ones.
 //! With a PTY the terminal is the child's stdin, stdout and stderr, and belongs to the user.
@@ -163,11 +164,9 @@ pub fn spawn(spec: SpawnSpec) -> Result<Spawned, ServerError> {
     }
     let with_terminal = terminal.is_some();
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (open/write/close, setsid/ioctl, setgroups/setgid/setuid, chdir) on memory prepared
-    // before fork.
+    // system calls (setsid/ioctl, setgroups/setgid/setuid, chdir) on memory prepared before fork.
     unsafe {
         cmd.pre_exec(move || {
-            reset_oom_score();
             if with_terminal {
                 pty::make_controlling_terminal()?;
             }
@@ -222,19 +221,6 @@ fn open_terminal(
         }
     }
     Ok((master, slave))
-}
-
-/// Sets this (forked) process's `oom_score_adj` to 0. Raising it needs no privilege.
-fn reset_oom_score() {
-    const PATH: &[u8] = b"/proc/self/oom_score_adj\0";
-    // SAFETY: PATH is NUL-terminated; the buffer outlives the write; the fd is closed once.
-    unsafe {
-        let fd = libc::open(PATH.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd >= 0 {
-            let _ = libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
-        }
-    }
 }
 
 #[cfg(test)]
