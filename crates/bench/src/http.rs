@@ -9,7 +9,7 @@
 //! are created and each runs `true` once, over the API.
 //!
 //! Guarantees: every sandbox is created with the label `sandboxd-bench=<run>` and a lifetime of
-//! [`SANDBOX_TIMEOUT_SECS`]; at the end (success, error or Ctrl-C) every sandbox carrying this run's
+//! [`SANDBOX_TIMEOUT_SECS`] (unless its figure asks for another); at the end (success, error or Ctrl-C) every sandbox carrying this run's
 //! label is deleted, including one whose create answer was lost, and the daemon's own expiry is the
 //! backstop if the bench dies. Assumes this process can reach the sandbox's address (same network
 //! namespace as the daemon).
@@ -567,11 +567,12 @@ impl ApiFleet {
         Ok(timed)
     }
 
-    /// `body` with this run's label and lifetime.
+    /// `body` with this run's label, and its lifetime ([`SANDBOX_TIMEOUT_SECS`] unless `body`
+    /// names one).
     fn labelled(&self, body: CreateSandbox) -> CreateSandbox {
         CreateSandbox {
             metadata: Some(BTreeMap::from([(LABEL.to_string(), self.run.clone())])),
-            timeout_sec: Some(SANDBOX_TIMEOUT_SECS),
+            timeout_sec: body.timeout_sec.or(Some(SANDBOX_TIMEOUT_SECS)),
             ..body
         }
     }
