@@ -384,6 +384,8 @@ const checks = {
       const entry = await vol.writeFile('/seed/hello.txt', 'from js')
       assert.equal(entry.path, '/seed/hello.txt')
       assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId))
+      const info = await Volume.getInfo(vol.volumeId)
+      assert.deepEqual([info.volumeId, info.name], [vol.volumeId, name])
       const a = await newSandbox('volume-a', { volumeMounts: { '/data': vol } })
       const b = await newSandbox('volume-b', { volumeMounts: { '/mnt/shared': name } })
       assert.equal((await a.commands.run('cat /data/seed/hello.txt')).stdout, 'from js')
