@@ -8,7 +8,7 @@
 //! against `--net-slots` ([`judge`]). Sandboxes inherit the raised limit, as a service's children
 //! inherit its unit's `LimitNOFILE`.
 
-use crate::doctor::Check;
+use crate::doctor::{per_sandbox_limit, Check};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
 /// Descriptors the daemon holds for each idle sandbox.
@@ -42,22 +42,16 @@ pub fn check(slots: u64) -> Check {
 
 /// Whether a hard limit of `hard` open files holds `slots` idle sandboxes.
 fn judge(slots: u64, hard: u64) -> Check {
-    let needed = slots * FDS_PER_IDLE_SANDBOX + DAEMON_FDS;
     let detail = format!(
         "{slots} network slots: {slots} idle sandboxes hold {} descriptors in the daemon; its hard limit on open files is {hard} (serve raises its soft limit to it)",
         slots * FDS_PER_IDLE_SANDBOX
     );
-    if hard >= needed {
-        return Check::ok("open files", detail);
-    }
-    let fits = hard.saturating_sub(DAEMON_FDS) / FDS_PER_IDLE_SANDBOX;
-    Check::degraded(
-        "open files",
-        format!("{detail}: creates fail past about {fits} sandboxes"),
+    let limit = (FDS_PER_IDLE_SANDBOX, DAEMON_FDS, hard);
+    per_sandbox_limit("open files", slots, limit, detail, |fits| {
         format!(
             "raise the hard limit: LimitNOFILE=1048576 in the unit (the package's has it), or `ulimit -Hn 1048576` before serve; or lower --net-slots to {fits}"
-        ),
-    )
+        )
+    })
 }
 
 #[cfg(test)]

@@ -297,22 +297,42 @@ fn capacity(config: &ServeConfig) -> Check {
 
 /// Whether the host's task limits hold `slots` idle sandboxes (the most the daemon runs at once).
 fn capacity_of(slots: u64, pid_max: u64, threads_max: u64) -> Check {
-    let needed = slots * TASKS_PER_IDLE_SANDBOX + HOST_TASKS;
-    let limit = pid_max.min(threads_max);
     let detail = format!(
         "{slots} network slots: {slots} idle sandboxes hold {} tasks; kernel.pid_max {pid_max}, kernel.threads-max {threads_max}",
         slots * TASKS_PER_IDLE_SANDBOX
     );
-    if limit >= needed {
-        return Check::ok("capacity", detail);
-    }
-    let fits = limit.saturating_sub(HOST_TASKS) / TASKS_PER_IDLE_SANDBOX;
-    Check::degraded(
+    let limit = pid_max.min(threads_max);
+    per_sandbox_limit(
         "capacity",
-        format!("{detail}: creates fail past about {fits} sandboxes"),
-        format!(
+        slots,
+        (TASKS_PER_IDLE_SANDBOX, HOST_TASKS, limit),
+        detail,
+        |fits| {
+            format!(
             "raise the limit: sysctl -w kernel.pid_max=4194304 (kept in /etc/sysctl.d/), or lower --net-slots to {fits}"
-        ),
+        )
+        },
+    )
+}
+
+/// Check `name` of a limit of which each of `slots` idle sandboxes holds `per`, beside `reserve`
+/// for the rest: ok when `limit` holds them all, else degraded, saying how many it holds, with
+/// `fix` for that count.
+pub(crate) fn per_sandbox_limit(
+    name: &'static str,
+    slots: u64,
+    (per, reserve, limit): (u64, u64, u64),
+    detail: String,
+    fix: impl FnOnce(u64) -> String,
+) -> Check {
+    if limit >= slots * per + reserve {
+        return Check::ok(name, detail);
+    }
+    let fits = limit.saturating_sub(reserve) / per;
+    Check::degraded(
+        name,
+        format!("{detail}: creates fail past about {fits} sandboxes"),
+        fix(fits),
     )
 }
 

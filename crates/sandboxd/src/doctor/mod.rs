@@ -13,6 +13,7 @@
 
 mod checks;
 
+pub(crate) use checks::per_sandbox_limit;
 pub use checks::{host_checks, run};
 
 use serde_json::json;
