@@ -7,7 +7,7 @@ mod e2b_support;
 
 use common::{
     create_in_background, e2e, get, id_of, query, restart_and_reconcile, runtime_ids, wait_for_row,
-    Daemon, Setup,
+    wait_gone, Daemon, Setup,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -227,16 +227,15 @@ fn kill9_while_the_pool_refills_rebuilds_it() {
         );
         let deleted = d.delete(&format!("/v1/sandboxes/{acked}")).await;
         assert_eq!(deleted.status(), 204);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !cgroups(&d).is_empty() || runtime_ids(&d).contains(&acked) {
-            assert!(
-                Instant::now() < deadline,
-                "it outlived its delete: {:?} {:?}",
-                cgroups(&d),
-                runtime_ids(&d)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_gone(&acked, Duration::from_secs(30), || {
+            let mut left: Vec<String> = cgroups(&d)
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            left.extend(runtime_ids(&d).into_iter().filter(|id| *id == acked));
+            left
+        })
+        .await;
     });
 }
 

@@ -368,18 +368,7 @@ impl Daemon {
     /// Waits for a deleted sandbox's teardown, which finishes behind the delete's answer: panics when
     /// anything of it is still on the host after 10 s.
     pub async fn wait_torn_down(&self, id: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let left = self.remains(id);
-            if left.is_empty() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{id} outlived its delete: {left:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_gone(id, Duration::from_secs(10), || self.remains(id)).await;
     }
 
     /// The host end of slot `slot`'s veth pair: `sbh<daemon id><slot>`.
@@ -731,4 +720,25 @@ pub fn authed_client(token: &str) -> reqwest::Client {
 fn set_env_in(env: &mut Vec<(String, String)>, key: &str, value: &str) {
     env.retain(|(k, _)| k != key);
     env.push((key.to_string(), value.to_string()));
+}
+
+/// Polls `left` (what of `what` is still on the host) until it is empty; panics saying what was
+/// left once `within` has passed.
+pub async fn wait_gone<T: std::fmt::Debug>(
+    what: &str,
+    within: Duration,
+    left: impl Fn() -> Vec<T>,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = left();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} outlived its delete: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
