@@ -5,8 +5,8 @@
 //! event emitted after it returns is in the stream, in the daemon's order. The feed's comments
 //! (keep-alives, "missed N events" when the reader fell behind) are not events and are skipped.
 
-use crate::{check_status, Client, ClientError};
-use eventsource_stream::Eventsource;
+use crate::{Client, ClientError};
+use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::Method;
 
@@ -28,14 +28,12 @@ impl Client {
     ) -> Result<impl Stream<Item = Result<FeedEvent, ClientError>> + Send + 'static, ClientError>
     {
         let url = self.endpoint(&["events"])?;
-        let response = self
-            .request(Method::GET, url)
-            .send()
-            .await
-            .map_err(ClientError::Transport)?;
-        let response = check_status(response).await?;
+        let response = self.send(self.request(Method::GET, url)).await?;
         Ok(response.bytes_stream().eventsource().map(|event| {
-            let event = event.map_err(|e| ClientError::Protocol(format!("event feed: {e}")))?;
+            let event = event.map_err(|e| match e {
+                EventStreamError::Transport(e) => ClientError::Transport(e),
+                other => ClientError::Protocol(format!("event feed: {other}")),
+            })?;
             let body: serde_json::Value =
                 serde_json::from_str(&event.data).map_err(|source| ClientError::Decode {
                     what: "an event",
