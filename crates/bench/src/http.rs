@@ -407,10 +407,7 @@ async fn api_create_first_exec(
     let (alone, rest) = created.split_at(n / 2);
     let mut deleted = Vec::with_capacity(alone.len());
     for id in alone {
-        let t = Instant::now();
-        fleet.client.delete(id).await?;
-        deleted.push(t.elapsed());
-        fleet.forget(id);
+        deleted.push(fleet.timed_delete(id).await?);
         let torn_down = async {
             while let Some(event) = events.next().await {
                 let event = event?;
@@ -426,10 +423,7 @@ async fn api_create_first_exec(
     }
     let mut back_to_back = Vec::with_capacity(rest.len());
     for id in rest {
-        let t = Instant::now();
-        fleet.client.delete(id).await?;
-        back_to_back.push(t.elapsed());
-        fleet.forget(id);
+        back_to_back.push(fleet.timed_delete(id).await?);
     }
     let breakdown = samples.iter().filter_map(StepSamples::summary).collect();
     Ok((took, (deleted, back_to_back), breakdown))
@@ -619,7 +613,14 @@ impl ApiFleet {
         Ok(())
     }
 
-    pub(crate) fn forget(&self, id: &str) {
+    /// [`ApiFleet::delete`], timed.
+    async fn timed_delete(&self, id: &str) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        self.delete(id).await?;
+        Ok(t.elapsed())
+    }
+
+    fn forget(&self, id: &str) {
         self.ids.lock().expect("fleet lock").retain(|i| i != id);
     }
 
