@@ -348,3 +348,50 @@ fn a_json_log_names_each_request_and_the_sandbox_it_is_for() {
         }
     });
 }
+
+/// This process's soft and hard limits on open files.
+fn open_files_limit() -> (libc::rlim_t, libc::rlim_t) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
+    (limit.rlim_cur, limit.rlim_max)
+}
+
+fn set_open_files_limit(soft: libc::rlim_t, hard: libc::rlim_t) {
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads the struct it is given.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+}
+
+/// `serve` raises its soft limit on open files to the hard one at start (each idle sandbox holds
+/// descriptors in the daemon): a daemon started under a soft limit of 1023 runs with the hard one.
+#[test]
+fn serve_raises_its_soft_limit_on_open_files_to_the_hard_one() {
+    e2e(|| async {
+        let (soft, hard) = open_files_limit();
+        let low = hard.min(1024) - 1;
+        set_open_files_limit(low, hard);
+        let daemon = Daemon::start().await;
+        set_open_files_limit(soft, hard);
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", daemon.pid())).unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            (fields[3], fields[4]),
+            (hard.to_string().as_str(), hard.to_string().as_str()),
+            "{line} (started under {low})"
+        );
+    });
+}
