@@ -5,6 +5,7 @@
 //! - [`require_root`]: tests that need real namespaces and cgroups fail loudly when not run as root,
 //!   rather than passing without having checked anything.
 //! - [`unique_id`]: ids that do not collide between concurrently running test processes.
+//! - [`listen_port`]: a port a test daemon keeps across restarts, outside the kernel's ephemeral range.
 //! - [`cargo_bin`]: a binary of another workspace package (e.g. the `sbx` CLI), built on first use.
 //! - [`registry`]: a real OCI registry (`docker-registry`) and OCI images built with `umoci` from
 //!   busybox-static, for tests that pull images.
@@ -176,6 +177,40 @@ pub fn daemon_slot_blocks(n: u32) -> Vec<DaemonSlots> {
             (held.len() == n as usize).then_some(held)
         })
         .expect("no free run of network slot blocks for a test daemon")
+}
+
+/// A TCP port for a test daemon to listen on, held for the life of this value so a restart finds it
+/// still free.
+///
+/// Taken below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`): a port the kernel gave
+/// out with `bind(0)` is in that range, so once the daemon is killed any outgoing connection of a
+/// concurrent test may take it as its local port, and the restart on the same port then fails with
+/// `Address already in use` (CI saw that once). Ports from 24000, clear of the daemon's default host
+/// port pool (22000–23000); `flock` keeps concurrently running test processes apart.
+pub struct ListenPort {
+    /// The port number.
+    pub port: u16,
+    _lock: std::fs::File,
+}
+
+/// Takes a port free on `ip` now, below the ephemeral range, that no other test process holds.
+pub fn listen_port(ip: std::net::Ipv4Addr) -> ListenPort {
+    const FIRST: u32 = 24000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let count = ephemeral.saturating_sub(FIRST).max(1);
+    let start = (std::process::id() * 131) % count;
+    (0..count)
+        .map(|i| FIRST + (start + i) % count)
+        .find_map(|port| {
+            let _lock = try_lock("sandboxd-test-ports", port)?;
+            let port = u16::try_from(port).ok()?;
+            std::net::TcpListener::bind((ip, port)).ok()?;
+            Some(ListenPort { port, _lock })
+        })
+        .expect("no free listen port below the ephemeral range")
 }
 
 /// Path of binary `bin` of workspace package `package` (debug profile), built with

@@ -34,13 +34,15 @@ pub use store::*;
 
 use std::future::Future;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sandboxd_test_support::{agent_binary, cargo_bin, daemon_slots, require_root, DaemonSlots};
+use sandboxd_test_support::{
+    agent_binary, cargo_bin, daemon_slots, listen_port, require_root, DaemonSlots, ListenPort,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -99,21 +101,12 @@ pub fn sbx_binary() -> PathBuf {
     cargo_bin("sandboxd-sbx", "sbx")
 }
 
-/// A port free on `ip` now. Asked on the address the daemon will listen on: a port free on
-/// 127.0.0.1 may be the local port of a connection another node made from its own address (a
-/// cluster test once saw `Address already in use` so).
-fn free_port(ip: std::net::Ipv4Addr) -> u16 {
-    TcpListener::bind((ip, 0))
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 /// A running `sandboxd serve`.
 pub struct Daemon {
     /// Holds `data/` and the daemon's logs.
     root: tempfile::TempDir,
-    port: u16,
+    /// The listen port, held until the daemon is dropped so every restart finds it free.
+    listen: ListenPort,
     /// Token, auth, cgroup parent, flags and environment of every (re)start.
     setup: Setup,
     token: String,
@@ -197,7 +190,7 @@ impl Daemon {
         let token = setup.token.clone().unwrap_or_default();
         Daemon {
             root,
-            port: free_port(setup.listen_ip),
+            listen: listen_port(setup.listen_ip),
             http: setup.auth.client(Some(&token), setup.http_timeout),
             setup,
             token,
@@ -223,7 +216,7 @@ impl Daemon {
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--listen")
-            .arg(format!("{}:{}", self.setup.listen_ip, self.port))
+            .arg(format!("{}:{}", self.setup.listen_ip, self.listen.port))
             .arg("--cgroup-parent")
             .arg(self.setup.cgroup_parent)
             .arg("--net-slot-base")
@@ -306,12 +299,12 @@ impl Daemon {
 
     /// The listen port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.listen.port
     }
 
     /// The listen address.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((self.setup.listen_ip, self.port))
+        SocketAddr::from((self.setup.listen_ip, self.listen.port))
     }
 
     /// The admin token.
@@ -673,7 +666,7 @@ impl Daemon {
     /// [`raw_http`] with the admin token, sent as [`Setup::auth`] says.
     fn raw_http(&self, method: &str, path: &str) -> Option<(u16, Vec<u8>)> {
         let (name, value) = self.setup.auth.header(&self.token);
-        raw_http(self.port, method, path, &format!("{name}: {value}"))
+        raw_http(self.listen.port, method, path, &format!("{name}: {value}"))
     }
 
     fn listed_ids_blocking(&self) -> Vec<String> {
