@@ -93,7 +93,11 @@ pub struct EgressEntry {
     pub rule: Option<String>,
     /// The secrets whose values went into the request.
     pub secrets: Vec<String>,
-    /// How long the request took, milliseconds.
+    /// Bytes of the request's body sent to the host.
+    pub sent: u64,
+    /// Bytes of the answer's body passed back to the sandbox.
+    pub received: u64,
+    /// From the request's head to the end of its answer's body, milliseconds.
     pub millis: u64,
 }
 

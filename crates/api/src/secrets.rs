@@ -86,6 +86,8 @@ pub async fn egress(
             status: e.status,
             rule: e.applied.rule,
             secrets: e.applied.secrets,
+            sent: e.sent,
+            received: e.received,
             millis: e.millis,
         })
         .collect();

@@ -127,7 +127,8 @@ function egress(id) {
     const { requests } = await api("GET", `/v1/sandboxes/${enc(id)}/egress`);
     box.replaceChildren(requests.length
       ? table([["Host", (r) => r.host], ["Request", (r) => `${r.method} ${r.path}`], ["Status", (r) => String(r.status)],
-        ["Rule", (r) => r.rule || "—"], ["Secrets", (r) => r.secrets.join(", ") || "—"], ["ms", (r) => String(r.millis)]],
+        ["Rule", (r) => r.rule || "—"], ["Secrets", (r) => r.secrets.join(", ") || "—"],
+        ["Bytes out / in", (r) => `${r.sent} / ${r.received}`], ["ms", (r) => String(r.millis)]],
       requests.slice().reverse(), { id: "egress-list" })
       : el("p.muted", {}, "No request went through the egress gateway."));
   });

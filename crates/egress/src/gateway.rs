@@ -18,9 +18,12 @@
 //!   egress rules), never from the host's; each has a deadline, and so has every wait for a client.
 //! - A request a rewrite refuses ([`crate::policy::RewriteError`]) or whose upstream fails is
 //!   answered 502 with a one-line reason that names no value. Each rewritten request is reported to
-//!   [`Routes::audit`]: host, method, path, status, the rule and secrets applied (names), duration.
+//!   [`Routes::audit`]: host, method, path, status, the rule and secrets applied (names), the body
+//!   bytes each way and the duration — once its answer's body has ended (its last bytes handed to
+//!   the client) or broken off ([`crate::metered`]).
 
 use crate::ca::EgressCa;
+use crate::metered::{Meter, Metered};
 use crate::policy::{Applied, Policy};
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
@@ -71,6 +74,11 @@ pub struct AuditEntry {
     /// The answer's status (502 when the gateway answered).
     pub status: u16,
     pub applied: Applied,
+    /// Bytes of the request's body sent upstream.
+    pub sent: u64,
+    /// Bytes of the answer's body passed back to the sandbox.
+    pub received: u64,
+    /// From the request's head to the end of its answer's body, milliseconds.
     pub millis: u64,
 }
 
@@ -116,6 +124,8 @@ pub fn so_original_dst(stream: &TcpStream) -> io::Result<SocketAddr> {
 }
 
 type Body = BoxBody<Bytes, hyper::Error>;
+/// An upstream connection's sender; request bodies are counted on their way.
+type Upstream = hyper::client::conn::http1::SendRequest<Metered<Incoming>>;
 
 fn refusal(reason: String) -> Response<Body> {
     let body = Full::new(Bytes::from(format!("sandboxd egress gateway: {reason}\n")))
@@ -294,7 +304,7 @@ impl Gateway {
         dst: SocketAddr,
         route: &Route,
         tls_host: Option<&str>,
-        upstream: &tokio::sync::Mutex<Option<hyper::client::conn::http1::SendRequest<Incoming>>>,
+        upstream: &tokio::sync::Mutex<Option<Upstream>>,
     ) -> Response<Body> {
         let started = Instant::now();
         // The name TLS proves, else the address (see the module doc), never the Host header.
@@ -306,6 +316,8 @@ impl Gateway {
             Ok(applied) => applied,
             Err(e) => return refusal(e.to_string()),
         };
+        let sent = Meter::default();
+        let req = req.map(|body| Metered::new(body, sent.clone()));
         let resp = async {
             let mut slot = upstream.lock().await;
             if slot.as_ref().is_none_or(|s| s.is_closed()) {
@@ -320,20 +332,29 @@ impl Gateway {
             Ok(resp) => resp.map(|b| b.boxed()),
             Err(e) => refusal(format!("{host}: {e}")),
         };
-        if applied != Applied::default() {
-            self.routes.audit(
-                &route.sandbox,
-                AuditEntry {
-                    host: host.clone(),
+        if applied == Applied::default() {
+            return resp;
+        }
+        // Reported once the answer's body has ended or broken off, with the bytes both ways.
+        let (routes, sandbox, status) = (self.routes.clone(), route.sandbox.clone(), resp.status());
+        let received = Meter::default();
+        let meter = received.clone();
+        resp.map(move |body| {
+            Metered::finishing(body, meter, move || {
+                let entry = AuditEntry {
+                    host,
                     method,
                     path,
-                    status: resp.status().as_u16(),
+                    status: status.as_u16(),
                     applied,
+                    sent: sent.bytes(),
+                    received: received.bytes(),
                     millis: started.elapsed().as_millis() as u64,
-                },
-            );
-        }
-        resp
+                };
+                routes.audit(&sandbox, entry);
+            })
+            .boxed()
+        })
     }
 
     /// A new upstream HTTP/1.1 connection to `dst` from the sandbox, over TLS for `tls_host`.
@@ -342,7 +363,7 @@ impl Gateway {
         dst: SocketAddr,
         route: &Route,
         tls_host: Option<&str>,
-    ) -> io::Result<hyper::client::conn::http1::SendRequest<Incoming>> {
+    ) -> io::Result<Upstream> {
         let opened = async {
             let tcp = route.connector.connect(dst).await?;
             let _ = tcp.set_nodelay(true);
@@ -364,7 +385,7 @@ impl Gateway {
     }
 }
 
-async fn handshake<IO>(io: IO) -> io::Result<hyper::client::conn::http1::SendRequest<Incoming>>
+async fn handshake<IO>(io: IO) -> io::Result<Upstream>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

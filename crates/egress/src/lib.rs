@@ -9,13 +9,15 @@
 //! - [`ca`]: the daemon's egress certificate authority (made once, kept in the data dir) and the
 //!   leaf certificates it mints per host, cached, for the TLS it terminates;
 //! - [`gateway`]: the connections themselves — which are terminated and rewritten, which pass
-//!   through untouched, and where the upstream side is opened.
+//!   through untouched, and where the upstream side is opened;
+//! - [`metered`]: bodies counted as they pass, for the audit log's byte counts.
 //!
 //! Contract: nothing here writes a secret's value anywhere but into the header it rewrites; what a
 //! rewrite applied is reported by name only ([`policy::Applied`]).
 
 pub mod ca;
 pub mod gateway;
+pub mod metered;
 pub mod policy;
 
 pub use ca::{CaError, EgressCa};

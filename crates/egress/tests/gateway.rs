@@ -191,6 +191,9 @@ async fn plain_http_is_matched_by_its_address_never_by_its_host_header() {
         (first.status, first.applied.secrets.clone()),
         (200, vec!["local".to_string()])
     );
+    // Counted both ways once the answer ended: the 1 MiB sent up, the answer's body back.
+    let back = answer(&sent, 1 << 20).len() as u64;
+    assert_eq!((first.sent, first.received), (1 << 20, back));
     assert!(!format!("{audit:?}").contains(LOCAL_VALUE));
 }
 
@@ -222,6 +225,8 @@ async fn tls_is_terminated_only_for_hosts_the_policy_rewrites() {
     let audit = routes.audit.lock().unwrap().clone();
     assert_eq!(audit.len(), 2, "{audit:?}");
     assert_eq!(audit[1].applied.rule.as_deref(), Some("rule.test"));
+    let back = answer(&format!("Bearer {VALUE}"), 5).len() as u64;
+    assert_eq!((audit[0].sent, audit[0].received), (5, back));
 }
 
 #[tokio::test]

@@ -189,6 +189,12 @@ fn secrets_reach_only_their_hosts_through_the_gateway() {
         assert_eq!(requests.len(), 3, "{log}");
         assert_eq!(requests[0]["host"], "api.test");
         assert_eq!(requests[0]["secrets"], json!(["k"]));
+        // The bytes each way: an empty request body, the server's answer back.
+        let back = answer(&format!("Bearer {value}"), 0).len();
+        assert_eq!(
+            (&requests[0]["sent"], &requests[0]["received"]),
+            (&json!(0), &json!(back))
+        );
         assert_eq!(requests[1]["host"], ip.to_string());
         assert_eq!(requests[1]["secrets"], json!(["ipk"]));
         assert_eq!(requests[2]["rule"], "rule.test");
