@@ -3,7 +3,8 @@
 
 Run by crates/sandboxd/tests/egress_gateway.rs, which serves HTTPS for api.test and other.test on
 port 443 of GATEWAY_HOST_IP (see tests/e2b/test_secrets.py). Python in the sandbox sends the
-request, with names resolved to GATEWAY_HOST_IP as curl's --resolve would.
+request with `requests` (which trusts the gateway's CA through REQUESTS_CA_BUNDLE), with names
+resolved to GATEWAY_HOST_IP as curl's --resolve would.
 """
 
 import hashlib
@@ -16,13 +17,16 @@ from daytona import CreateSandboxFromSnapshotParams, CreateSecretParams, Daytona
 RUN = uuid.uuid4().hex[:8]
 IP = os.environ["GATEWAY_HOST_IP"]
 
-# Python's own TLS stack (SSL_CERT_FILE), the host names resolved to the test servers.
+# Python `requests` (its CA bundle from REQUESTS_CA_BUNDLE), the host names resolved to the test
+# servers.
 REQUEST = """
-import os, socket, urllib.request
+import os, socket, requests
 real = socket.getaddrinfo
 socket.getaddrinfo = lambda host, *a, **k: real("{ip}" if host.endswith(".test") else host, *a, **k)
-req = urllib.request.Request("https://{host}/", headers={{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}})
-print(urllib.request.urlopen(req, timeout=20).read().decode(), end="")
+auth = {{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}}
+answer = requests.get("https://{host}/", headers=auth, timeout=20)
+answer.raise_for_status()
+print(answer.text, end="")
 """
 
 
@@ -48,7 +52,7 @@ def main():
         other = sbx.process.exec(f"python3 -c '{REQUEST.format(ip=IP, host='other.test')}'")
         assert other.exit_code != 0 and value not in other.result, other
         assert value not in sbx.process.exec("env").result, "the sandbox holds the value"
-        print("PASS  secret.create with hosts, secrets= on create, Python's TLS through the gateway")
+        print("PASS  secret.create with hosts, secrets= on create, Python requests through the gateway")
     finally:
         if sbx is not None:
             daytona.delete(sbx)
