@@ -38,8 +38,11 @@ pub struct NetworkPolicy {
     /// Per-host rules of the egress gateway (E2B's `network.rules`): for a host (`api.example.com`,
     /// `*.example.com` for its subdomains, or an IP address), the headers its HTTP and HTTPS
     /// requests get; a value may hold secrets' placeholders, which the gateway replaces with their
-    /// values. The exact host wins over the longest wildcard; sets are not merged. A rule grants no
-    /// egress: its host must be reachable (`egress`, or in `allowOut`).
+    /// values. The exact host wins over the longest wildcard; sets are not merged. A host may name
+    /// a port (`api.example.com:8443`, not on an IPv6 address): its rules then apply on that port
+    /// only (and win there over the host's rules without one), and the sandbox's connections to
+    /// that port go through the gateway as those to 80 and 443 do. A rule grants no egress: its
+    /// host must be reachable (`egress`, or in `allowOut`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rules: BTreeMap<String, Vec<NetworkRule>>,
 }

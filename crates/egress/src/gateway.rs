@@ -247,7 +247,7 @@ impl Gateway {
         };
         let route = Arc::new(route);
         match opening(&conn).await {
-            Opening::Tls(Some(host)) if route.policy.intercepts(&host) => {
+            Opening::Tls(Some(host)) if route.policy.intercepts(&host, dst.port()) => {
                 let config = self.ca.server_config(&host);
                 let tls = tokio_rustls::TlsAcceptor::from(config);
                 let client = tokio::time::timeout(FIRST_BYTES, tls.accept(conn))
@@ -255,7 +255,7 @@ impl Gateway {
                     .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
                 self.serve_http(client, dst, route, Some(host)).await
             }
-            Opening::Http if route.policy.intercepts(&dst.ip().to_string()) => {
+            Opening::Http if route.policy.intercepts(&dst.ip().to_string(), dst.port()) => {
                 self.serve_http(conn, dst, route, None).await
             }
             _ => splice(conn, dst, &route).await,
@@ -312,7 +312,7 @@ impl Gateway {
             .map(str::to_string)
             .unwrap_or_else(|| dst.ip().to_string());
         let (method, path) = (req.method().to_string(), req.uri().path().to_string());
-        let applied = match route.policy.rewrite(&host, req.headers_mut()) {
+        let applied = match route.policy.rewrite(&host, dst.port(), req.headers_mut()) {
             Ok(applied) => applied,
             Err(e) => return refusal(e.to_string()),
         };

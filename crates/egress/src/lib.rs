@@ -22,4 +22,4 @@ pub mod policy;
 
 pub use ca::{CaError, EgressCa};
 pub use gateway::{AuditEntry, Connect, Gateway, Route, Routes};
-pub use policy::{Applied, HeaderRule, Policy, RewriteError, SecretUse};
+pub use policy::{Applied, HeaderRule, Policy, RewriteError, RuleHost, SecretUse};

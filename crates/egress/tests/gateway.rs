@@ -46,7 +46,7 @@ struct TestRoutes {
 fn policy() -> Policy {
     Policy {
         rules: vec![(
-            HostPattern::parse("rule.test").unwrap(),
+            HostPattern::parse("rule.test").unwrap().into(),
             vec![HeaderRule {
                 name: http::header::AUTHORIZATION,
                 value: "Bearer ${e2b.secrets.k}".into(),

@@ -65,6 +65,10 @@ pub struct SandboxSpec {
     /// gateway existed): straight out, as any other traffic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_gateway: Option<u16>,
+    /// The ports besides 80 and 443 whose outbound TCP goes to the egress gateway too (those the
+    /// sandbox's rules name); only with [`Self::egress_gateway`]; none in specs persisted before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_gateway_ports: Vec<u16>,
 }
 
 /// One volume in a sandbox: which, where, and how.
@@ -176,6 +180,7 @@ impl SandboxSpec {
             isolation: Isolation::Namespace,
             volumes: Vec::new(),
             egress_gateway: None,
+            egress_gateway_ports: Vec::new(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! The egress gateway through the real daemon and real sandboxes, against servers of the test's
-//! own on the host (`sandboxd_test_support::tls`: HTTP on port 80, HTTPS on 443 with a certificate
+//! own on the host (`sandboxd_test_support::tls`: HTTP on port 80, HTTPS on 443 and 8443 with a certificate
 //! from a test CA that plays the public roots, given to the daemon with `--egress-roots`), never
 //! the internet. The servers answer a digest of the `authorization` they were sent, so a script can
 //! tell which value arrived while the sandbox never sees one.
@@ -7,7 +7,7 @@
 //! A sandbox that uses a secret holds its placeholder; its HTTPS requests to a host the secret
 //! allows arrive with the value, and so do plain HTTP ones to an address it allows (never to a name:
 //! a Host header proves nothing); to another host they arrive with the placeholder; a rule's header
-//! arrives on its host; the sandbox's audit log names what was applied and never a
+//! arrives on its host, and a rule limited to a port other than 443 on that port; the sandbox's audit log names what was applied and never a
 //! value; and no value ever shows in the sandbox or the daemon's log.
 
 mod common;
@@ -32,9 +32,10 @@ fn host_address() -> Ipv4Addr {
         .expect("the host has a global IPv4 address")
 }
 
-/// The test servers on every address: HTTPS on 443 with `pki`'s certificate, HTTP on 80.
+/// The test servers on every address: HTTPS on 443 and 8443 with `pki`'s certificate, HTTP on 80.
 async fn serve_on_the_host(pki: &TestPki, seen: &Seen) {
-    for (port, tls) in [(443, Some(pki.server.clone())), (80, None)] {
+    let tls = Some(pki.server.clone());
+    for (port, tls) in [(443, tls.clone()), (8443, tls), (80, None)] {
         let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
             .await
             .unwrap_or_else(|e| panic!("the test server needs port {port}: {e}"));
@@ -106,12 +107,16 @@ fn secrets_reach_only_their_hosts_through_the_gateway() {
         )
         .await;
 
+        // The same host with a rule of its own on port 8443, which must then go through the gateway.
+        let mut ported = rule("rk");
+        ported["rule.test:8443"] =
+            json!([{"transform": {"headers": {"authorization": "Port ${sandboxd.secrets.rk}"}}}]);
         let sandbox = created(
             &d,
             "/v1/sandboxes",
             json!({
                 "env": {"K": "${sandboxd.secrets.k}", "IPK": "${e2b.secrets.ipk}"},
-                "network": {"allowOut": [ip.to_string(), "rule.test"], "rules": rule("rk")},
+                "network": {"allowOut": [ip.to_string(), "rule.test"], "rules": ported},
             }),
         )
         .await;
@@ -164,6 +169,18 @@ fn secrets_reach_only_their_hosts_through_the_gateway() {
         ))
         .await;
         assert_eq!(out.exit_code, 0, "{out:?}");
+        // The same host on 8443: through the gateway only because a rule names that port, and
+        // that rule's header, not the portless one's.
+        let out = sh(format!(
+            "curl -sS --max-time 20 --resolve rule.test:8443:{ip} https://rule.test:8443/r"
+        ))
+        .await;
+        let ported = answer(&format!("Port {rule_value}"), 0);
+        assert_eq!(
+            (out.exit_code, out.stdout.as_str()),
+            (0, ported.as_str()),
+            "{out:?}"
+        );
 
         let seen = seen.lock().unwrap().clone();
         let auth_of = |host: &str| -> Vec<String> {
@@ -182,11 +199,14 @@ fn secrets_reach_only_their_hosts_through_the_gateway() {
             auth_of("other.test"),
             vec!["Bearer ${sandboxd.secrets.k}".to_string()]
         );
-        assert_eq!(auth_of("rule.test"), vec![format!("Bearer {rule_value}")]);
+        assert_eq!(
+            auth_of("rule.test"),
+            vec![format!("Bearer {rule_value}"), format!("Port {rule_value}")]
+        );
 
         let log = d.get_json(&format!("/v1/sandboxes/{id}/egress")).await;
         let requests = log["requests"].as_array().unwrap();
-        assert_eq!(requests.len(), 3, "{log}");
+        assert_eq!(requests.len(), 4, "{log}");
         assert_eq!(requests[0]["host"], "api.test");
         assert_eq!(requests[0]["secrets"], json!(["k"]));
         // The bytes each way: an empty request body, the server's answer back.
@@ -199,6 +219,7 @@ fn secrets_reach_only_their_hosts_through_the_gateway() {
         assert_eq!(requests[1]["secrets"], json!(["ipk"]));
         assert_eq!(requests[2]["rule"], "rule.test");
         assert_eq!(requests[2]["secrets"], json!(["rk"]));
+        assert_eq!(requests[3]["rule"], "rule.test:8443");
         let text = log.to_string();
         assert!(
             !text.contains(&value) && !text.contains(&rule_value),

@@ -36,6 +36,9 @@ pub enum RuleError {
     /// host {0:?} is not a host name, a `*.` wildcard of one, or an IP address (no scheme, port or path)
     #[error("host {0:?} is not a host name, a `*.` wildcard of one, or an IP address (no scheme, port or path)")]
     Host(String),
+    /// rule host {0:?} is not a host name, a `*.` wildcard of one, or an IP address, with an optional `:port` (no scheme or path; 253 characters at most)
+    #[error("rule host {0:?} is not a host name, a `*.` wildcard of one, or an IP address, with an optional `:port` (no scheme or path; 253 characters at most)")]
+    RuleHost(String),
     /// a secret may name at most 64 hosts
     #[error("a secret may name at most {MAX_HOSTS} hosts")]
     TooManyHosts,

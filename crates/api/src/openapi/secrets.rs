@@ -1,6 +1,7 @@
 //! The limits of the secret operations, written into the document like [`super::volumes`]'s: a
 //! secret's name, value, description, labels and hosts (`sandboxd_secrets::rules`); and of a
-//! create's `network.rules` (`sandboxd_service::egress::rules`): hosts as a secret's, header names
+//! create's `network.rules` (`sandboxd_service::egress::rules`): hosts as a secret's, with an
+//! optional `:port` on a name or an IPv4 address (`sandboxd_egress::RuleHost`), header names
 //! HTTP tokens other than the framing ones, values without control characters but tab. Reaching a
 //! rule's host is written as: no rules unless `egress` is on (the daemon also takes rules for
 //! hosts `allowOut` covers, which no schema can say), and none in the gVisor tier.
@@ -22,6 +23,24 @@ fn host() -> Value {
     ]})
 }
 
+/// A rule's host (`sandboxd_egress::RuleHost::parse`): a secret's host, or a name, a wildcard or
+/// an IPv4 address with `:port`, 1–65535 without a leading zero, 253 characters at most in all.
+fn rule_host() -> Value {
+    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    let octet = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    let port =
+        "([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])";
+    let mut any = host()["anyOf"].clone();
+    if let Some(list) = any.as_array_mut() {
+        list.extend([
+            json!({"pattern": format!("^({octet}\\.){{3}}{octet}:{port}$")}),
+            json!({"pattern": format!("^({label}\\.)*{label}:{port}$"), "maxLength": 253}),
+            json!({"pattern": format!("^\\*\\.({label}\\.)+{label}:{port}$"), "maxLength": 253}),
+        ]);
+    }
+    json!({"type": "string", "anyOf": any})
+}
+
 /// Writes `network.rules`' limits into `doc`.
 fn constrain_rules(doc: &mut Value) {
     use sandboxd_service::egress::rules::{MAX_HEADERS, MAX_HOSTS, MAX_RULES};
@@ -35,7 +54,7 @@ fn constrain_rules(doc: &mut Value) {
         "additionalProperties": {"type": "string", "pattern": "^[^\\u0000-\\u0008\\u000a-\\u001f\\u007f]*$"}});
     let rules = &mut schemas["NetworkPolicy"]["properties"]["rules"];
     rules["maxProperties"] = json!(MAX_HOSTS);
-    rules["propertyNames"] = host();
+    rules["propertyNames"] = rule_host();
     rules["additionalProperties"]["maxItems"] = json!(MAX_RULES);
     let none = json!({"properties": {"rules": {"maxProperties": 0}}});
     let egress = json!({"properties": {"egress": {"const": true}}, "required": ["egress"]});

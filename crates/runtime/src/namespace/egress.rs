@@ -73,6 +73,7 @@ add set ip sandboxd egress { type ipv4_addr; }
 add set ip sandboxd allow_only { type ipv4_addr; }
 add map ip sandboxd egress_policy { type ipv4_addr : verdict; }
 add map ip sandboxd redirects { type ipv4_addr : verdict; }
+add map ip sandboxd redirects_ported { type ipv4_addr : verdict; }
 add set ip sandboxd gateway_ports { type inet_service; }
 "#;
 
@@ -96,6 +97,7 @@ add rule ip sandboxd input iifname "sbh*" ct state new drop
 add rule ip sandboxd postrouting ip saddr @egress oifname != "sbh*" masquerade
 add rule ip sandboxd postrouting ip saddr @allow_only oifname != "sbh*" masquerade
 add rule ip sandboxd prerouting iifname "sbh*" tcp dport { 80, 443 } tcp sport < 61000 ip saddr vmap @redirects
+add rule ip sandboxd prerouting iifname "sbh*" tcp sport < 61000 ip saddr vmap @redirects_ported
 "#;
 
 /// The whole static setup, applied once per process.
@@ -160,6 +162,8 @@ fn chain_clear_script(address: Ipv4Addr, chain: &str) -> String {
          add chain ip {TABLE} {redirect}\n\
          add element ip {TABLE} redirects {{ {address} : jump {redirect} }}\n\
          delete element ip {TABLE} redirects {{ {address} }}\n\
+         add element ip {TABLE} redirects_ported {{ {address} : jump {redirect} }}\n\
+         delete element ip {TABLE} redirects_ported {{ {address} }}\n\
          flush chain ip {TABLE} {redirect}\n\
          delete chain ip {TABLE} {redirect}\n\
          add chain ip {TABLE} {chain}\n\
@@ -189,15 +193,29 @@ fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
     }
     if let Some(port) = spec.egress_gateway {
         let (host, redirect) = (addrs.host, redirect_chain(address));
+        // The chain picks the ports: 80 and 443 arrive through `redirects`, the rules' own ports
+        // (only for a sandbox that has some) through `redirects_ported`, which passes every port.
+        let ports: Vec<String> = [80, 443]
+            .iter()
+            .chain(&spec.egress_gateway_ports)
+            .map(u16::to_string)
+            .collect();
         let _ = writeln!(script, "add chain ip {TABLE} {redirect}");
         let _ = writeln!(
             script,
-            "add rule ip {TABLE} {redirect} meta l4proto tcp dnat ip to {host}:{port}"
+            "add rule ip {TABLE} {redirect} tcp dport {{ {} }} dnat ip to {host}:{port}",
+            ports.join(", ")
         );
         let _ = writeln!(
             script,
             "add element ip {TABLE} redirects {{ {address} : jump {redirect} }}"
         );
+        if !spec.egress_gateway_ports.is_empty() {
+            let _ = writeln!(
+                script,
+                "add element ip {TABLE} redirects_ported {{ {address} : jump {redirect} }}"
+            );
+        }
         let _ = writeln!(script, "add element ip {TABLE} gateway_ports {{ {port} }}");
     }
     let names = spec.has_names();
@@ -515,7 +533,7 @@ mod tests {
         let wanted = [
             "add chain ip sandboxd gateway_10_201_0_6".to_string(),
             format!(
-                "add rule ip sandboxd gateway_10_201_0_6 meta l4proto tcp dnat ip to {host}:21280"
+                "add rule ip sandboxd gateway_10_201_0_6 tcp dport {{ 80, 443 }} dnat ip to {host}:21280"
             ),
             "add element ip sandboxd redirects { 10.201.0.6 : jump gateway_10_201_0_6 }".into(),
             "add element ip sandboxd gateway_ports { 21280 }".into(),
@@ -531,6 +549,28 @@ mod tests {
             })
             .collect();
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{script}");
+        // Only a sandbox whose rules name other ports has every port looked at.
+        let last = |script: &str, prefix: &str| {
+            let lines: Vec<&str> = script.lines().collect();
+            lines.iter().rposition(|l| l.starts_with(prefix))
+        };
+        let ported_add = "add element ip sandboxd redirects_ported";
+        let ported_delete = "delete element ip sandboxd redirects_ported";
+        assert!(
+            last(&script, ported_add) < last(&script, ported_delete),
+            "only cleared:\n{script}"
+        );
+        let ported = SandboxSpec {
+            egress_gateway_ports: vec![8443, 9000],
+            ..behind
+        };
+        let script = install_script(&ADDRS, &ported);
+        for line in [
+            format!("add rule ip sandboxd gateway_10_201_0_6 tcp dport {{ 80, 443, 8443, 9000 }} dnat ip to {host}:21280"),
+            "add element ip sandboxd redirects_ported { 10.201.0.6 : jump gateway_10_201_0_6 }".into(),
+        ] {
+            assert!(script.lines().any(|l| l == line), "no {line:?} in\n{script}");
+        }
         // Without a gateway port nothing is redirected.
         assert!(!install_script(&ADDRS, &spec(true, &[], &[])).contains("dnat"));
     }
@@ -544,6 +584,7 @@ mod tests {
             "element ip sandboxd egress_policy { 10.201.0.6",
             "chain ip sandboxd sandbox_10_201_0_6",
             "element ip sandboxd redirects { 10.201.0.6",
+            "element ip sandboxd redirects_ported { 10.201.0.6",
             "chain ip sandboxd gateway_10_201_0_6",
             "set ip sandboxd names_allow_10_201_0_6",
             "set ip sandboxd names_deny_10_201_0_6",

@@ -293,7 +293,7 @@ mod tests {
             name: http::header::AUTHORIZATION,
             value: "Bearer ${sandboxd.secrets.r} ${sandboxd.secrets.j}".into(),
         };
-        let host = sandboxd_secrets::HostPattern::parse("a.com").unwrap();
+        let host = sandboxd_egress::RuleHost::parse("a.com").unwrap();
         let used = secrets_used(&env, &[(host, vec![rule])]);
         assert_eq!(used, ["k", "j", "r"]);
     }

@@ -1,7 +1,8 @@
 //! A create's `network.rules`, checked: the per-host headers the egress gateway sets.
 //!
-//! Contract ([`rules`]): a host is what a secret's host may be (`sandboxd_secrets::HostPattern`);
-//! at most [`MAX_HOSTS`] hosts, [`MAX_RULES`] rules a host and [`MAX_HEADERS`] headers a rule; a
+//! Contract ([`rules`]): a host is what a secret's host may be (`sandboxd_secrets::HostPattern`),
+//! with an optional `:port` that limits its rules to that port ([`RuleHost`]; the sandbox's
+//! connections to every port its rules name go through the gateway, besides 80 and 443); at most [`MAX_HOSTS`] hosts, [`MAX_RULES`] rules a host and [`MAX_HEADERS`] headers a rule; a
 //! header name is a valid HTTP header name other than the ones that frame a request (`host`,
 //! `content-length`, `transfer-encoding`, `connection`), and a value a valid header value once its
 //! placeholders are replaced by plain text. A rule grants no egress (E2B's rule): its host must be
@@ -11,7 +12,7 @@
 
 use crate::ServiceError;
 use sandboxd_api_types as api;
-use sandboxd_egress::HeaderRule;
+use sandboxd_egress::{HeaderRule, RuleHost};
 use sandboxd_runtime::{Ipv4Net, NamePattern};
 use sandboxd_secrets::HostPattern;
 
@@ -25,7 +26,7 @@ pub const MAX_HEADERS: usize = 32;
 const FRAMING: [&str; 4] = ["host", "content-length", "transfer-encoding", "connection"];
 
 /// A host's rules, checked: its headers in order.
-pub type HostRules = (HostPattern, Vec<HeaderRule>);
+pub type HostRules = (RuleHost, Vec<HeaderRule>);
 
 fn invalid(message: String) -> ServiceError {
     ServiceError::InvalidRequest(message)
@@ -66,12 +67,12 @@ pub fn rules(
     let mut out: Vec<HostRules> = Vec::with_capacity(given.len());
     for (host, list) in given {
         let shown: String = host.chars().take(100).collect();
-        let pattern =
-            HostPattern::parse(host).map_err(|e| invalid(format!("network.rules: {e}")))?;
-        if out.iter().any(|(p, _)| *p == pattern) {
+        let rule_host =
+            RuleHost::parse(host).map_err(|e| invalid(format!("network.rules: {e}")))?;
+        if out.iter().any(|(h, _)| *h == rule_host) {
             return Err(invalid(format!("network.rules names {shown:?} twice")));
         }
-        if !reachable(&pattern, egress, allow, allow_names) {
+        if !reachable(&rule_host.pattern, egress, allow, allow_names) {
             return Err(invalid(format!(
                 "network.rules names {shown:?}, which the sandbox cannot reach: a rule grants no \
                  egress, so add it to network.allowOut"
@@ -100,7 +101,7 @@ pub fn rules(
                 headers.push(header(&shown, name, value)?);
             }
         }
-        out.push((pattern, headers));
+        out.push((rule_host, headers));
     }
     Ok(out)
 }
@@ -232,5 +233,17 @@ mod tests {
         assert_eq!(from_stored(&stored), checked);
         let used = crate::egress::secrets_used(&BTreeMap::new(), &checked);
         assert_eq!(used, vec!["k".to_string(), "j".into()]);
+    }
+
+    #[test]
+    fn a_host_may_name_a_port_and_is_reachable_as_its_host_is() {
+        let g = given("api.example.com:8443", &[("x-a", "1")]);
+        let checked = rules(&g, false, &[], &names(&["api.example.com"])).unwrap();
+        assert_eq!(checked[0].0.port, Some(8443));
+        assert!(rules(&g, false, &[], &names(&["other.example.com"])).is_err());
+        let stored = serde_json::json!({ "rules": to_json(&checked) });
+        assert_eq!(from_stored(&stored), checked);
+        let refused = rules(&given("a.com:0", &[]), true, &[], &[]).unwrap_err();
+        assert!(refused.to_string().contains(":port"), "{refused}");
     }
 }

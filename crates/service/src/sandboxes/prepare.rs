@@ -149,6 +149,10 @@ impl Service {
             isolation: prepared.isolation,
             volumes: prepared.volume_binds.clone(),
             egress_gateway: prepared.gateway,
+            egress_gateway_ports: match prepared.gateway {
+                Some(_) => sandboxd_egress::Policy::ports(&plan.network.rules),
+                None => Vec::new(),
+            },
         }
     }
 
