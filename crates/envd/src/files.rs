@@ -31,6 +31,45 @@ pub struct InitRequest {
     #[serde(default)]
     pub env_vars: std::collections::HashMap<String, String>,
 }
+/// `POST`: changes a running agent's environment for every later command: a JSON [`EnvChange`],
+/// answered 204. Processes already running keep theirs.
+pub const ENV_PATH: &str = "/env";
+
+/// The body of [`ENV_PATH`], and the one change the daemon applies to every copy of a sandbox's
+/// environment ([`EnvChange::applied`]).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvChange {
+    /// Variables set, replacing what they held.
+    #[serde(default)]
+    pub set: std::collections::BTreeMap<String, String>,
+    /// Variables removed first.
+    #[serde(default)]
+    pub unset: Vec<String>,
+    /// Removes first every variable whose value starts with this and which `set` does not name
+    /// (how a sandbox's secrets are replaced whole without knowing which variables held them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unset_value_prefix: Option<String>,
+}
+
+impl EnvChange {
+    /// `env` with the change applied: the removals, then `set`.
+    pub fn applied<C>(&self, env: C) -> C
+    where
+        C: IntoIterator<Item = (String, String)> + FromIterator<(String, String)>,
+    {
+        let prefix = self.unset_value_prefix.as_deref().filter(|p| !p.is_empty());
+        env.into_iter()
+            .filter(|(name, value)| {
+                !self.set.contains_key(name)
+                    && !self.unset.contains(name)
+                    && !prefix.is_some_and(|p| value.starts_with(p))
+            })
+            .chain(self.set.clone())
+            .collect()
+    }
+}
+
 /// Prefix of upload headers carrying file metadata (`X-Metadata-Author: mish` sets `author`), matched
 /// case-insensitively; keys are lowercased.
 pub const METADATA_HEADER_PREFIX: &str = "x-metadata-";
@@ -116,6 +155,42 @@ pub fn signature(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_env_change_removes_then_sets() {
+        let env: std::collections::HashMap<String, String> = [
+            ("KEEP", "1"),
+            ("GONE", "2"),
+            ("OLD_KEY", "${sandboxd.secrets.a}"),
+            ("NEW_KEY", "${sandboxd.secrets.b}"),
+            ("E2B_KEY", "${e2b.secrets.c}"),
+            ("SET", "before"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        let change = EnvChange {
+            set: [("NEW_KEY", "${sandboxd.secrets.d}"), ("SET", "after")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            unset: vec!["GONE".into()],
+            unset_value_prefix: Some("${sandboxd.secrets.".into()),
+        };
+        let mut after: Vec<(String, String)> = change.applied(env).into_iter().collect();
+        after.sort();
+        let expected: Vec<(String, String)> = [
+            ("E2B_KEY", "${e2b.secrets.c}"),
+            ("KEEP", "1"),
+            ("NEW_KEY", "${sandboxd.secrets.d}"),
+            ("SET", "after"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        assert_eq!(after, expected);
+        let wire = serde_json::to_value(&change).unwrap();
+        assert_eq!(wire["unsetValuePrefix"], "${sandboxd.secrets.");
+        let parsed: EnvChange = serde_json::from_str(r#"{"set": {"A": "1"}}"#).unwrap();
+        assert_eq!(parsed.applied(Vec::new()), vec![("A".into(), "1".into())]);
+    }
 
     #[test]
     fn signature_matches_sdk_algorithm() {

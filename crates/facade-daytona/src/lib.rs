@@ -11,7 +11,8 @@
 //!   `GET …/toolbox-proxy-url`, `POST …/resize`; creates waiting for their build ([`pending`]:
 //!   `pending_build`, `building_snapshot`, `…/build-logs-url`, `…/build-logs`); inactivity ([`lifecycle`]: `autostop`, `autodelete`,
 //!   `autoarchive`, `last-activity`); snapshots ([`snapshots`]: the daemon's templates, create,
-//!   list, get, delete, build logs); previews ([`previews`]: preview and signed links, `public`).
+//!   list, get, delete, build logs); previews ([`previews`]: preview and signed links, `public`);
+//!   a running sandbox's secrets and environment ([`env`]: `PUT …/secrets`, the toolbox's `/env`).
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
 //!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`; sessions
 //!   ([`sessions`]: create, exec sync and async, command status, logs and their `follow` WebSocket,
@@ -33,6 +34,7 @@
 //! and git routes add the daemon's codes and `source` ([`toolbox_error`]).
 
 pub mod control;
+pub mod env;
 pub mod error;
 pub mod file_urls;
 pub mod files;
@@ -135,6 +137,10 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route("/api/sandbox/{key}/start", post(control::start))
         .route("/api/sandbox/{key}/stop", post(control::stop))
         .route("/api/sandbox/{key}/resize", post(control::resize))
+        .route(
+            "/api/sandbox/{key}/secrets",
+            axum::routing::put(env::update_secrets),
+        )
         .route(
             "/api/sandbox/{key}/build-logs-url",
             get(pending::build_logs_url),
@@ -249,6 +255,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
             get(toolbox::user_home_dir),
         )
         .route("/api/toolbox/{id}/work-dir", get(toolbox::work_dir))
+        .route("/api/toolbox/{id}/env", post(env::update_env))
         .merge(files_router())
         .merge(git_router())
         .route(

@@ -126,6 +126,19 @@ pub trait Runtime: Send + Sync + 'static {
             "the egress of sandbox {id} cannot change in this runtime"
         )))
     }
+    /// Records `envs` as the environment sandbox `id`'s agent starts with from now on (its next
+    /// boot); the running agent is told apart, through its own API, so nothing here touches a
+    /// process.
+    async fn set_envs(
+        &self,
+        id: &str,
+        envs: std::collections::HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let _ = envs;
+        Err(RuntimeError::Unsupported(format!(
+            "the environment of sandbox {id} cannot change in this runtime"
+        )))
+    }
     /// Disk usage and limit of the sandbox's writable layer (running or not); `Unsupported` when the
     /// runtime does not measure it (no quota backend, or a sandbox made without one).
     async fn disk_usage(&self, id: &str) -> Result<quota::DiskUsage, RuntimeError> {

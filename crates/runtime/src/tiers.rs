@@ -83,6 +83,14 @@ impl Runtime for Tiers {
         self.of(id)?.set_egress(id, egress).await
     }
 
+    async fn set_envs(
+        &self,
+        id: &str,
+        envs: std::collections::HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        self.of(id)?.set_envs(id, envs).await
+    }
+
     async fn slot_free(&self, slot: u32) -> Result<bool, RuntimeError> {
         self.namespace.slot_free(slot).await
     }

@@ -23,6 +23,7 @@ pub mod domains;
 pub mod e2b;
 pub mod e2b_templates;
 pub mod egress;
+pub mod env;
 pub mod error;
 pub mod events;
 pub mod exec;

@@ -526,8 +526,6 @@ impl WriteTx<'_> {
         Ok(n == 1)
     }
 
-    /// Deletes sandbox `id` (cascading to its ports and domains, freeing its slot). Returns whether it
-    /// existed.
     /// Replaces sandbox `id`'s metadata; whether it exists.
     pub fn set_metadata(
         &mut self,
@@ -543,6 +541,23 @@ impl WriteTx<'_> {
         Ok(n == 1)
     }
 
+    /// Replaces sandbox `id`'s environment (as its create gave it, changed since); whether it exists.
+    pub fn set_env(
+        &mut self,
+        id: &str,
+        env: &BTreeMap<String, String>,
+        now: UnixMillis,
+    ) -> Result<bool> {
+        let json = serde_json::to_string(env).expect("a string map serializes");
+        let n = self
+            .conn()
+            .prepare_cached("UPDATE sandboxes SET env = ?2, updated_at = ?3 WHERE id = ?1")?
+            .execute(params![id, json, now])?;
+        Ok(n == 1)
+    }
+
+    /// Deletes sandbox `id` (cascading to its ports and domains, freeing its slot). Returns whether it
+    /// existed.
     pub fn delete_sandbox(&mut self, id: &str) -> Result<bool> {
         let n = self
             .conn()

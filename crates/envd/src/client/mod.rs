@@ -125,6 +125,21 @@ impl EnvdClient {
         }
     }
 
+    /// `POST /env`: changes the environment every later command starts with.
+    pub async fn update_env(&self, change: &files::EnvChange) -> Result<(), Error> {
+        let body = serde_json::to_vec(change)?;
+        let req = self
+            .builder(Method::POST, files::ENV_PATH)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(full(body))?;
+        let resp = self.send(req).await?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(files_error(resp).await)
+        }
+    }
+
     /// `process.Process/Start`: starts a process and streams its events (`start` first, `end` last).
     pub async fn start(&self, req: StartRequest) -> Result<ProcessStream, Error> {
         self.start_with_timeout(req, None).await

@@ -679,6 +679,18 @@ impl Runtime for GvisorRuntime {
         self.start(id).await.map(|_| ())
     }
 
+    async fn set_envs(
+        &self,
+        id: &str,
+        envs: std::collections::HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        // A boot from scratch starts the agent with these; a restore from a checkpoint brings back
+        // the agent as it was told last (the service tells the running one).
+        let (paths, mut p) = self.load_gvisor(id)?;
+        p.spec.envs = envs;
+        paths.save(&p)
+    }
+
     async fn disk_usage(&self, id: &str) -> Result<quota::DiskUsage, RuntimeError> {
         self.host.disk_usage(id).await
     }

@@ -632,6 +632,16 @@ impl Runtime for NamespaceRuntime {
         self.info(&p)
     }
 
+    async fn set_envs(
+        &self,
+        id: &str,
+        envs: std::collections::HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let (paths, mut p) = self.load(id)?;
+        p.spec.envs = envs;
+        paths.save(&p)
+    }
+
     async fn set_egress(&self, id: &str, egress: bool) -> Result<(), RuntimeError> {
         let (paths, mut p) = self.load(id)?;
         if p.spec.egress == egress {
