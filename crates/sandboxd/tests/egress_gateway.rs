@@ -182,6 +182,7 @@ fn secrets_reach_only_their_hosts_through_the_gateway() {
             "{out:?}"
         );
 
+        let record = seen.clone();
         let seen = seen.lock().unwrap().clone();
         let auth_of = |host: &str| -> Vec<String> {
             seen.iter()
@@ -229,7 +230,76 @@ fn secrets_reach_only_their_hosts_through_the_gateway() {
         assert!(!daemon_log.contains(&value) && !daemon_log.contains(&rule_value));
         let env = sh("env".into()).await.stdout;
         assert!(!env.contains(&value), "the sandbox holds a value");
+        if common::require_gvisor() {
+            behind_gvisor(&d, ip, &value, &ip_value, &record).await;
+        }
     });
+}
+
+/// The same behind gVisor, whose network stack owns the sandbox's address: the gateway reaches out
+/// on the host, marked as the sandbox's, and the sandbox's allow list still decides where to.
+async fn behind_gvisor(d: &Daemon, ip: Ipv4Addr, value: &str, ip_value: &str, seen: &Seen) {
+    let sandbox = created(
+        d,
+        "/v1/sandboxes",
+        json!({
+            "isolation": "gvisor",
+            "env": {"K": "${sandboxd.secrets.k}", "IPK": "${sandboxd.secrets.ipk}"},
+            "network": {"allowOut": [ip.to_string()]},
+        }),
+    )
+    .await;
+    let id = sandbox["id"].as_str().unwrap().to_string();
+    let before = seen.lock().unwrap().len();
+    let out = d
+        .exec(
+            &id,
+            &[
+                "sh",
+                "-c",
+                &format!("curl -sS --max-time 20 --resolve api.test:443:{ip} https://api.test/g -H \"Authorization: Bearer $K\""),
+            ],
+        )
+        .await;
+    let expected = answer(&format!("Bearer {value}"), 0);
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str()),
+        (0, expected.as_str()),
+        "{out:?}"
+    );
+    // Plain HTTP to the allowed address, with the address's own secret.
+    let out = d
+        .exec(
+            &id,
+            &[
+                "sh",
+                "-c",
+                &format!("curl -sS --max-time 20 http://{ip}/g -H \"Authorization: Bearer $IPK\""),
+            ],
+        )
+        .await;
+    assert_eq!(
+        out.stdout,
+        answer(&format!("Bearer {ip_value}"), 0),
+        "{out:?}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), before + 2);
+    // An address outside its allow list stays out of reach through the gateway too: the host
+    // end of its own pair, where the test servers listen as well (on every address). The marked
+    // upstream connection is refused on the host, so the request fails and nothing arrives.
+    let script = "gw=$(ip route | awk '/^default/ {print $3}'); test -n \"$gw\" && \
+                  curl -sS --max-time 4 http://$gw/ -H \"Authorization: Bearer $IPK\"";
+    let out = d.exec(&id, &["sh", "-c", script]).await;
+    assert_ne!(out.exit_code, 0, "{out:?}");
+    assert!(!out.stderr.contains("test -n"), "{out:?}");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        before + 2,
+        "it reached a server"
+    );
+    let log = d.get_json(&format!("/v1/sandboxes/{id}/egress")).await;
+    assert_eq!(log["requests"][0]["secrets"], json!(["k"]), "{log}");
+    assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
 }
 
 /// The vendors' SDKs, unmodified: E2B's `Secret` with `Secret.fill` in `envs` and `network.rules`

@@ -4,23 +4,11 @@
 mod common;
 
 use common::{
-    assert_agree, built, e2e, expect_error, id_of, in_background, restart_and_reconcile,
-    runtime_ids, Daemon,
+    assert_agree, built, e2e, expect_error, id_of, in_background, require_gvisor,
+    restart_and_reconcile, runtime_ids, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-/// Whether this host runs the gVisor tier; see the runtime's tests for the same rule.
-fn require_gvisor() -> bool {
-    match sandboxd_runtime::gvisor::probe(&Default::default()) {
-        Ok(_) => true,
-        Err(why) if std::env::var_os("SANDBOXD_SKIP_GVISOR_TESTS").is_some() => {
-            eprintln!("SKIPPED: no gVisor tier here ({why}; SANDBOXD_SKIP_GVISOR_TESTS is set)");
-            false
-        }
-        Err(why) => panic!("this test needs the gVisor tier: {why}"),
-    }
-}
 
 async fn count(daemon: &Daemon, id: &str) -> u64 {
     let out = daemon.exec(id, &["cat", "/tmp/count"]).await;

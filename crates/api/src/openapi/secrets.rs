@@ -4,7 +4,7 @@
 //! optional `:port` on a name or an IPv4 address (`sandboxd_egress::RuleHost`), header names
 //! HTTP tokens other than the framing ones, values without control characters but tab. Reaching a
 //! rule's host is written as: no rules unless `egress` is on (the daemon also takes rules for
-//! hosts `allowOut` covers, which no schema can say), and none in the gVisor tier.
+//! hosts `allowOut` covers, which no schema can say).
 
 use serde_json::{json, Value};
 
@@ -59,13 +59,6 @@ fn constrain_rules(doc: &mut Value) {
     let none = json!({"properties": {"rules": {"maxProperties": 0}}});
     let egress = json!({"properties": {"egress": {"const": true}}, "required": ["egress"]});
     schemas["NetworkPolicy"]["allOf"] = json!([{"if": {"not": egress}, "then": none}]);
-    let gvisor =
-        json!({"properties": {"isolation": {"const": "gvisor"}}, "required": ["isolation"]});
-    let no_rules = json!({"properties": {"network": {"anyOf": [{"type": "null"},
-        {"properties": {"rules": {"maxProperties": 0}}}]}}});
-    if let Some(all) = schemas["CreateSandbox"]["allOf"].as_array_mut() {
-        all.push(json!({"if": gvisor, "then": no_rules}));
-    }
 }
 
 /// Writes the secret operations' limits into `doc`.

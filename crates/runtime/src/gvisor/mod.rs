@@ -679,6 +679,28 @@ impl Runtime for GvisorRuntime {
         self.start(id).await.map(|_| ())
     }
 
+    async fn connect_from(
+        &self,
+        id: &str,
+        dst: std::net::SocketAddr,
+    ) -> Result<tokio::net::TcpStream, RuntimeError> {
+        // gVisor's stack owns the sandbox's address: the connection is the host's, marked so the
+        // sandbox's own lists apply to it (`namespace::egress`). Only for a sandbox behind the
+        // gateway, whose mark the rules know.
+        let (_, p) = self.load_gvisor(id)?;
+        if p.live_pid().is_none() {
+            return Err(RuntimeError::NotFound(id.to_string()));
+        }
+        if p.spec.egress_gateway.is_none() {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {id} is not behind the egress gateway"
+            )));
+        }
+        let addrs = self.host.net.addrs(p.spec.net_slot)?;
+        let mark = crate::namespace::egress::gateway_mark(addrs.sandbox);
+        crate::namespace::net::connect_marked(mark, dst).await
+    }
+
     async fn set_envs(
         &self,
         id: &str,

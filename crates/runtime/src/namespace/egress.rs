@@ -44,6 +44,13 @@
 //! so they go out under every rule above, as the sandbox's own would. (Ordinary connections take
 //! their source port from below 61000, Linux's default ephemeral range; a sandbox that binds one of
 //! 61000 or more itself only goes around the gateway, which then rewrites nothing for it.)
+//! A gVisor sandbox's namespace holds no address the host's kernel could send from (gVisor's own
+//! network stack owns it), so for that tier the gateway opens its upstream connections on the host,
+//! marked with the sandbox's address as a number ([`gateway_mark`]), and `output` holds them to
+//! the same lists: `gateway_marks` names every such mark, `gateway_policy` jumps to the sandbox's
+//! chain, `gateway_egress` marks those whose sandbox has egress; a marked connection never reaches
+//! another sandbox, reaches the host itself only where the chain accepts it, and leaves otherwise
+//! only with egress — the sandbox's own rules, applied to the gateway's connections.
 //!
 //! A sandbox's rules are installed (and the address given a default route when anything may leave)
 //! *before* its init is told to go, so the first instruction already runs under them; they go when
@@ -75,6 +82,9 @@ add map ip sandboxd egress_policy { type ipv4_addr : verdict; }
 add map ip sandboxd redirects { type ipv4_addr : verdict; }
 add map ip sandboxd redirects_ported { type ipv4_addr : verdict; }
 add set ip sandboxd gateway_ports { type inet_service; }
+add set ip sandboxd gateway_marks { type mark; }
+add set ip sandboxd gateway_egress { type mark; }
+add map ip sandboxd gateway_policy { type mark : verdict; }
 "#;
 
 /// The static rules (after [`CONTAINERS`]).
@@ -82,10 +92,12 @@ const RULES: &str = r#"add chain ip sandboxd forward { type filter hook forward 
 add chain ip sandboxd input { type filter hook input priority 0; policy accept; }
 add chain ip sandboxd postrouting { type nat hook postrouting priority 100; policy accept; }
 add chain ip sandboxd prerouting { type nat hook prerouting priority -100; policy accept; }
+add chain ip sandboxd output { type filter hook output priority 0; policy accept; }
 flush chain ip sandboxd forward
 flush chain ip sandboxd input
 flush chain ip sandboxd postrouting
 flush chain ip sandboxd prerouting
+flush chain ip sandboxd output
 add rule ip sandboxd forward iifname "sbh*" oifname != "sbh*" ip saddr vmap @egress_policy
 add rule ip sandboxd forward iifname "sbh*" ip saddr @egress oifname != "sbh*" accept
 add rule ip sandboxd forward iifname "sbh*" drop
@@ -98,6 +110,11 @@ add rule ip sandboxd postrouting ip saddr @egress oifname != "sbh*" masquerade
 add rule ip sandboxd postrouting ip saddr @allow_only oifname != "sbh*" masquerade
 add rule ip sandboxd prerouting iifname "sbh*" tcp dport { 80, 443 } tcp sport < 61000 ip saddr vmap @redirects
 add rule ip sandboxd prerouting iifname "sbh*" tcp sport < 61000 ip saddr vmap @redirects_ported
+add rule ip sandboxd output meta mark @gateway_marks oifname "sbh*" drop
+add rule ip sandboxd output meta mark vmap @gateway_policy
+add rule ip sandboxd output meta mark @gateway_marks oifname "lo" drop
+add rule ip sandboxd output meta mark @gateway_egress accept
+add rule ip sandboxd output meta mark @gateway_marks drop
 "#;
 
 /// The whole static setup, applied once per process.
@@ -109,6 +126,12 @@ fn setup_script() -> String {
 pub fn chain_name(address: Ipv4Addr) -> String {
     let [a, b, c, d] = address.octets();
     format!("sandbox_{a}_{b}_{c}_{d}")
+}
+
+/// The mark (`SO_MARK`) of the egress gateway's upstream connections opened on the host for the
+/// sandbox at `address` (the gVisor tier's; see the module docs): its address as a number.
+pub fn gateway_mark(address: Ipv4Addr) -> u32 {
+    u32::from(address)
 }
 
 /// The chain that redirects the sandbox at `address` to its daemon's egress gateway.
@@ -154,8 +177,13 @@ fn clear_script(address: Ipv4Addr) -> String {
 
 fn chain_clear_script(address: Ipv4Addr, chain: &str) -> String {
     let redirect = redirect_chain(address);
+    let mark = gateway_mark(address);
     format!(
-        "add element ip {TABLE} egress {{ {address} }}\n\
+        "add element ip {TABLE} gateway_marks {{ {mark} }}\n\
+         delete element ip {TABLE} gateway_marks {{ {mark} }}\n\
+         add element ip {TABLE} gateway_egress {{ {mark} }}\n\
+         delete element ip {TABLE} gateway_egress {{ {mark} }}\n\
+         add element ip {TABLE} egress {{ {address} }}\n\
          delete element ip {TABLE} egress {{ {address} }}\n\
          add element ip {TABLE} allow_only {{ {address} }}\n\
          delete element ip {TABLE} allow_only {{ {address} }}\n\
@@ -169,6 +197,8 @@ fn chain_clear_script(address: Ipv4Addr, chain: &str) -> String {
          add chain ip {TABLE} {chain}\n\
          add element ip {TABLE} egress_policy {{ {address} : jump {chain} }}\n\
          delete element ip {TABLE} egress_policy {{ {address} }}\n\
+         add element ip {TABLE} gateway_policy {{ {mark} : jump {chain} }}\n\
+         delete element ip {TABLE} gateway_policy {{ {mark} }}\n\
          flush chain ip {TABLE} {chain}\n\
          delete chain ip {TABLE} {chain}\n"
     )
@@ -217,6 +247,13 @@ fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
             );
         }
         let _ = writeln!(script, "add element ip {TABLE} gateway_ports {{ {port} }}");
+        // The gVisor tier's upstream connections, opened on the host with this mark, meet the
+        // same lists (`output`).
+        let mark = gateway_mark(address);
+        let _ = writeln!(script, "add element ip {TABLE} gateway_marks {{ {mark} }}");
+        if spec.egress {
+            let _ = writeln!(script, "add element ip {TABLE} gateway_egress {{ {mark} }}");
+        }
     }
     let names = spec.has_names();
     if spec.egress_allow.is_empty() && spec.egress_deny.is_empty() && !names {
@@ -269,6 +306,13 @@ fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
         script,
         "add element ip {TABLE} egress_policy {{ {address} : jump {chain} }}"
     );
+    if spec.egress_gateway.is_some() {
+        let mark = gateway_mark(address);
+        let _ = writeln!(
+            script,
+            "add element ip {TABLE} gateway_policy {{ {mark} : jump {chain} }}"
+        );
+    }
     script
 }
 
@@ -537,6 +581,8 @@ mod tests {
             ),
             "add element ip sandboxd redirects { 10.201.0.6 : jump gateway_10_201_0_6 }".into(),
             "add element ip sandboxd gateway_ports { 21280 }".into(),
+            "add element ip sandboxd gateway_marks { 180944902 }".into(),
+            "add element ip sandboxd gateway_egress { 180944902 }".into(),
         ];
         let at: Vec<usize> = wanted
             .iter()
@@ -576,6 +622,46 @@ mod tests {
     }
 
     #[test]
+    fn the_gateways_marked_connections_meet_the_sandboxs_own_lists() {
+        assert_eq!(gateway_mark(ADDR), 0x0ac9_0006);
+        let listed = SandboxSpec {
+            egress_gateway: Some(21280),
+            ..spec(false, &["192.0.2.0/24"], &[])
+        };
+        let script = install_script(&ADDRS, &listed);
+        let lines: Vec<&str> = script.lines().collect();
+        let last = |line: &str| lines.iter().rposition(|l| *l == line);
+        let chain = last("add chain ip sandboxd sandbox_10_201_0_6").expect("its chain");
+        let policy =
+            "add element ip sandboxd gateway_policy { 180944902 : jump sandbox_10_201_0_6 }";
+        assert!(last(policy).is_some_and(|at| at > chain), "{script}");
+        assert!(last("add element ip sandboxd gateway_marks { 180944902 }").is_some());
+        // Without egress, what the lists do not accept is dropped: no element in gateway_egress.
+        let egress_add = last("add element ip sandboxd gateway_egress { 180944902 }");
+        let egress_delete = last("delete element ip sandboxd gateway_egress { 180944902 }");
+        assert!(egress_add < egress_delete, "{script}");
+        let output: Vec<String> = setup_script()
+            .lines()
+            .filter(|l| l.starts_with("add rule ip sandboxd output"))
+            .map(|l| {
+                l.trim_start_matches("add rule ip sandboxd output ")
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            output,
+            [
+                r#"meta mark @gateway_marks oifname "sbh*" drop"#,
+                "meta mark vmap @gateway_policy",
+                r#"meta mark @gateway_marks oifname "lo" drop"#,
+                "meta mark @gateway_egress accept",
+                "meta mark @gateway_marks drop",
+            ],
+            "never another sandbox; the lists; the host only as listed; egress; nothing else"
+        );
+    }
+
+    #[test]
     fn clearing_adds_before_it_deletes_so_it_never_fails_on_absence() {
         let script = clear_script(ADDR);
         for what in [
@@ -586,6 +672,9 @@ mod tests {
             "element ip sandboxd redirects { 10.201.0.6",
             "element ip sandboxd redirects_ported { 10.201.0.6",
             "chain ip sandboxd gateway_10_201_0_6",
+            "element ip sandboxd gateway_marks { 180944902",
+            "element ip sandboxd gateway_egress { 180944902",
+            "element ip sandboxd gateway_policy { 180944902",
             "set ip sandboxd names_allow_10_201_0_6",
             "set ip sandboxd names_deny_10_201_0_6",
         ] {
@@ -634,7 +723,8 @@ mod tests {
                 "flush chain ip sandboxd forward",
                 "flush chain ip sandboxd input",
                 "flush chain ip sandboxd postrouting",
-                "flush chain ip sandboxd prerouting"
+                "flush chain ip sandboxd prerouting",
+                "flush chain ip sandboxd output"
             ]
         );
         assert!(

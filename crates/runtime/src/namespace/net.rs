@@ -319,6 +319,26 @@ pub async fn connect_in_netns(
         .map_err(|e| RuntimeError::Network(format!("connect to {dst} from the sandbox: {e}")))
 }
 
+/// A TCP connection to `dst` opened on the host, its packets marked `mark` (`SO_MARK`): how the
+/// egress gateway reaches out for a sandbox whose namespace the host cannot send from (the gVisor
+/// tier's), under that sandbox's lists ([`super::egress::gateway_mark`]).
+pub async fn connect_marked(
+    mark: u32,
+    dst: std::net::SocketAddr,
+) -> Result<tokio::net::TcpStream, RuntimeError> {
+    let socket = match dst {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(|e| RuntimeError::Network(format!("gateway socket: {e}")))?;
+    nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::Mark, &mark)
+        .map_err(|e| RuntimeError::Network(format!("marking the gateway's socket: {e}")))?;
+    socket
+        .connect(dst)
+        .await
+        .map_err(|e| RuntimeError::Network(format!("connect to {dst} for the sandbox: {e}")))
+}
+
 /// A TCP socket bound to a free port of [`GATEWAY_SOURCE_PORTS`], starting after the last one
 /// handed out.
 fn bound_socket(v4: bool) -> std::io::Result<tokio::net::TcpSocket> {

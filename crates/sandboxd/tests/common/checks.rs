@@ -119,3 +119,15 @@ pub async fn built(d: &Daemon, name: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Whether this host runs the gVisor tier; see the runtime's tests for the same rule.
+pub fn require_gvisor() -> bool {
+    match sandboxd_runtime::gvisor::probe(&Default::default()) {
+        Ok(_) => true,
+        Err(why) if std::env::var_os("SANDBOXD_SKIP_GVISOR_TESTS").is_some() => {
+            eprintln!("SKIPPED: no gVisor tier here ({why}; SANDBOXD_SKIP_GVISOR_TESTS is set)");
+            false
+        }
+        Err(why) => panic!("this test needs the gVisor tier: {why}"),
+    }
+}

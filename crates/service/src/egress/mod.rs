@@ -3,16 +3,17 @@
 //!
 //! Contract:
 //! - A create goes through the gateway when its environment names secrets or its network has
-//!   rules ([`Service::gateway_for`]); then it needs a daemon that runs one
-//!   ([`crate::ServiceConfig::egress_gateway`]) and the namespace tier, else it is the caller's 400
-//!   before anything is made. Its processes get [`trust_env`]: their TLS clients trust the gateway's
+//!   rules ([`Service::gateway_for`]), in either tier; then it needs a daemon that runs one
+//!   ([`crate::ServiceConfig::egress_gateway`]), else it is the caller's 400 before anything is
+//!   made. Its processes get [`trust_env`]: their TLS clients trust the gateway's
 //!   CA on top of the public roots. Every other sandbox keeps the direct path.
 //! - A connection's policy is read when it arrives ([`Service::egress_route`]): the sandbox whose
 //!   address it comes from (running, behind the gateway), its rules as stored, and the secrets its
 //!   environment and rules name, opened with the secrets key. A secret updated since the create is
 //!   used with its new value and hosts; one deleted is left out (its placeholder goes out as text).
-//! - Upstream connections are opened from the sandbox's own network ([`sandboxd_runtime::Runtime::connect_from`]),
-//!   so its egress lists apply to them as to anything it sends.
+//! - Upstream connections are opened from the sandbox's own network, or for the gVisor tier on the
+//!   host marked as the sandbox's ([`sandboxd_runtime::Runtime::connect_from`]), so its egress
+//!   lists apply to them as to anything it sends.
 //! - The audit log keeps the last [`AUDIT_KEEP`] rewritten requests of each sandbox in memory
 //!   (names only, never a value) until the sandbox is deleted ([`Service::egress_log`]).
 
@@ -21,7 +22,6 @@ pub mod rules;
 use crate::{Service, ServiceError};
 use sandboxd_egress::gateway::BoxFuture;
 use sandboxd_egress::{AuditEntry, Connect, Policy, Route, Routes, SecretUse};
-use sandboxd_runtime::Isolation;
 use sandboxd_store::SandboxState;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -108,13 +108,12 @@ pub(crate) fn secrets_used(
 }
 
 impl Service {
-    /// The gateway port a create that uses `secrets` and `rules` in tier `isolation` goes through;
-    /// `None` when it uses neither. The caller's 400 when this daemon or tier has no gateway.
+    /// The gateway port a create that uses `secrets` and `rules` goes through (in either tier);
+    /// `None` when it uses neither. The caller's 400 when this daemon runs no gateway.
     pub(crate) fn gateway_for(
         &self,
         secrets: &[String],
         rules: &[rules::HostRules],
-        isolation: Isolation,
     ) -> Result<Option<u16>, ServiceError> {
         if secrets.is_empty() && rules.is_empty() {
             return Ok(None);
@@ -125,12 +124,6 @@ impl Service {
                     .into(),
             ));
         };
-        if isolation != Isolation::Namespace {
-            return Err(ServiceError::InvalidRequest(format!(
-                "secrets and network rules are not available in the {isolation} tier yet: create \
-                 the sandbox in the namespace tier"
-            )));
-        }
         Ok(Some(gateway.port))
     }
 
@@ -260,22 +253,12 @@ mod tests {
     {
         let secrets = ["k".to_string()];
         let t = with_gateway(Some(21280));
-        assert_eq!(
-            t.svc.gateway_for(&[], &[], Isolation::Namespace).unwrap(),
-            None
-        );
-        let port = t
-            .svc
-            .gateway_for(&secrets, &[], Isolation::Namespace)
-            .unwrap();
+        assert_eq!(t.svc.gateway_for(&[], &[]).unwrap(), None);
+        let port = t.svc.gateway_for(&secrets, &[]).unwrap();
         assert_eq!(port, Some(21280));
-        assert!(matches!(
-            t.svc.gateway_for(&secrets, &[], Isolation::Gvisor),
-            Err(ServiceError::InvalidRequest(m)) if m.contains("gvisor")
-        ));
         let none = with_gateway(None);
         assert!(matches!(
-            none.svc.gateway_for(&secrets, &[], Isolation::Namespace),
+            none.svc.gateway_for(&secrets, &[]),
             Err(ServiceError::InvalidRequest(m)) if m.contains("does not run")
         ));
     }

@@ -76,9 +76,9 @@ impl Service {
             Some(tier) => tier,
             None => self.check_isolation(isolation.as_deref())?,
         };
-        // Secrets and rules go through the egress gateway (`crate::egress`), if this daemon and
-        // tier have one.
-        let gateway = self.gateway_for(&secrets, &plan.network.rules, isolation)?;
+        // Secrets and rules go through the egress gateway (`crate::egress`), if this daemon has
+        // one.
+        let gateway = self.gateway_for(&secrets, &plan.network.rules)?;
         let image_root = match &image {
             Some(image) => {
                 let config = Service::run_config(image);
