@@ -112,24 +112,20 @@ impl EnvdClient {
 
     /// `POST /init`: replaces the environment every later command starts with.
     pub async fn init(&self, env_vars: HashMap<String, String>) -> Result<(), Error> {
-        let body = serde_json::to_vec(&files::InitRequest { env_vars })?;
-        let req = self
-            .builder(Method::POST, files::INIT_PATH)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(full(body))?;
-        let resp = self.send(req).await?;
-        if resp.status().is_success() {
-            Ok(())
-        } else {
-            Err(files_error(resp).await)
-        }
+        self.post_json(files::INIT_PATH, &files::InitRequest { env_vars })
+            .await
     }
 
     /// `POST /env`: changes the environment every later command starts with.
     pub async fn update_env(&self, change: &files::EnvChange) -> Result<(), Error> {
-        let body = serde_json::to_vec(change)?;
+        self.post_json(files::ENV_PATH, change).await
+    }
+
+    /// `POST path` with `body` as JSON, answered with a success and nothing to read.
+    async fn post_json(&self, path: &str, body: &impl serde::Serialize) -> Result<(), Error> {
+        let body = serde_json::to_vec(body)?;
         let req = self
-            .builder(Method::POST, files::ENV_PATH)
+            .builder(Method::POST, path)
             .header(header::CONTENT_TYPE, "application/json")
             .body(full(body))?;
         let resp = self.send(req).await?;
