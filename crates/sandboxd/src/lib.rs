@@ -13,6 +13,7 @@ pub mod callback;
 pub mod cluster;
 pub mod config;
 pub mod config_file;
+pub mod core_dumps;
 pub mod doctor;
 pub mod gateway;
 pub mod identity;
@@ -234,6 +235,9 @@ fn admin_token(data_dir: &Path) -> anyhow::Result<String> {
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(file) = &config.config {
         tracing::info!(file = %file.display(), "read the config file");
+    }
+    if let Err(e) = core_dumps::forbid() {
+        tracing::warn!(error = %e, "could not turn off core files of the daemon");
     }
     match open_files::raise() {
         Ok((before, now)) if before < now => {

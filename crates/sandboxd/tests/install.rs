@@ -350,26 +350,31 @@ fn a_json_log_names_each_request_and_the_sandbox_it_is_for() {
 }
 
 /// This process's soft and hard limits on open files.
-fn open_files_limit() -> (libc::rlim_t, libc::rlim_t) {
+fn limit(resource: libc::__rlimit_resource_t) -> (libc::rlim_t, libc::rlim_t) {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes the struct it is given.
-    assert_eq!(
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
-        0
-    );
+    assert_eq!(unsafe { libc::getrlimit(resource, &mut limit) }, 0);
     (limit.rlim_cur, limit.rlim_max)
 }
 
-fn set_open_files_limit(soft: libc::rlim_t, hard: libc::rlim_t) {
+fn set_limit(resource: libc::__rlimit_resource_t, soft: libc::rlim_t, hard: libc::rlim_t) {
     let limit = libc::rlimit {
         rlim_cur: soft,
         rlim_max: hard,
     };
     // SAFETY: setrlimit reads the struct it is given.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+    assert_eq!(unsafe { libc::setrlimit(resource, &limit) }, 0);
+}
+
+/// The soft and hard limits of `name` (`Max open files`, …) in `/proc/<pid>/limits`, as written.
+fn limits_of(pid: u32, name: &str) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with(name)).unwrap();
+    let fields: Vec<&str> = line.trim_start_matches(name).split_whitespace().collect();
+    (fields[0].to_string(), fields[1].to_string())
 }
 
 /// `serve` raises its soft limit on open files to the hard one at start (each idle sandbox holds
@@ -377,21 +382,35 @@ fn set_open_files_limit(soft: libc::rlim_t, hard: libc::rlim_t) {
 #[test]
 fn serve_raises_its_soft_limit_on_open_files_to_the_hard_one() {
     e2e(|| async {
-        let (soft, hard) = open_files_limit();
+        let (soft, hard) = limit(libc::RLIMIT_NOFILE);
         let low = hard.min(1024) - 1;
-        set_open_files_limit(low, hard);
+        set_limit(libc::RLIMIT_NOFILE, low, hard);
         let daemon = Daemon::start().await;
-        set_open_files_limit(soft, hard);
-        let limits = std::fs::read_to_string(format!("/proc/{}/limits", daemon.pid())).unwrap();
-        let line = limits
-            .lines()
-            .find(|l| l.starts_with("Max open files"))
-            .unwrap();
-        let fields: Vec<&str> = line.split_whitespace().collect();
+        set_limit(libc::RLIMIT_NOFILE, soft, hard);
+        let hard = hard.to_string();
         assert_eq!(
-            (fields[3], fields[4]),
-            (hard.to_string().as_str(), hard.to_string().as_str()),
-            "{line} (started under {low})"
+            limits_of(daemon.pid(), "Max open files"),
+            (hard.clone(), hard),
+            "started under {low}"
         );
+    });
+}
+
+/// The daemon holds secrets' values, so it writes no core file: started under an unlimited soft
+/// limit on core files, it runs with 0 (its hard limit unchanged, for sandboxes to raise theirs).
+#[test]
+fn serve_turns_off_its_core_files() {
+    e2e(|| async {
+        let (soft, hard) = limit(libc::RLIMIT_CORE);
+        set_limit(libc::RLIMIT_CORE, hard, hard);
+        let daemon = Daemon::start().await;
+        set_limit(libc::RLIMIT_CORE, soft, hard);
+        let (daemon_soft, daemon_hard) = limits_of(daemon.pid(), "Max core file size");
+        assert_eq!(daemon_soft, "0", "its soft limit");
+        let written = |l: libc::rlim_t| match l {
+            libc::RLIM_INFINITY => "unlimited".to_string(),
+            n => n.to_string(),
+        };
+        assert_eq!(daemon_hard, written(hard), "its hard limit");
     });
 }
