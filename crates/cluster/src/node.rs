@@ -200,6 +200,29 @@ impl Cluster {
         self.inner.state.read(f)
     }
 
+    /// Waits, at most `within`, until this node's applied state holds its own lease record, and
+    /// answers whether it does and is not marked lost. A node that has just joined takes sandboxes
+    /// only from its first lease on: this is how a create waits for that lease instead of refusing.
+    /// A node already marked lost answers `false` at once.
+    pub async fn await_own_lease(&self, within: Duration) -> bool {
+        let record = || self.read(|s| s.nodes.get(&self.id()).map(|r| !r.lost));
+        let mut metrics = self.inner.raft.metrics();
+        let wait = async {
+            loop {
+                if let Some(serving) = record() {
+                    return serving;
+                }
+                // Each applied entry changes the metrics; the tick covers a change seen before the
+                // state it reports.
+                tokio::select! {
+                    changed = metrics.changed() => if changed.is_err() { return false },
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+        };
+        tokio::time::timeout(within, wait).await.unwrap_or(false)
+    }
+
     /// What this node reports in its next lease.
     pub fn report_capacity(&self, capacity: Capacity) {
         *self
@@ -447,8 +470,10 @@ impl Cluster {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if self.members().is_empty() || !self.members().contains_key(&self.id()) {
-                continue;
+            // Until this node is a member, look again soon: its first lease is what lets it take
+            // sandboxes, so it goes out as soon as the membership names it.
+            while !self.members().contains_key(&self.id()) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             let at_ms = now_ms();
             let command = Command::Lease {

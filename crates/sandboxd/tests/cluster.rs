@@ -91,6 +91,42 @@ fn hundred_same_name_creates_over_three_nodes_make_one_sandbox() {
     });
 }
 
+/// A node takes creates from the moment it answers: a create on each node right after it answers
+/// `/health` (a name, so it is reserved in the log), before any view of the cluster is waited for,
+/// answers 201 — it waits (bounded) for the node's first lease rather than refusing with
+/// `503 cluster_unavailable` — and so does one on a follower as soon as node 0 lists every member
+/// healthy.
+#[test]
+fn a_node_takes_creates_as_soon_as_it_answers() {
+    cluster_test(LIMIT, || async {
+        let c = TestCluster::start_unwaited(3, &[], &[]).await;
+        for i in [2, 1, 0] {
+            let name = format!("at-once-{i}");
+            let (status, answer) = post(
+                &c,
+                i,
+                "/v1/sandboxes",
+                &json!({"name": name, "timeoutSec": 60}),
+            )
+            .await;
+            assert_eq!(status, 201, "a create on node {i}: {answer}");
+        }
+        c.wait_healthy(&[0], 3).await;
+        let leader = c.leader(0).await.expect("node 0 names the leader");
+        for i in (0..3).filter(|&i| i != leader) {
+            let name = format!("healthy-{i}");
+            let (status, answer) = post(
+                &c,
+                i,
+                "/v1/sandboxes",
+                &json!({"name": name, "timeoutSec": 60}),
+            )
+            .await;
+            assert_eq!(status, 201, "a create on follower {i}: {answer}");
+        }
+    });
+}
+
 /// Without cluster flags the daemon is a single node: `GET /v1/cluster` answers 404 `not_clustered`
 /// and `sbx cluster status` exits 1 saying so.
 #[test]

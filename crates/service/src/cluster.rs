@@ -93,25 +93,31 @@ impl Service {
             return Ok(());
         };
         let name = &new.name;
-        let outcome = crate::timing::step(
-            "place",
-            cluster.propose(Command::Reserve {
-                id: new.id.clone(),
-                owner: cluster.id(),
-                name: name.clone(),
-                token_digest: sandboxd_cluster::state::token_digest(&new.agent_token),
-                summary: SandboxSummary {
-                    template: new.template.clone(),
-                    image: new.image.clone(),
-                    cpu_millis: new.cpu_millis,
-                    memory_mb: new.memory_mb,
-                    disk_mb: new.disk_mb,
-                    metadata: new.metadata.clone(),
-                },
-                at_ms: sandboxd_cluster::node::now_ms(),
-            }),
-        )
-        .await?;
+        let reserve = Command::Reserve {
+            id: new.id.clone(),
+            owner: cluster.id(),
+            name: name.clone(),
+            token_digest: sandboxd_cluster::state::token_digest(&new.agent_token),
+            summary: SandboxSummary {
+                template: new.template.clone(),
+                image: new.image.clone(),
+                cpu_millis: new.cpu_millis,
+                memory_mb: new.memory_mb,
+                disk_mb: new.disk_mb,
+                metadata: new.metadata.clone(),
+            },
+            at_ms: sandboxd_cluster::node::now_ms(),
+        };
+        let mut outcome = crate::timing::step("place", cluster.propose(reserve.clone())).await?;
+        // A node that answers before its first lease is applied waits for it (bounded), then asks
+        // once more; one marked lost is refused below at once.
+        if outcome == Outcome::OwnerUnavailable
+            && cluster
+                .await_own_lease(cluster.config().propose_timeout)
+                .await
+        {
+            outcome = crate::timing::step("place", cluster.propose(reserve)).await?;
+        }
         match outcome {
             // `Unchanged`: a retry of this very reservation committed before.
             Outcome::Applied | Outcome::Unchanged => Ok(()),
@@ -170,14 +176,22 @@ impl Service {
         let Some(cluster) = self.cluster() else {
             return Ok(chosen);
         };
-        let outcome = cluster
-            .propose(Command::RouteFingerprint {
-                fingerprint: fingerprint.to_string(),
-                owner: chosen,
-                replay_ms: crate::e2b::ROUTE_WINDOW.as_millis() as i64,
-                at_ms: sandboxd_cluster::node::now_ms(),
-            })
-            .await?;
+        let route = Command::RouteFingerprint {
+            fingerprint: fingerprint.to_string(),
+            owner: chosen,
+            replay_ms: crate::e2b::ROUTE_WINDOW.as_millis() as i64,
+            at_ms: sandboxd_cluster::node::now_ms(),
+        };
+        let mut outcome = cluster.propose(route.clone()).await?;
+        // This node, chosen before its first lease is applied, waits for it as a reservation does.
+        if outcome == Outcome::OwnerUnavailable
+            && chosen == cluster.id()
+            && cluster
+                .await_own_lease(cluster.config().propose_timeout)
+                .await
+        {
+            outcome = cluster.propose(route).await?;
+        }
         match outcome {
             Outcome::Routed { owner } => Ok(owner),
             other => Err(ServiceError::ClusterUnavailable(format!(

@@ -124,6 +124,14 @@ impl TestCluster {
 
     /// [`TestCluster::start`] with `env` set for every node (e.g. `FAILPOINTS`).
     pub async fn start_with_env(n: usize, args: &[&str], env: &[(&str, &str)]) -> TestCluster {
+        let cluster = Self::start_unwaited(n, args, env).await;
+        cluster.wait_healthy(&(0..n).collect::<Vec<_>>(), n).await;
+        cluster
+    }
+
+    /// Starts `n` nodes as [`TestCluster::start_with_env`] does, and answers once each answers
+    /// `/health`, without waiting for any node's view of the others.
+    pub async fn start_unwaited(n: usize, args: &[&str], env: &[(&str, &str)]) -> TestCluster {
         let net = TestNet::enter();
         let secret = tempfile::NamedTempFile::new().expect("secret file");
         std::fs::write(secret.path(), SECRET).expect("secret");
@@ -160,9 +168,7 @@ impl TestCluster {
             };
             nodes.push(Daemon::start_setup(setup).await);
         }
-        let cluster = TestCluster { nodes, net, secret };
-        cluster.wait_healthy(&(0..n).collect::<Vec<_>>(), n).await;
-        cluster
+        TestCluster { nodes, net, secret }
     }
 
     /// Node `i`.
