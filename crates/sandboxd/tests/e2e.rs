@@ -731,3 +731,63 @@ fn fixture_teardown_leaves_no_sandbox_behind_even_with_the_daemon_dead() {
         assert_eq!(cgroup_dirs_of(&id), Vec::<std::path::PathBuf>::new());
     });
 }
+
+/// Invariant (`sandboxd_service::env`, one environment change per sandbox at a time): of 100
+/// concurrent changes through Daytona's toolbox `/env`, each setting `A` and `B` to its own number,
+/// the agent (a new command), the row (`GET /api/sandbox/{id}`) and the runtime's record (a command
+/// after a stop and a start) all end on the same one, `A` and `B` together. Bad names and values
+/// are each a 400 that changes nothing.
+#[test]
+fn concurrent_env_changes_leave_agent_row_and_record_agreeing() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let id = d.create_id().await;
+        let env_path = format!("/api/toolbox/{id}/env");
+        let answers = futures::future::join_all((0..100).map(|n| {
+            let body = json!({"set": {"A": n.to_string(), "B": n.to_string()}});
+            let path = env_path.clone();
+            let d = &d;
+            async move { d.post_json(&path, &body).await.status() }
+        }))
+        .await;
+        assert!(answers.iter().all(|s| *s == 200), "{answers:?}");
+        let seen = d.exec(&id, &["sh", "-c", "echo $A $B"]).await.stdout;
+        let (a, b) = seen.trim().split_once(' ').expect("two values");
+        assert_eq!(a, b, "A and B changed together: {seen}");
+        let row = d.get_json(&format!("/api/sandbox/{id}")).await;
+        assert_eq!(row["env"]["A"], a, "the row agrees with the agent: {row}");
+        assert_eq!(row["env"]["B"], a, "{row}");
+
+        for bad in [
+            json!({"set": {"1BAD": "x"}}),
+            json!({"set": {"A=B": "x"}}),
+            json!({"set": {"": "x"}}),
+            json!({"set": {"OK": "a\u{0}b"}}),
+            json!({"unset": ["BAD NAME"]}),
+            json!({"set": "A=1"}),
+            json!({"sett": {"A": "1"}}),
+        ] {
+            let resp = d.post_json(&env_path, &bad).await;
+            assert_eq!(resp.status(), 400, "{bad}: {}", resp.text().await.unwrap());
+        }
+        let row = d.get_json(&format!("/api/sandbox/{id}")).await;
+        assert_eq!(
+            row["env"]["A"], a,
+            "a refused change changed nothing: {row}"
+        );
+        assert!(row["env"].get("OK").is_none(), "{row}");
+
+        for step in ["stop", "start"] {
+            let resp = d
+                .post_json(&format!("/api/sandbox/{id}/{step}"), &json!({}))
+                .await;
+            assert!(resp.status().is_success(), "{step}: {}", resp.status());
+        }
+        let after = d.exec(&id, &["sh", "-c", "echo $A $B"]).await.stdout;
+        assert_eq!(
+            after.trim(),
+            format!("{a} {a}"),
+            "the next boot starts with it"
+        );
+    });
+}
