@@ -22,12 +22,12 @@ use sandboxd_envd::process::{
 };
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::process::ChildStdin;
+use tokio::net::unix::pipe;
 
 /// Where a process's input goes.
 pub enum Input {
     /// Its stdin pipe; `None` once closed or when started with `stdin: false`.
-    Pipe(tokio::sync::Mutex<Option<ChildStdin>>),
+    Pipe(tokio::sync::Mutex<Option<pipe::Sender>>),
     /// Its terminal.
     Pty(Arc<PtyMaster>),
 }

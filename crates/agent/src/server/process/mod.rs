@@ -11,6 +11,7 @@
 //! `Connect-Timeout-Ms` deadline from `Start` passes.
 
 mod input;
+mod launch;
 mod output;
 mod pty;
 mod pump;
@@ -156,9 +157,7 @@ fn start_process(
         .map(Duration::from_millis);
     let spec = spawn::SpawnSpec::new(&req, &caller.user, &state.envs())?;
     let spawn::Spawned { mut child, pty } = spawn::spawn(spec)?;
-    let pid = child
-        .id()
-        .ok_or_else(|| ServerError::Internal("spawned process has no pid".into()))?;
+    let pid = child.id();
     let hub = Arc::new(Hub::default());
     let events = hub
         .subscribe()

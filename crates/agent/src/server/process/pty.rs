@@ -3,8 +3,8 @@
 //! [`open`] allocates a pair the way `openpty(3)` does but race-free for a multithreaded agent: the
 //! master is opened `O_CLOEXEC | O_NONBLOCK`, the slave through `TIOCGPTPEER` (falling back to its
 //! `/dev/pts/N` path), also `O_CLOEXEC`, so no other child ever inherits either. The child gets the slave
-//! as stdin, stdout and stderr and makes it its controlling terminal ([`make_controlling_terminal`],
-//! after `setsid`); the agent keeps the [`PtyMaster`], reads the terminal's output from it
+//! as stdin, stdout and stderr and makes it its controlling terminal (after `setsid`, in
+//! [`super::launch`]); the agent keeps the [`PtyMaster`], reads the terminal's output from it
 //! ([`PtyReader`]), writes input to it and resizes it.
 
 use sandboxd_envd::process::PtySize;
@@ -89,18 +89,6 @@ fn set_size(fd: &impl AsRawFd, size: PtySize) -> io::Result<()> {
     // SAFETY: TIOCSWINSZ reads one winsize from a valid pointer.
     if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws) } != 0 {
         return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// In the forked child, before exec: starts a new session and makes stdin (the slave) its
-/// controlling terminal. Only async-signal-safe calls.
-pub fn make_controlling_terminal() -> io::Result<()> {
-    // SAFETY: setsid and ioctl(TIOCSCTTY) take no pointers.
-    unsafe {
-        if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-            return Err(io::Error::last_os_error());
-        }
     }
     Ok(())
 }

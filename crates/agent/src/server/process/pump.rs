@@ -12,6 +12,7 @@
 //!   `end` as its last event.
 
 use super::super::AppState;
+use super::launch::Process;
 use super::output::{self, Hub};
 use super::pty::{PtyMaster, PtyReader};
 use super::signal_group;
@@ -23,7 +24,6 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Child;
 use tokio::sync::watch;
 
 /// Largest output chunk per event.
@@ -34,7 +34,7 @@ pub const DRAIN_IDLE: Duration = Duration::from_millis(200);
 /// Spawns the tasks that read `child`'s output (its pipes, or the terminal behind `pty`) into `hub`
 /// and reap it.
 pub fn supervise(
-    mut child: Child,
+    mut child: Process,
     pid: u32,
     pty: Option<Arc<PtyMaster>>,
     deadline: Option<Duration>,
@@ -91,7 +91,7 @@ pub fn supervise(
 }
 
 async fn wait_with_deadline(
-    child: &mut Child,
+    child: &mut Process,
     pid: u32,
     deadline: Option<Duration>,
 ) -> std::io::Result<ExitStatus> {

@@ -1,6 +1,6 @@
 //! Spawning one process as a user, on pipes or on a terminal.
 //!
-//! Guarantees for the child, all set up between fork and exec: its own process group (with a PTY: its
+//! Guarantees for the child, all set up between its clone and exec ([`super::launch`]): its own process group (with a PTY: its
 //! own session, whose controlling terminal is the PTY); the user's supplementary groups, gid and uid
 //! (in that order, so no privilege is kept); then `chdir` to the working directory as that user. It
 //! keeps the `oom_score_adj` the sandbox was started with, as the agent does (inside a sandbox,
@@ -12,15 +12,12 @@
 use super::super::error::ServerError;
 use super::super::fs::resolve_path;
 use super::super::users::User;
+use super::launch::{Launch, Process, Stdio};
 use super::pty::{self, PtyMaster};
 use sandboxd_envd::process::{PtySize, StartRequest};
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::process::Stdio;
-use tokio::process::{Child, Command};
 
 /// `PATH` when neither the sandbox nor the request sets one.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -41,7 +38,7 @@ pub struct SpawnSpec {
 
 /// A started process: on pipes (`child.stdout`, `child.stderr`, maybe `child.stdin`) or on a terminal.
 pub struct Spawned {
-    pub child: Child,
+    pub child: Process,
     pub pty: Option<PtyMaster>,
 }
 
@@ -126,8 +123,6 @@ pub fn spawn(spec: SpawnSpec) -> Result<Spawned, ServerError> {
             spec.user.name
         )));
     }
-    let cwd = CString::new(spec.cwd.as_os_str().as_bytes())
-        .map_err(|_| ServerError::InvalidArgument("cwd contains a NUL byte".into()))?;
     let (uid, gid) = (spec.user.uid, spec.user.gid);
     let mut groups: Vec<libc::gid_t> = vec![gid];
     groups.extend(spec.user.groups.iter().copied());
@@ -136,54 +131,16 @@ pub fn spawn(spec: SpawnSpec) -> Result<Spawned, ServerError> {
         Some(size) => Some(open_terminal(size, switch_user.then_some(uid))?),
         None => None,
     };
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .kill_on_drop(false);
-    match &terminal {
-        Some((_, slave)) => {
-            let dup = |fd: &OwnedFd| {
-                fd.try_clone()
-                    .map_err(ServerError::io("duplicate the terminal for", &spec.program))
-            };
-            cmd.stdin(Stdio::from(dup(slave)?))
-                .stdout(Stdio::from(dup(slave)?))
-                .stderr(Stdio::from(dup(slave)?));
-        }
-        None => {
-            cmd.stdin(if spec.stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        }
-    }
-    let with_terminal = terminal.is_some();
-    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (setsid/ioctl, setgroups/setgid/setuid, chdir) on memory prepared before fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            if with_terminal {
-                pty::make_controlling_terminal()?;
-            }
-            if switch_user
-                && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                    || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0)
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::chdir(cwd.as_ptr()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().map_err(|source| match source.kind() {
+    let ids = switch_user.then_some((groups, gid, uid));
+    let launch = Launch::new(&spec.program, &spec.args, &spec.env, &spec.cwd, ids)
+        .map_err(|_| ServerError::InvalidArgument("command contains a NUL byte".into()))?;
+    let (stdio, master) = match terminal {
+        Some((master, slave)) => (Stdio::Terminal(slave), Some(master)),
+        None => (Stdio::Piped { stdin: spec.stdin }, None),
+    };
+    // The terminal's slave is the child's only: once it has executed, the master reads end of
+    // file when the child (and whatever inherited the terminal) is gone.
+    let child = launch.spawn(stdio).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound
         | std::io::ErrorKind::PermissionDenied
         | std::io::ErrorKind::InvalidInput => ServerError::InvalidArgument(format!(
@@ -196,13 +153,7 @@ pub fn spawn(spec: SpawnSpec) -> Result<Spawned, ServerError> {
             source,
         },
     })?;
-    // The command and `terminal`'s slave go out of scope here: only the child holds the slave now, so
-    // the master reads end of file once the child (and whatever inherited the terminal) is gone.
-    drop(cmd);
-    Ok(Spawned {
-        child,
-        pty: terminal.map(|(master, _slave)| master),
-    })
+    Ok(Spawned { child, pty: master })
 }
 
 /// A terminal for a new process, its slave handed to `owner` when the process runs as another user.
