@@ -19,7 +19,8 @@
 //! - Names are the sandboxes' names: unique (a conflict is a 409), and `GET /api/sandbox/{idOrName}`
 //!   finds a sandbox by either.
 //! - `stop` ends the sandbox's processes and releases its memory, keeping its filesystem; `start`
-//!   boots it again on that filesystem (and resumes a paused one) — [`sandboxd_service::stop`].
+//!   boots it again on that filesystem (and resumes a paused one) — [`sandboxd_service::stop`];
+//!   `pause` freezes it with its memory.
 
 use super::error::DaytonaError;
 use super::models::{BuildInfo, CreateSandbox, DaytonaSandbox, SandboxPage, LANGUAGE_LABEL};
@@ -336,6 +337,19 @@ pub async fn stop(
     headers: HeaderMap,
 ) -> Result<Json<DaytonaSandbox>, DaytonaError> {
     let (sandbox, _) = service.stop(&key).await?;
+    Ok(Json(
+        describe(&service, &sandbox, &toolbox_url(&headers)).await?,
+    ))
+}
+
+/// `POST /api/sandbox/{idOrName}/pause`: freezes the sandbox with its memory
+/// ([`sandboxd_service::pause`]), state `paused`; `start` resumes it.
+pub async fn pause(
+    State(service): State<Service>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<DaytonaSandbox>, DaytonaError> {
+    let sandbox = service.pause(&key).await?;
     Ok(Json(
         describe(&service, &sandbox, &toolbox_url(&headers)).await?,
     ))

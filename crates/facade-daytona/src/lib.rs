@@ -4,14 +4,15 @@
 //! checked by [`sandboxd_surface::auth::authenticate`], refused in Daytona's error shape; Daytona's
 //! organization headers are accepted and ignored).
 //!
-//! What is served so far (the rest of Daytona's surface answers 404 or, where a route exists but
-//! the feature does not, 501):
+//! What is served so far (the rest of Daytona's surface answers 404, or 501 where the SDKs call it
+//! and sandboxd refuses it on purpose: [`unsupported`]; `tests/daytona/surface/python.md` lists
+//! every method of the Python SDK in one of the two columns):
 //! - Control ([`control`]): `POST /api/sandbox`, `GET /api/sandbox` (`{items, nextCursor}`,
 //!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop`,
-//!   `GET …/toolbox-proxy-url`, `POST …/resize`; creates waiting for their build ([`pending`]:
+//!   `GET …/toolbox-proxy-url`, `POST …/resize`, `POST …/pause`; creates waiting for their build ([`pending`]:
 //!   `pending_build`, `building_snapshot`, `…/build-logs-url`, `…/build-logs`); inactivity ([`lifecycle`]: `autostop`, `autodelete`,
 //!   `autoarchive`, `last-activity`); snapshots ([`snapshots`]: the daemon's templates, create,
-//!   list, get, delete, build logs); previews ([`previews`]: preview and signed links, `public`);
+//!   list, get, delete, activate, build logs); previews ([`previews`]: preview and signed links, `public`);
 //!   a running sandbox's secrets and environment ([`env`]: `PUT …/secrets`, the toolbox's `/env`).
 //! - Toolbox ([`toolbox`]) at `/api/toolbox/{id}/…`: `process/execute`, `process/code-run`, the
 //!   interpreter's contexts and `run_code` WebSocket, `user-home-dir`, `work-dir`; sessions
@@ -53,6 +54,7 @@ pub mod snapshots;
 pub mod toolbox;
 pub mod toolbox_error;
 pub mod transfer;
+pub mod unsupported;
 pub mod volumes;
 pub mod warm_pools;
 
@@ -136,6 +138,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
         )
         .route("/api/sandbox/{key}/start", post(control::start))
         .route("/api/sandbox/{key}/stop", post(control::stop))
+        .route("/api/sandbox/{key}/pause", post(control::pause))
         .route("/api/sandbox/{key}/resize", post(control::resize))
         .route(
             "/api/sandbox/{key}/secrets",
@@ -196,6 +199,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
             "/api/snapshots/{name}",
             get(snapshots::get).delete(snapshots::delete),
         )
+        .route("/api/snapshots/{name}/activate", post(snapshots::activate))
         .route(
             "/api/snapshots/{name}/build-logs-url",
             get(snapshots::build_logs_url),
@@ -258,6 +262,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route("/api/toolbox/{id}/env", post(env::update_env))
         .merge(files_router())
         .merge(git_router())
+        .merge(unsupported::router())
         .route(
             "/api/sandbox/{key}/signing-key",
             get(file_urls::signing_key),

@@ -212,6 +212,15 @@ pub async fn get(
     Ok(Json(SnapshotDto::of(&service.get_template(&name).await?)))
 }
 
+/// `POST /api/snapshots/{idOrName}/activate`: the snapshot as it is — the daemon's templates are
+/// never deactivated, so each one is active already.
+pub async fn activate(
+    state: State<Service>,
+    name: Path<String>,
+) -> Result<Json<SnapshotDto>, DaytonaError> {
+    get(state, name).await
+}
+
 /// `DELETE /api/snapshots/{idOrName}`.
 pub async fn delete(
     State(service): State<Service>,

@@ -1,0 +1,77 @@
+//! The Daytona SDKs' whole surface against the daemon: `tests/daytona/test_surface.py` lists every
+//! public method of the real, unmodified `daytona` Python SDK by introspection and calls each one,
+//! under a deadline, in one of two columns — works (its result asserted) or refused (the SDK's own
+//! `DaytonaError`, at once, with the daemon's message saying what is not supported and what to use
+//! instead) — and compares the table it makes with the checked-in `tests/daytona/surface/python.md`.
+//! The script's docs say how.
+//!
+//! Beyond the script: every refused route ([`sandboxd_facade_daytona::unsupported`]) answers 501
+//! in Daytona's error shape over plain HTTP, for any sandbox id, without a sandbox existing.
+
+mod common;
+mod e2b_support;
+
+use e2b_support::{call, e2b_test, run_script};
+use sandboxd_test_support::registry::{require_tools, REGISTRY_TOOLS};
+
+#[test]
+fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2b_test(async {
+        let python = e2b_support::daytona_python();
+        let registry = e2b_support::registry_with_app_image(&["team/app:v1"]);
+        let d = e2b_support::start_with_mirror(&registry).await;
+
+        use reqwest::Method as M;
+        let (s, t) = ("/api/sandbox/nosuch", "/api/toolbox/nosuch");
+        let refused = [
+            (M::POST, format!("{s}/archive")),
+            (M::POST, format!("{s}/recover")),
+            (M::POST, format!("{s}/autopause/5")),
+            (M::POST, format!("{s}/ttl/5")),
+            (M::POST, format!("{s}/network-settings")),
+            (M::POST, format!("{s}/ssh-access")),
+            (M::DELETE, format!("{s}/ssh-access?token=x")),
+            (
+                M::GET,
+                "/api/sandbox/ssh-access/validate?token=x".to_string(),
+            ),
+            (M::GET, format!("{s}/telemetry/metrics")),
+            (M::GET, "/api/config".to_string()),
+            (M::GET, format!("{t}/system/metrics")),
+            (M::GET, format!("{t}/process/session/entrypoint")),
+            (M::GET, format!("{t}/process/session/entrypoint/logs")),
+            (M::POST, format!("{t}/lsp/start")),
+            (M::GET, format!("{t}/lsp/document-symbols?uri=x")),
+            (M::POST, format!("{t}/computeruse/mouse/click")),
+            (M::GET, format!("{t}/computeruse/recordings/r/download")),
+        ];
+        for (method, path) in refused {
+            let (status, answer) = call(&d, method.clone(), &path, None).await;
+            assert_eq!(status, 501, "{method} {path}: {answer}");
+            assert_eq!(answer["statusCode"], 501, "{method} {path}: {answer}");
+            assert_eq!(
+                answer["code"], "not_implemented",
+                "{method} {path}: {answer}"
+            );
+            let message = answer["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("not supported") || message.contains("not kept"),
+                "{method} {path}: {answer}"
+            );
+        }
+        // A sandbox session that is not the entrypoint is still looked up.
+        let (status, answer) = call(&d, M::GET, &format!("{t}/process/session/mine"), None).await;
+        assert_eq!(status, 404, "{answer}");
+
+        let api = format!("{}/api", d.url());
+        let env = [
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+            ("SURFACE_IMAGE", "team/app:v1"),
+        ];
+        run_script(&d, &python, &["tests/daytona/test_surface.py"], &env).await;
+    });
+}
