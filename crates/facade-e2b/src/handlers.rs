@@ -150,6 +150,21 @@ pub async fn kill(State(service): State<Service>, Path(id): Path<String>) -> Res
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `PUT /sandboxes/{id}/network`: 404 for an unknown sandbox, else refused (501): a sandbox's
+/// egress rules are fixed when it is created. The SDK's `update_network` raises its own error at
+/// once, saying so (without this route it reported the sandbox as not found).
+pub async fn update_network(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+) -> Result<StatusCode> {
+    visible(&service, &id).await?;
+    Err(E2bError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "updating a running sandbox's network is not supported: its egress rules are set when \
+         it is created (network.allowOut, network.denyOut); create a sandbox with the rules it needs",
+    ))
+}
+
 /// `POST /sandboxes/{id}/timeout {timeout}`: the sandbox now expires `timeout` seconds from now.
 pub async fn set_timeout(
     State(service): State<Service>,

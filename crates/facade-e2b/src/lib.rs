@@ -120,6 +120,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
         )
         .route("/sandboxes/{id}", get(handlers::get).delete(handlers::kill))
         .route("/sandboxes/{id}/timeout", post(handlers::set_timeout))
+        .route("/sandboxes/{id}/network", put(handlers::update_network))
         .route("/sandboxes/{id}/pause", post(handlers::pause))
         .route("/sandboxes/{id}/fork", post(handlers::fork))
         .route("/sandboxes/{id}/resume", post(handlers::resume))
@@ -130,6 +131,11 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route("/snapshots", get(templates::list_snapshots))
         .route("/v3/templates", post(templates::request_build))
         .route("/templates/aliases/{alias}", get(templates::alias))
+        .route(
+            "/templates/tags",
+            post(templates::tags_refused).delete(templates::tags_refused),
+        )
+        .route("/templates/{id}/tags", get(templates::tags_refused))
         .route("/templates/{id}", delete(templates::delete_template))
         .route("/templates/{id}/files/{hash}", get(templates::file_link))
         .route(

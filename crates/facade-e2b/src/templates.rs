@@ -18,6 +18,7 @@
 //!   status: waiting|building|ready|error, logs, logEntries, reason?}`; entries from `logsOffset`
 //!   on, so a poll past the end is empty.
 //! - `GET /templates/aliases/{alias}` → 200 `{templateID, public}` / 404.
+//! - Tags (`POST`/`DELETE /templates/tags`, `GET /templates/{id}/tags`) → 501, naming what to do.
 //! - `DELETE /templates/{id}` → 204; 404 unknown; 409 while it builds or a sandbox uses it.
 //! - `POST /sandboxes/{id}/snapshots {name?, memory?}` → **201** `{snapshotID, names}`; 404 for an
 //!   unknown sandbox; 400 for `memory: true` (a snapshot keeps the filesystem only).
@@ -374,6 +375,17 @@ pub async fn build_status(
         body["reason"] = json!({ "message": message, "step": step });
     }
     Ok(Json(body))
+}
+
+/// `POST /templates/tags`, `DELETE /templates/tags`, `GET /templates/{id}/tags`: refused (501), so
+/// the SDK's `assign_tags`, `remove_tags` and `get_tags` raise its own error at once. A template
+/// here has one name, and `name:tag` is such a name.
+pub async fn tags_refused() -> E2bError {
+    E2bError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "template tags are not supported: a template has one name; build each version under its \
+         own name (Template.build(t, \"name:tag\")) and create sandboxes from that name",
+    )
 }
 
 /// `GET /templates/aliases/{alias}` → 200 `{templateID, public}` / 404.

@@ -17,6 +17,9 @@
 //!   headers.
 //! - `/v1/sandboxes/{id}/code` streams the interpreter's lines; its mistakes are the caller's
 //!   (400, 404) and a sandbox without an interpreter is a conflict (409).
+//! - Every public method the code interpreter SDKs add, and those of their result classes, works as
+//!   `tests/e2b/surface/code-interpreter-python.md` and `code-interpreter-js.md` say
+//!   (`tests/e2b/test_surface.py code-interpreter`, `tests/e2b/test_surface.mjs code-interpreter`).
 //! - `sbx code ID` reads code from stdin, prints its output, exits 1 when it raised.
 //! - A kernel killed by the out-of-memory killer is an `error` line, and the next call runs on a
 //!   fresh kernel; 100 MB of output stream through without the interpreter holding it.
@@ -119,10 +122,27 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
         // The real SDKs.
         let python = workspace_root().join(".venv-e2b/bin/python");
         run_script(&d, &python, &["tests/e2b/test_code_interpreter.py"], &[]).await;
+        // The code interpreter SDK's own surface against its table
+        // (`tests/e2b/surface/code-interpreter-python.md`).
+        run_script(
+            &d,
+            &python,
+            &["tests/e2b/test_surface.py", "code-interpreter"],
+            &[],
+        )
+        .await;
         let node = std::env::var_os("E2B_NODE")
             .map(PathBuf::from)
             .unwrap_or_else(|| "node".into());
         run_script(&d, &node, &["tests/e2b/test_code_interpreter.mjs"], &[]).await;
+        // Its JS twin (`tests/e2b/surface/code-interpreter-js.md`).
+        run_script(
+            &d,
+            &node,
+            &["tests/e2b/test_surface.mjs", "code-interpreter"],
+            &[],
+        )
+        .await;
         // The real Daytona SDK: its default snapshot is this template (code_run, code_interpreter).
         let daytona = workspace_root().join(".venv-daytona/bin/python");
         assert!(

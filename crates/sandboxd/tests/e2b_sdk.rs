@@ -6,6 +6,11 @@
 //! - JS, `e2b` from npm (`tests/e2b/test_sdk.mjs`): `node`, with the SDK in `tests/e2b/node_modules`.
 //! - Python, latest `e2b`, a subset of `test_sdk.py` on the gVisor tier (`E2B_CHECKS`).
 //! - Python, latest `e2b`, with a key minted by `POST /v1/api-keys` (`tests/e2b/test_api_key.py`).
+//! - Python, latest `e2b`, its whole surface (`tests/e2b/test_surface.py`): every public method of
+//!   its classes, found by introspection, works or is refused with the SDK's own error, as the
+//!   checked-in table `tests/e2b/surface/python.md` says.
+//! - JS, `e2b` from npm, its whole surface (`tests/e2b/test_surface.mjs`, table
+//!   `tests/e2b/surface/js.md`).
 //! - Python, `e2b==2.20.0` (`tests/e2b/test_sdk_old.py`, the older `POST /sandboxes` create):
 //!   interpreter from `E2B_OLD_PYTHON`, default `.venv-e2b-old/bin/python`.
 //!
@@ -55,6 +60,20 @@ fn python_sdk_acceptance() {
         let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
         let daemon = e2b_support::start().await;
         run_script(&daemon, &python, &["tests/e2b/test_sdk.py"], &[]).await;
+    });
+}
+
+/// Every public method and property of the latest Python SDK's sandbox, filesystem, commands, pty,
+/// git, template, volume and secret classes (found by introspection; one the script does not know
+/// fails it) is called under a deadline and either works, its result asserted, or is refused at
+/// once with the SDK's own exception naming what is not supported; the regenerated table must equal
+/// `tests/e2b/surface/python.md` (`SURFACE_UPDATE=1` rewrites it, else `python.md.new` is written).
+#[test]
+fn python_sdk_surface_matches_its_table() {
+    e2b_test(async {
+        let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
+        let daemon = e2b_support::start().await;
+        run_script(&daemon, &python, &["tests/e2b/test_surface.py"], &[]).await;
     });
 }
 
@@ -128,6 +147,26 @@ fn js_sdk_acceptance() {
             .unwrap_or_else(|| PathBuf::from("node"));
         let daemon = e2b_support::start().await;
         run_script(&daemon, &node, &["tests/e2b/test_sdk.mjs"], &[]).await;
+    });
+}
+
+/// Every public method of the JS SDK's classes (static and prototype, less what its type
+/// declarations mark private; the unexported ones reached through a sandbox's objects) works or is
+/// refused at once with the SDK's own error, as `tests/e2b/surface/js.md` says.
+#[test]
+fn js_sdk_surface_matches_its_table() {
+    e2b_test(async {
+        let sdk = workspace_root().join("tests/e2b/node_modules/e2b/package.json");
+        assert!(
+            sdk.is_file(),
+            "the E2B JS SDK is not installed ({} is missing). To install it, {JS_INSTALL}",
+            sdk.display()
+        );
+        let node = std::env::var_os("E2B_NODE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("node"));
+        let daemon = e2b_support::start().await;
+        run_script(&daemon, &node, &["tests/e2b/test_surface.mjs"], &[]).await;
     });
 }
 
