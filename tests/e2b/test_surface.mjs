@@ -61,6 +61,7 @@ async function newSandbox(opts = {}) {
   c.created.push(sbx.sandboxId)
   return sbx
 }
+const UNKNOWN = 'nosuchsandbox0000000'
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 async function rejects(promise, Err, text) {
   try {
@@ -83,7 +84,8 @@ async function gone(sbx, pid) {
 
 // --- Sandbox ------------------------------------------------------------------------------------
 
-works('Sandbox.create', 'a sandbox of the default template, running, with its metadata', async () => {
+works('Sandbox.create', 'a sandbox of the default template, running, with its metadata; an unknown template is SandboxError "not found"', async () => {
+  await rejects(Sandbox.create(`none-${RUN}`, { metadata: { n: randomUUID() } }), e2b.SandboxError, 'not found')
   c.sbx = await newSandbox({ timeoutMs: 300_000 })
   const info = await c.sbx.getInfo()
   assert.equal(info.metadata.run, RUN)
@@ -108,7 +110,8 @@ works('Sandbox#getMetrics', 'a sample with cpuCount >= 1 and memory used and tot
   const m = await c.sbx.getMetrics()
   assert(m.length >= 1 && m[0].cpuCount >= 1 && m[0].memTotal > 0 && m[0].memUsed > 0, JSON.stringify(m))
 })
-works('Sandbox.getMetrics', 'the same by id', async () => {
+works('Sandbox.getMetrics', 'the same by id; an unknown id is SandboxNotFoundError', async () => {
+  await rejects(Sandbox.getMetrics(UNKNOWN), e2b.SandboxNotFoundError, UNKNOWN)
   assert((await Sandbox.getMetrics(c.sbx.sandboxId)).length >= 1)
 })
 works('Sandbox#setTimeout', 'endAt moves out, then back in', async () => {
@@ -119,7 +122,8 @@ works('Sandbox#setTimeout', 'endAt moves out, then back in', async () => {
   await Sandbox.setTimeout(c.sbx.sandboxId, 300_000)
   assert((await c.sbx.getInfo()).endAt < after)
 })
-works('Sandbox.setTimeout', 'by id: accepted (the end moving is asserted under Sandbox#setTimeout)', async () => {
+works('Sandbox.setTimeout', 'by id: accepted (the end moving is asserted under Sandbox#setTimeout); an unknown id is SandboxNotFoundError', async () => {
+  await rejects(Sandbox.setTimeout(UNKNOWN, 60_000), e2b.SandboxNotFoundError, UNKNOWN)
   await Sandbox.setTimeout(c.sbx.sandboxId, 300_000)
 })
 works('Sandbox.list', 'a paginator; the metadata filter finds the sandbox', async () => {
@@ -244,7 +248,7 @@ works('Commands#run', 'stdout, stderr, exit code, envs, cwd, user; a non-zero ex
   await rejects(c.sbx.commands.run('exit 3'), e2b.CommandExitError, '')
 })
 works('Commands#list', "a background command's pid is listed", async () => {
-  c.bg = await c.sbx.commands.run('sleep 1; echo done-later', { background: true })
+  c.bg = await c.sbx.commands.run('sleep 3; echo done-later', { background: true })
   assert((await c.sbx.commands.list()).some((p) => p.pid === c.bg.pid))
 })
 works('CommandHandle#disconnect', 'returns; the command runs on (Commands#connect then waits for it)', async () => {
@@ -441,7 +445,8 @@ works('Sandbox#createSnapshot', 'a snapshot id; a sandbox created from it has th
     await s2.kill()
   }
 }, 90_000)
-works('Sandbox.createSnapshot', 'a second snapshot, by sandbox id', async () => {
+works('Sandbox.createSnapshot', 'a second snapshot, by sandbox id; an unknown id is SandboxNotFoundError', async () => {
+  await rejects(Sandbox.createSnapshot(UNKNOWN), e2b.SandboxNotFoundError, UNKNOWN)
   c.snapshot2 = await Sandbox.createSnapshot(c.sbx.sandboxId)
   assert(c.snapshot2.snapshotId)
 }, 90_000)
@@ -605,7 +610,8 @@ works('Template.buildInBackground', 'a build with ids, under way', async () => {
   c.bgBuild = await Template.buildInBackground(builder().runCmd('true'), c.bgAlias)
   assert(c.bgBuild.templateId && c.bgBuild.buildId, JSON.stringify(c.bgBuild))
 }, 60_000)
-works('Template.getBuildStatus', 'reaches ready', async () => {
+works('Template.getBuildStatus', 'reaches ready; an unknown build is BuildError "not found"', async () => {
+  await rejects(Template.getBuildStatus({ templateId: `none-${RUN}`, buildId: 'none' }), e2b.BuildError, 'not found')
   const deadline = Date.now() + 110_000
   let st
   for (;;) {
@@ -627,13 +633,15 @@ works('Volume.create', 'a volume with the given name and an id', async () => {
   c.vol = await Volume.create(`surface-js-${RUN}`)
   assert(c.vol.name === `surface-js-${RUN}` && c.vol.volumeId)
 })
-works('Volume.connect', 'the same volume by id', async () => {
+works('Volume.connect', 'the same volume by id; an unknown id is VolumeNotFoundError', async () => {
+  await rejects(Volume.connect(`none-${RUN}`), e2b.VolumeNotFoundError, 'not found')
   assert.equal((await Volume.connect(c.vol.volumeId)).name, c.vol.name)
 })
 works('Volume.list', 'lists the volume', async () => {
   assert((await Volume.list()).some((v) => v.volumeId === c.vol.volumeId))
 })
-works('Volume.getInfo', "the volume's name by id", async () => {
+works('Volume.getInfo', "the volume's name by id; an unknown id is VolumeNotFoundError", async () => {
+  await rejects(Volume.getInfo(`none-${RUN}`), e2b.VolumeNotFoundError, 'not found')
   assert.equal((await Volume.getInfo(c.vol.volumeId)).name, c.vol.name)
 })
 works('Volume#makeDir', 'a directory entry', async () => {
@@ -663,8 +671,9 @@ works('Volume#remove', 'the file is gone', async () => {
   await c.vol.remove('/d/f.txt')
   assert.equal(await c.vol.exists('/d/f.txt'), false)
 })
-works('Volume.destroy', 'true; no longer listed', async () => {
+works('Volume.destroy', 'true; no longer listed; false for an unknown id', async () => {
   assert.equal(await Volume.destroy(c.vol.volumeId), true)
+  assert.equal(await Volume.destroy(c.vol.volumeId), false)
   assert(!(await Volume.list()).some((v) => v.volumeId === c.vol.volumeId))
 })
 
@@ -675,7 +684,8 @@ works('Secret.create', 'version 1, the value never echoed', async () => {
   const info = await Secret.create(c.secret, 'sk-value-1')
   assert(info.version === 1 && !JSON.stringify(info).includes('sk-value-1'))
 })
-works('Secret.getInfo', 'found by name and by id', async () => {
+works('Secret.getInfo', 'found by name and by id; an unknown name is SecretNotFoundError', async () => {
+  await rejects(Secret.getInfo(`none-${RUN}`), e2b.SecretNotFoundError, 'not found')
   const info = await Secret.getInfo(c.secret)
   assert.equal((await Secret.getInfo(info.secretId)).name, c.secret)
 })
@@ -683,7 +693,8 @@ works('Secret.exists', 'true, then false for another name', async () => {
   assert.equal(await Secret.exists(c.secret), true)
   assert.equal(await Secret.exists(`none-${RUN}`), false)
 })
-works('Secret.update', 'version 2', async () => {
+works('Secret.update', 'version 2; an unknown name is SecretNotFoundError', async () => {
+  await rejects(Secret.update(`none-${RUN}`, 'v'), e2b.SecretNotFoundError, 'not found')
   assert.equal((await Secret.update(c.secret, 'sk-value-2')).version, 2)
 })
 works('Secret.list', 'a paginator listing the secret', async () => {

@@ -90,6 +90,19 @@ class Ctx:
         return sbx
 
 
+def raises(exc, text, call):
+    """Asserts that `call()` raises `exc` with `text` in its message."""
+    try:
+        call()
+    except exc as e:
+        assert text in str(e), e
+        return
+    raise AssertionError(f"no {exc.__name__}")
+
+
+UNKNOWN = "nosuchsandbox0000000"
+
+
 def public_names(cls):
     """Public methods and properties of `cls` (those it inherits too)."""
     names = []
@@ -144,11 +157,14 @@ def e2b_classes():
 # --- Sandbox: create and the read-only face ----------------------------------------------------
 
 
-@works("Sandbox.create", "a sandbox of the default template, running, with its metadata")
+@works("Sandbox.create", "a sandbox of the default template, running, with its metadata; a timeout of the "
+       "wrong type is SandboxException 400, an unknown template SandboxException \"not found\"")
 def _(c):
     c.sbx = c.new_sandbox(timeout=300)
     info = c.sbx.get_info()
     assert info.metadata["run"] == RUN and info.template_id == "base", info
+    raises(e2b.SandboxException, "400", lambda: c.new_sandbox(timeout="abc"))
+    raises(e2b.SandboxException, "not found", lambda: c.new_sandbox(template=f"none-{RUN}"))
 
 
 @works("Sandbox.sandbox_id", "a non-empty id, the one get_info names")
@@ -215,14 +231,17 @@ def _(c):
     assert info.started_at < info.end_at, info
 
 
-@works("Sandbox.get_metrics", "one sample with cpu_count >= 1 and memory used and total")
+@works("Sandbox.get_metrics", "one sample with cpu_count >= 1 and memory used and total; an unknown id is "
+       "SandboxNotFoundException")
 def _(c):
+    raises(e2b.SandboxNotFoundException, UNKNOWN, lambda: Sandbox.get_metrics(UNKNOWN))
     m = c.sbx.get_metrics()
     assert len(m) >= 1 and m[0].cpu_count >= 1 and m[0].mem_total > 0 and m[0].mem_used > 0, m
 
 
-@works("Sandbox.set_timeout", "end_at moves out, then back in")
+@works("Sandbox.set_timeout", "end_at moves out, then back in; an unknown id is SandboxNotFoundException")
 def _(c):
+    raises(e2b.SandboxNotFoundException, UNKNOWN, lambda: Sandbox.set_timeout(UNKNOWN, 60))
     before = c.sbx.get_info().end_at
     c.sbx.set_timeout(1200)
     after = c.sbx.get_info().end_at
@@ -425,7 +444,7 @@ def _(c):
 
 @works("Commands.list", "a background command's pid is listed")
 def _(c):
-    c.bg = c.sbx.commands.run("sleep 1; echo done-later", background=True)
+    c.bg = c.sbx.commands.run("sleep 3; echo done-later", background=True)
     assert c.bg.pid in [p.pid for p in c.sbx.commands.list()]
 
 
@@ -691,8 +710,10 @@ def _(c):
 # --- Sandbox lifecycle: snapshots, pause, connect ----------------------------------------------
 
 
-@works("Sandbox.create_snapshot", "a snapshot id; a sandbox created from it has the file", deadline=90)
+@works("Sandbox.create_snapshot", "a snapshot id; a sandbox created from it has the file; an unknown sandbox "
+       "is SandboxNotFoundException", deadline=90)
 def _(c):
+    raises(e2b.SandboxNotFoundException, UNKNOWN, lambda: Sandbox.create_snapshot(UNKNOWN))
     c.sbx.files.write("/home/user/snap.txt", "snapped")
     snap = c.sbx.create_snapshot()
     c.snapshot = snap
@@ -938,8 +959,11 @@ def _(c):
     assert c.bg_build.template_id and c.bg_build.build_id, c.bg_build
 
 
-@works("Template.get_build_status", "reaches ready", deadline=120)
+@works("Template.get_build_status", "reaches ready; an unknown build is BuildException \"not found\"",
+       deadline=120)
 def _(c):
+    unknown = e2b.BuildInfo(template_id=f"none-{RUN}", build_id="none", alias="none", name="none", tags=[])
+    raises(e2b.BuildException, "not found", lambda: e2b.Template.get_build_status(unknown))
     deadline = time.time() + 110
     while True:
         st = e2b.Template.get_build_status(c.bg_build)
@@ -989,8 +1013,9 @@ def _(c):
     assert c.vol.token
 
 
-@works("Volume.connect", "the same volume by id")
+@works("Volume.connect", "the same volume by id; an unknown id is VolumeNotFoundException")
 def _(c):
+    raises(e2b.VolumeNotFoundException, "not found", lambda: e2b.Volume.connect(f"none-{RUN}"))
     v = e2b.Volume.connect(c.vol.volume_id)
     assert v.volume_id == c.vol.volume_id and v.name == c.vol.name
 
@@ -1038,9 +1063,10 @@ def _(c):
     assert not c.vol.exists("/d/f.txt")
 
 
-@works("Volume.destroy", "True; no longer listed")
+@works("Volume.destroy", "True; no longer listed; False for an unknown id")
 def _(c):
     assert e2b.Volume.destroy(c.vol.volume_id) is True
+    assert e2b.Volume.destroy(c.vol.volume_id) is False
     assert c.vol.volume_id not in [v.volume_id for v in e2b.Volume.list()]
 
 
@@ -1054,8 +1080,9 @@ def _(c):
     assert info.version == 1 and "sk-value-1" not in repr(info), info
 
 
-@works("Secret.get_info", "found by name and by id")
+@works("Secret.get_info", "found by name and by id; an unknown name is SecretNotFoundException")
 def _(c):
+    raises(e2b.SecretNotFoundException, "not found", lambda: e2b.Secret.get_info(f"none-{RUN}"))
     info = e2b.Secret.get_info(c.secret)
     assert e2b.Secret.get_info(info.secret_id).name == c.secret
 
@@ -1065,8 +1092,9 @@ def _(c):
     assert e2b.Secret.exists(c.secret) and not e2b.Secret.exists(f"none-{RUN}")
 
 
-@works("Secret.update", "version 2")
+@works("Secret.update", "version 2; an unknown name is SecretNotFoundException")
 def _(c):
+    raises(e2b.SecretNotFoundException, "not found", lambda: e2b.Secret.update(f"none-{RUN}", "v"))
     assert e2b.Secret.update(c.secret, "sk-value-2").version == 2
 
 
