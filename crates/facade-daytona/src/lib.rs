@@ -5,8 +5,8 @@
 //! organization headers are accepted and ignored).
 //!
 //! What is served so far (the rest of Daytona's surface answers 404, or 501 where the SDKs call it
-//! and sandboxd refuses it on purpose: [`unsupported`]; `tests/daytona/surface/python.md` lists
-//! every method of the Python SDK in one of the two columns):
+//! and sandboxd refuses it on purpose: [`unsupported`]; `tests/daytona/surface/python.md` and
+//! `typescript.md` list every method of the two SDKs in one of the two columns):
 //! - Control ([`control`]): `POST /api/sandbox`, `GET /api/sandbox` (`{items, nextCursor}`,
 //!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop`,
 //!   `GET …/toolbox-proxy-url`, `POST …/resize`, `POST …/pause`; creates waiting for their build ([`pending`]:

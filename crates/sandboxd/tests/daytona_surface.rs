@@ -3,7 +3,8 @@
 //! under a deadline, in one of two columns — works (its result asserted) or refused (the SDK's own
 //! `DaytonaError`, at once, with the daemon's message saying what is not supported and what to use
 //! instead) — and compares the table it makes with the checked-in `tests/daytona/surface/python.md`.
-//! The script's docs say how.
+//! The script's docs say how. `tests/daytona/test_surface.mjs` does the same with
+//! `@daytonaio/sdk` (TypeScript), against `tests/daytona/surface/typescript.md`.
 //!
 //! Beyond the script: every refused route ([`sandboxd_facade_daytona::unsupported`]) answers 501
 //! in Daytona's error shape over plain HTTP, for any sandbox id, without a sandbox existing.
@@ -13,6 +14,7 @@ mod e2b_support;
 
 use e2b_support::{call, e2b_test, run_script};
 use sandboxd_test_support::registry::{require_tools, REGISTRY_TOOLS};
+use sandboxd_test_support::workspace_root;
 
 #[test]
 fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
@@ -73,5 +75,29 @@ fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
             ("SURFACE_IMAGE", "team/app:v1"),
         ];
         run_script(&d, &python, &["tests/daytona/test_surface.py"], &env).await;
+    });
+}
+
+#[test]
+fn every_method_of_the_daytona_typescript_sdk_works_or_is_refused_at_once() {
+    if !require_tools(REGISTRY_TOOLS) {
+        return;
+    }
+    e2b_test(async {
+        let sdk = workspace_root().join("tests/daytona/node_modules/@daytonaio/sdk/package.json");
+        assert!(
+            sdk.is_file(),
+            "the Daytona TypeScript SDK is not installed: run scripts/daytona-sdks"
+        );
+        let registry = e2b_support::registry_with_app_image(&["team/app:v1"]);
+        let d = e2b_support::start_with_mirror(&registry).await;
+        let api = format!("{}/api", d.url());
+        let env = [
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+            ("SURFACE_IMAGE", "team/app:v1"),
+        ];
+        let node = std::path::Path::new("node");
+        run_script(&d, node, &["tests/daytona/test_surface.mjs"], &env).await;
     });
 }
