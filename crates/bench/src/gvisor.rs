@@ -1,6 +1,8 @@
 //! The gVisor tier's figures in `bench runtime`, measured in the same run as the namespace tier's.
 //!
 //! create→first exec and the exec round trip of gVisor sandboxes (goals ≤ 300 ms and ≤ 3 ms here),
+//! beside the round trip's floor — one `posix_spawn` and wait of `/bin/true` inside the sandbox,
+//! the way the agent starts a command, timed by Python there —,
 //! the memory an idle one holds (its cgroup's charge, page cache excluded; goal ≤ 40 MiB), and
 //! pause with memory of a sandbox holding 256 MiB (checkpoint to disk, goal ≤ 1 s) with its
 //! resume→first exec (restore, goal ≤ 400 ms), and a fork ×10 of a running sandbox until all ten
@@ -36,6 +38,8 @@ const MEMORY_CYCLES: usize = 3;
 const HELD_MIB: usize = 256;
 /// Idle memory goal per sandbox, MiB.
 const IDLE_MIB_GOAL: f64 = 40.0;
+/// `posix_spawn`s timed inside the sandbox for the exec round trip's floor.
+const SPAWNS: usize = 100;
 /// Forks made of one running sandbox in one call.
 const FORKS: usize = 10;
 const FORK_ALL_RUNNING: Target = Target {
@@ -61,6 +65,8 @@ pub struct Measured {
     pub create_to_first_exec: Latency,
     pub start_p50_ms: f64,
     pub exec_round_trip: Latency,
+    /// p50 of one `posix_spawn` and wait of `/bin/true` inside the sandbox, ms.
+    pub spawn_floor_ms: f64,
     /// Memory charged to an idle sandbox's cgroup (sandbox process, gofer, agent), page cache
     /// excluded, MiB, median over the sandboxes made.
     pub idle_mib: f64,
@@ -88,6 +94,11 @@ impl GvisorFigures {
                     crate::report::ms(m.start_p50_ms).trim()
                 );
                 println!("{}", m.exec_round_trip.line("gVisor exec round trip"));
+                println!(
+                    "  floor: posix_spawn /bin/true inside p50 {} ms; round trip / floor p50 ratio {:.2}",
+                    crate::report::ms(m.spawn_floor_ms).trim(),
+                    m.exec_round_trip.summary.p50_ms / m.spawn_floor_ms
+                );
                 println!(
                     "  idle memory per sandbox p50 {:.1} MiB (goal ≤ {IDLE_MIB_GOAL} MiB: {})",
                     m.idle_mib,
@@ -138,6 +149,7 @@ pub(crate) async fn measure(
     }
     let client = last.context("at least one gVisor sandbox")?;
     let rtt = crate::runtime::exec_round_trips(&client, execs).await?;
+    let spawn_floor_ms = spawn_floor(&client).await?;
     let last_id = format!("bench-gv-{tag}-{n}");
     let (pause, resume) = memory_cycles(fleet, &client, &last_id).await?;
     let fork_slots = first_slot + n as u32 + 1;
@@ -152,6 +164,7 @@ pub(crate) async fn measure(
         )?,
         start_p50_ms: p50(&start),
         exec_round_trip: Latency::new("gVisor exec round trip", &rtt, Some(EXEC_RTT))?,
+        spawn_floor_ms,
         idle_mib: idle.get(idle.len() / 2).copied().unwrap_or(0.0),
         pause_with_memory: Latency::new("gVisor pause with memory", &pause, Some(PAUSE))?,
         resume_to_exec: Latency::new("gVisor resume→first exec", &resume, Some(RESUME_TO_EXEC))?,
@@ -206,6 +219,32 @@ async fn fork_rounds(
         }
     }
     Ok(took)
+}
+
+/// The p50 of [`SPAWNS`] `posix_spawn`s and waits of `/bin/true`, timed inside the sandbox of
+/// `client` by Python (after ten untimed), ms.
+async fn spawn_floor(client: &sandboxd_envd::EnvdClient) -> anyhow::Result<f64> {
+    let script = format!(
+        "import os, time\n\
+         t = []\n\
+         for _ in range({SPAWNS} + 10):\n    \
+             s = time.perf_counter(); os.waitpid(os.posix_spawn('/bin/true', ['true'], {{}}), 0)\n    \
+             t.append(time.perf_counter() - s)\n\
+         t = sorted(t[10:]); print(t[len(t) // 2] * 1000)"
+    );
+    let cmd = ["python3".to_string(), "-c".to_string(), script];
+    let out = client.exec(&cmd, ExecOptions::default()).await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if out.exit_code != 0 {
+        bail!(
+            "timing posix_spawn in the sandbox exited {}: {}",
+            out.exit_code,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    text.trim()
+        .parse()
+        .with_context(|| format!("timing posix_spawn in the sandbox printed {text:?}"))
 }
 
 /// Has the sandbox `id` hold [`HELD_MIB`] in a process, then times [`MEMORY_CYCLES`] pauses with
