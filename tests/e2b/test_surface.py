@@ -5,6 +5,11 @@ error of the SDK's own naming what is not supported and what to use instead.
 
   python test_surface.py                    the `e2b` SDK           -> tests/e2b/surface/python.md
   python test_surface.py code-interpreter   `e2b-code-interpreter`  -> tests/e2b/surface/code-interpreter-python.md
+  python test_surface.py async              `e2b`'s async classes   -> tests/e2b/surface/python-async.md
+
+The async classes (`AsyncSandbox`, …) run the sync entries through an adapter that awaits each call
+on an event loop of its own, with their own entries where the async API differs (callbacks instead of
+polling, an input handle instead of an iterator).
 
 Environment as for test_sdk.py (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY, E2B_VOLUME_API_URL).
 
@@ -20,6 +25,7 @@ compared with the checked-in one: on a difference the run fails and writes `<tab
 import concurrent.futures
 import inspect
 import os
+import re
 import sys
 import tempfile
 import time
@@ -39,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TABLES = {
     "e2b": os.path.join(HERE, "surface", "python.md"),
     "code-interpreter": os.path.join(HERE, "surface", "code-interpreter-python.md"),
+    "async": os.path.join(HERE, "surface", "python-async.md"),
 }
 
 
@@ -49,7 +56,7 @@ class Entry:
 
 
 # The entries of each SDK, in the order they run; `works` and `refused` add to SECTION's.
-ENTRIES = {"e2b": {}, "code-interpreter": {}}
+ENTRIES = {"e2b": {}, "code-interpreter": {}, "async": {}}
 SECTION = "e2b"
 
 
@@ -83,9 +90,9 @@ class Ctx:
         self.created = []
         self.cleanups = []
 
-    def new_sandbox(self, cls=Sandbox, purpose="surface", **kwargs):
+    def new_sandbox(self, cls=None, purpose="surface", **kwargs):
         metadata = {"suite": f"surface-{MODE}", "run": RUN, "purpose": purpose, "n": uuid.uuid4().hex}
-        sbx = cls.create(metadata=metadata, **kwargs)
+        sbx = (cls or Sandbox).create(metadata=metadata, **kwargs)
         self.created.append(sbx.sandbox_id)
         return sbx
 
@@ -113,6 +120,11 @@ def public_names(cls):
         if callable(getattr(cls, name, None)) or isinstance(attr, property):
             names.append(name)
     return names
+
+
+def unwrap(obj):
+    """The SDK's object behind the async adapter's proxy (the object itself otherwise)."""
+    return getattr(obj, "_target", obj)
 
 
 def own_names(cls, base):
@@ -201,22 +213,22 @@ def _(c):
 
 @works("Sandbox.commands", "the sandbox's Commands")
 def _(c):
-    assert type(c.sbx.commands).__name__ == "Commands"
+    assert type(unwrap(c.sbx.commands)).__name__ == "Commands"
 
 
 @works("Sandbox.files", "the sandbox's Filesystem")
 def _(c):
-    assert type(c.sbx.files).__name__ == "Filesystem"
+    assert type(unwrap(c.sbx.files)).__name__ == "Filesystem"
 
 
 @works("Sandbox.pty", "the sandbox's Pty")
 def _(c):
-    assert type(c.sbx.pty).__name__ == "Pty"
+    assert type(unwrap(c.sbx.pty)).__name__ == "Pty"
 
 
 @works("Sandbox.git", "the sandbox's Git")
 def _(c):
-    assert isinstance(c.sbx.git, e2b.Git)
+    assert isinstance(unwrap(c.sbx.git), e2b.Git)
 
 
 @works("Sandbox.is_running", "True for the running sandbox")
@@ -1282,6 +1294,247 @@ def _(c):
 
 
 # ---------------------------------------------------------------------------------------------
+# `e2b`'s async classes: the sync entries through an adapter, and their own where the API differs
+# ---------------------------------------------------------------------------------------------
+
+SECTION = "async"
+
+
+def async_classes():
+    from e2b.sandbox_async.commands.command import Commands
+    from e2b.sandbox_async.commands.pty import Pty
+    from e2b.sandbox_async.filesystem.filesystem import Filesystem
+    from e2b.sandbox_async.git import Git
+    from e2b.template.main import TemplateBuilder
+
+    return {
+        "AsyncSandbox": e2b.AsyncSandbox,
+        "AsyncFilesystem": Filesystem,
+        "AsyncCommands": Commands,
+        "AsyncCommandHandle": e2b.AsyncCommandHandle,
+        "AsyncCommandInputHandle": e2b.AsyncCommandInputHandle,
+        "AsyncPty": Pty,
+        "AsyncWatchHandle": e2b.AsyncWatchHandle,
+        "AsyncGit": Git,
+        "AsyncTemplate": e2b.AsyncTemplate,
+        "TemplateBuilder": TemplateBuilder,
+        "AsyncVolume": e2b.AsyncVolume,
+        "AsyncSecret": e2b.AsyncSecret,
+        "AsyncSandboxPaginator": e2b.AsyncSandboxPaginator,
+        "AsyncSnapshotPaginator": e2b.AsyncSnapshotPaginator,
+        "AsyncSecretPaginator": e2b.AsyncSecretPaginator,
+    }
+
+
+class Loop:
+    """One event loop on a thread of its own; `call` runs a function on it (the async SDK's objects
+    want a running loop even for their plain methods) and waits for what it returns, awaited."""
+
+    loop = None
+
+    @classmethod
+    def call(cls, fn, *args, **kwargs):
+        import asyncio
+        import threading
+
+        if cls.loop is None:
+            cls.loop = asyncio.new_event_loop()
+            threading.Thread(target=cls.loop.run_forever, daemon=True).start()
+
+        async def on_loop():
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(on_loop(), cls.loop).result()
+
+
+ASYNC_MODULES = ("e2b.sandbox_async", "e2b.template_async", "e2b.volume.volume_async", "e2b.secret.secret_async")
+
+
+def wrap(value):
+    if isinstance(value, list):
+        return [wrap(v) for v in value]
+    module = type(value).__module__ if not isinstance(value, type) else value.__module__
+    if module.startswith(ASYNC_MODULES) and not isinstance(value, BaseException):
+        return SyncProxy(value)
+    return value
+
+
+class SyncProxy:
+    """An async SDK object (or class) called as the sync one is: each call is awaited on [`Loop`]
+    and what it returns wrapped again."""
+
+    def __init__(self, target):
+        object.__setattr__(self, "_target", target)
+
+    def __getattr__(self, name):
+        value = getattr(self._target, name)
+        if callable(value) and not isinstance(value, type):
+
+            def call(*args, **kwargs):
+                args = [unwrap(a) for a in args]
+                kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+                return wrap(Loop.call(value, *args, **kwargs))
+
+            return call
+        return wrap(value)
+
+    def __call__(self, *args, **kwargs):
+        return wrap(Loop.call(self._target, *args, **kwargs))
+
+
+class AsyncE2b:
+    """The `e2b` module as the async entries see it: its async classes in place of the sync ones."""
+
+    def __getattr__(self, name):
+        from e2b.sandbox_async.git import Git
+
+        swap = {
+            "Template": SyncProxy(REAL_E2B.AsyncTemplate),
+            "Volume": SyncProxy(REAL_E2B.AsyncVolume),
+            "Secret": SyncProxy(REAL_E2B.AsyncSecret),
+            "Git": Git,
+            "WatchHandle": REAL_E2B.AsyncWatchHandle,
+        }
+        return swap[name] if name in swap else getattr(REAL_E2B, name)
+
+
+REAL_E2B = e2b
+
+
+def async_entries():
+    """The sync entries under the async classes' names, less what the async classes lack, with the
+    async API's own entries in place of those that differ."""
+    rename = {cn: f"Async{cn}" for cn in e2b_classes() if cn != "TemplateBuilder"}
+    classes = async_classes()
+    exists = {f"{cn}.{m}" for cn, cls in classes.items() for m in public_names(cls)}
+    out = {}
+    for name, entry in ENTRIES["e2b"].items():
+        cls, method = name.split(".", 1)
+        new = f"{rename.get(cls, cls)}.{method}"
+        if new not in exists:
+            continue  # the async class has no such method (its entry would say so)
+        own = ENTRIES["async"].get(new)
+        note = re.sub(r"\b(Sandbox|Filesystem|Commands|CommandHandle|Pty|WatchHandle|Git|Volume|Secret)\.",
+                      r"Async\1.", entry.note)
+        out[new] = own or Entry(new, entry.kind, note, entry.fn, entry.exc, entry.text, entry.deadline)
+        if new == "AsyncCommands.stream_input":
+            # The async-only entries run here, while the shared sandbox is up.
+            for extra, entry in ENTRIES["async"].items():
+                if extra.split(".", 1)[1] not in [n.split(".", 1)[1] for n in ENTRIES["e2b"]] or \
+                        extra.startswith(("AsyncCommandInputHandle.", "AsyncCommandHandle.")):
+                    out.setdefault(extra, entry)
+    for name, entry in ENTRIES["async"].items():
+        out.setdefault(name, entry)
+    return out
+
+
+@works("AsyncSandbox.create", ENTRIES["e2b"]["Sandbox.create"].note + " (an AsyncSandbox behind the adapter)")
+def _(c):
+    ENTRIES["e2b"]["Sandbox.create"].fn(c)
+    assert isinstance(unwrap(c.sbx), REAL_E2B.AsyncSandbox), type(unwrap(c.sbx))
+    assert type(unwrap(c.sbx.commands)).__module__.startswith("e2b.sandbox_async")
+
+
+@works("AsyncFilesystem.watch_dir", "the callback sees a new file")
+def _(c):
+    events = []
+    c.watch = c.sbx.files.watch_dir("/home/user/s/d", on_event=events.append)
+    c.sbx.files.write("/home/user/s/d/new.txt", "x")
+    deadline = time.time() + 10
+    while time.time() < deadline and not any(e.name == "new.txt" for e in events):
+        time.sleep(0.2)
+    assert any(e.name == "new.txt" for e in events), events
+
+
+@works("AsyncCommands.stream_input", "an input handle whose sends reach the process")
+def _(c):
+    h = c.sbx.commands.run("cat", background=True, stdin=True)
+    c.input = c.sbx.commands.stream_input(h.pid)
+    c.input.send("a")
+    c.input.send("b\n")
+    c.input.close()
+    c.sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "ab\n"
+
+
+@works("AsyncCommandInputHandle.send", "data reaches the process (see AsyncCommands.stream_input)")
+def _(c):
+    h = c.sbx.commands.run("head -n 1", background=True, stdin=True)
+    i = c.sbx.commands.stream_input(h.pid)
+    i.send("sent\n")
+    i.close()
+    assert h.wait().stdout == "sent\n"
+
+
+@works("AsyncCommandInputHandle.close", "returns once the stream is acknowledged")
+def _(c):
+    assert c.input is not None
+
+
+@works("AsyncCommandHandle.stdout", "the output so far")
+def _(c):
+    h = c.sbx.commands.run("echo so-far", background=True)
+    h.wait()
+    assert h.stdout == "so-far\n"
+
+
+@works("AsyncCommandHandle.stderr", "the error output so far")
+def _(c):
+    h = c.sbx.commands.run("echo e >&2", background=True)
+    h.wait()
+    assert h.stderr == "e\n"
+
+
+@works("AsyncCommandHandle.exit_code", "the exit code once it ended")
+def _(c):
+    h = c.sbx.commands.run("true", background=True)
+    h.wait()
+    assert h.exit_code == 0
+
+
+@works("AsyncCommandHandle.error", "None for a command that succeeded")
+def _(c):
+    h = c.sbx.commands.run("true", background=True)
+    h.wait()
+    assert h.error is None
+
+
+@works("AsyncPty.create", "a handle with a pid; its on_data gets the shell's output (read under "
+       "AsyncPty.stream_input)")
+def _(c):
+    c.pty_out = []
+    c.pty = c.sbx.pty.create(e2b.PtySize(rows=24, cols=80), on_data=lambda d: c.pty_out.append(bytes(d)))
+    assert c.pty.pid > 0
+
+
+@works("AsyncPty.stream_input", "an input handle typing into the shell; its output holds what "
+       "send_stdin typed, the resized size and the streamed command's output")
+def _(c):
+    i = c.sbx.pty.stream_input(c.pty.pid)
+    i.send(b"echo str")
+    i.send(b"eamed; exit\n")
+    i.close()
+    try:
+        c.pty.wait()
+    except e2b.CommandExitException:
+        pass
+    text = b"".join(c.pty_out).decode(errors="replace")
+    assert "pty-42" in text and "30 100" in text and "streamed" in text, text
+
+
+@works("AsyncPty.connect", "a handle on a running pty")
+def _(c):
+    h = c.sbx.pty.create(e2b.PtySize(rows=24, cols=80), on_data=lambda d: None)
+    h.disconnect()
+    again = c.sbx.pty.connect(h.pid, on_data=lambda d: None)
+    assert again.pid == h.pid
+    c.pty2 = h
+
+
+# ---------------------------------------------------------------------------------------------
 # Running and the table
 # ---------------------------------------------------------------------------------------------
 
@@ -1313,7 +1566,8 @@ def table(sdk, classes, entries):
     works_n = sum(1 for e in entries if e.kind == "works")
     refused_n = len(entries) - works_n
     lines = [
-        f"# Surface of `{sdk}` {version(sdk)} (Python) against sandboxd",
+        f"# Surface of `{sdk}` {version(sdk)} (Python{', async classes' if MODE == 'async' else ''}) "
+        "against sandboxd",
         "",
         f"Generated by `tests/e2b/test_surface.py{'' if MODE == 'e2b' else ' ' + MODE}`: every public method and "
         f"property of {', '.join(f'`{c}`' for c in sorted(classes))}, found by introspection and called "
@@ -1345,11 +1599,14 @@ def main():
     if MODE not in TABLES:
         print(f"unknown mode {MODE!r}: e2b or code-interpreter", file=sys.stderr)
         return 2
+    global Sandbox, e2b
     if MODE == "e2b":
-        sdk, classes = "e2b", e2b_classes()
+        sdk, classes, entries = "e2b", e2b_classes(), ENTRIES["e2b"]
+    elif MODE == "async":
+        sdk, classes, entries = "e2b", async_classes(), async_entries()
+        Sandbox, e2b = SyncProxy(REAL_E2B.AsyncSandbox), AsyncE2b()
     else:
-        sdk, classes = "e2b-code-interpreter", ci_classes()
-    entries = ENTRIES[MODE]
+        sdk, classes, entries = "e2b-code-interpreter", ci_classes(), ENTRIES["code-interpreter"]
     found = sorted(f"{cn}.{m}" for cn, cls in classes.items() for m in (
         own_names(cls, Sandbox) if MODE != "e2b" and cn == "Sandbox" else public_names(cls)))
     failed = []

@@ -8,7 +8,7 @@
 //! - Python, latest `e2b`, with a key minted by `POST /v1/api-keys` (`tests/e2b/test_api_key.py`).
 //! - Python, latest `e2b`, its whole surface (`tests/e2b/test_surface.py`): every public method of
 //!   its classes, found by introspection, works or is refused with the SDK's own error, as the
-//!   checked-in table `tests/e2b/surface/python.md` says.
+//!   checked-in tables `tests/e2b/surface/python.md` and (its async classes) `python-async.md` say.
 //! - JS, `e2b` from npm, its whole surface (`tests/e2b/test_surface.mjs`, table
 //!   `tests/e2b/surface/js.md`).
 //! - Python, `e2b==2.20.0` (`tests/e2b/test_sdk_old.py`, the older `POST /sandboxes` create):
@@ -68,12 +68,20 @@ fn python_sdk_acceptance() {
 /// fails it) is called under a deadline and either works, its result asserted, or is refused at
 /// once with the SDK's own exception naming what is not supported; the regenerated table must equal
 /// `tests/e2b/surface/python.md` (`SURFACE_UPDATE=1` rewrites it, else `python.md.new` is written).
+/// Then the same for its async classes (`AsyncSandbox`, …), table `python-async.md`.
 #[test]
 fn python_sdk_surface_matches_its_table() {
     e2b_test(async {
         let python = interpreter("E2B_PYTHON", ".venv-e2b/bin/python", PY_INSTALL);
         let daemon = e2b_support::start().await;
         run_script(&daemon, &python, &["tests/e2b/test_surface.py"], &[]).await;
+        run_script(
+            &daemon,
+            &python,
+            &["tests/e2b/test_surface.py", "async"],
+            &[],
+        )
+        .await;
     });
 }
 
