@@ -6,8 +6,9 @@
 //! The script's docs say how. `tests/daytona/test_surface.mjs` does the same with
 //! `@daytonaio/sdk` (TypeScript), against `tests/daytona/surface/typescript.md`.
 //!
-//! Beyond the script: every refused route ([`sandboxd_facade_daytona::unsupported`]) answers 501
-//! in Daytona's error shape over plain HTTP, for any sandbox id, without a sandbox existing.
+//! Beyond the scripts: every refused route ([`sandboxd_facade_daytona::unsupported`]) answers 501
+//! in Daytona's error shape over plain HTTP, for any sandbox id, without a sandbox existing; and
+//! no request of a whole run answered a 5xx other than those 501s.
 
 mod common;
 mod e2b_support;
@@ -75,6 +76,7 @@ fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
             ("SURFACE_IMAGE", "team/app:v1"),
         ];
         run_script(&d, &python, &["tests/daytona/test_surface.py"], &env).await;
+        assert_no_server_errors(&d);
     });
 }
 
@@ -99,5 +101,35 @@ fn every_method_of_the_daytona_typescript_sdk_works_or_is_refused_at_once() {
         ];
         let node = std::path::Path::new("node");
         run_script(&d, node, &["tests/daytona/test_surface.mjs"], &env).await;
+        assert_no_server_errors(&d);
     });
+}
+
+/// The daemon's log names no answer with a 5xx status but the refusals' 501 (which it names).
+fn assert_no_server_errors(d: &common::Daemon) {
+    let log = d.log_tail(usize::MAX);
+    let mut plain = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // A colour: ESC [ ... m.
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    assert!(
+        plain.contains("answered status=501"),
+        "the log names no answer's status: {}",
+        d.log_tail(20)
+    );
+    let errors: Vec<&str> = plain
+        .lines()
+        .filter(|line| line.contains("answered status=5") && !line.contains("status=501"))
+        .collect();
+    assert!(errors.is_empty(), "server errors:\n{}", errors.join("\n"));
 }
