@@ -122,6 +122,12 @@ pub struct ServeConfig {
     /// info).
     #[arg(long, env = "SB_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Export traces to this OpenTelemetry collector (its OTLP/HTTP base URL, e.g.
+    /// `http://127.0.0.1:4318`; `/v1/traces` is added): each API request a span, each step of its
+    /// flow (store writes, runtime work, agent calls) a child span. Batched every 5 s
+    /// (`OTEL_BSP_SCHEDULE_DELAY`, milliseconds). Default: no traces.
+    #[arg(long, env = "SB_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Domain of sandbox URLs: `http://{port}-{id}.{domain}:{port of --listen}`.
     #[arg(long, env = "SB_DOMAIN", default_value = "localhost")]
     pub domain: String,

@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod identity;
 pub mod mcp;
 pub mod open_files;
+pub mod telemetry;
 pub mod tls;
 
 use anyhow::Context;
@@ -158,26 +159,18 @@ fn show_config(settings: &[config_file::Setting], file: Option<&Path>, json: boo
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
-    let json = matches!(&cli.command, Command::Serve(serve) if serve.log_format == "json");
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SB_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(
-            "info,netlink_packet_route=error,openraft=error,openraft::replication=off",
-        )
-    });
-    let log = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        // One object a line, with the fields of every span it was logged in (a request's id and
-        // sandbox among them) under `spans`.
-        log.json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(true)
-            .init();
-    } else {
-        log.init();
-    }
+    let (json, otlp) = match &cli.command {
+        Command::Serve(serve) => (serve.log_format == "json", serve.otlp_endpoint.as_deref()),
+        _ => (false, None),
+    };
+    // Flushes the last traces when `run` returns.
+    let _telemetry = match telemetry::init(json, otlp) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("sandboxd: {}", sandboxd_errors::chain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -414,3 +414,141 @@ fn serve_turns_off_its_core_files() {
         assert_eq!(daemon_hard, written(hard), "its hard limit");
     });
 }
+
+/// Spans a collector took: (trace id, span id, parent span id, name, attributes as text).
+type Taken = Vec<(Vec<u8>, Vec<u8>, Vec<u8>, String, Vec<(String, String)>)>;
+
+/// A collector of our own on loopback, taking OTLP/HTTP protobuf on `/v1/traces`.
+async fn collector() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Taken>>,
+) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use prost::Message;
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(Taken::new()));
+    let into = taken.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let into = into.clone();
+            async move {
+                let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+                let spans = request
+                    .resource_spans
+                    .into_iter()
+                    .flat_map(|r| r.scope_spans)
+                    .flat_map(|s| s.spans);
+                for span in spans {
+                    let attributes = span
+                        .attributes
+                        .iter()
+                        .map(|kv| {
+                            let value = match kv.value.as_ref().and_then(|v| v.value.clone()) {
+                                Some(Any::StringValue(s)) => s,
+                                other => format!("{other:?}"),
+                            };
+                            (kv.key.clone(), value)
+                        })
+                        .collect();
+                    into.lock().unwrap().push((
+                        span.trace_id,
+                        span.span_id,
+                        span.parent_span_id,
+                        span.name,
+                        attributes,
+                    ));
+                }
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, taken)
+}
+
+/// `--otlp-endpoint`: a create is exported to the collector as a `request` span (its request id
+/// and sandbox) with the steps of its flow — the store's write that admits it, the runtime's
+/// create and start — as child spans of the same trace, whatever `SB_LOG` says; an endpoint that
+/// is no http URL stops the daemon before it starts, saying so.
+#[test]
+fn traces_of_a_create_reach_an_otlp_collector() {
+    e2e(|| async {
+        let (addr, taken) = collector().await;
+        let endpoint = format!("http://{addr}");
+        let daemon = Daemon::start_with(
+            &["--otlp-endpoint", &endpoint],
+            &[("OTEL_BSP_SCHEDULE_DELAY", "100"), ("SB_LOG", "warn")],
+        )
+        .await;
+        let resp = daemon
+            .http()
+            .post(daemon.endpoint("/v1/sandboxes"))
+            .header("x-request-id", "traced-create-1")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        let id = id_of(&resp.json::<Value>().await.unwrap());
+        let attr = |attrs: &[(String, String)], key: &str| {
+            attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let (request, steps) = loop {
+            let spans = taken.lock().unwrap().clone();
+            let request = spans.iter().find(|s| {
+                s.3 == "request" && attr(&s.4, "request_id").as_deref() == Some("traced-create-1")
+            });
+            if let Some(request) = request.cloned() {
+                // The steps under it, directly or through another step.
+                let mut under = BTreeSet::from([request.1.clone()]);
+                let mut steps = BTreeSet::new();
+                loop {
+                    let before = under.len();
+                    let found: Vec<_> = spans
+                        .iter()
+                        .filter(|s| s.0 == request.0 && under.contains(&s.2))
+                        .collect();
+                    for s in found {
+                        under.insert(s.1.clone());
+                        steps.insert(s.3.clone());
+                    }
+                    if under.len() == before {
+                        break;
+                    }
+                }
+                if ["admit", "runtime-create", "start"]
+                    .iter()
+                    .all(|s| steps.contains(*s))
+                {
+                    break (request, steps);
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the create's spans did not all reach the collector: {spans:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(attr(&request.4, "method").as_deref(), Some("POST"));
+        assert_eq!(attr(&request.4, "path").as_deref(), Some("/v1/sandboxes"));
+        assert!(steps.contains("ready"), "{steps:?}");
+        drop(id);
+
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["serve", "--otlp-endpoint", "127.0.0.1:4318", "--data-dir"])
+            .arg(tempfile::tempdir().unwrap().path().join("d"))
+            .env_remove("SB_CONFIG")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("--otlp-endpoint \"127.0.0.1:4318\" is not an http:// or https:// URL"),
+            "{said}"
+        );
+    });
+}

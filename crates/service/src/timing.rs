@@ -44,7 +44,7 @@ pub async fn collect<F: Future>(work: F) -> (F::Output, Vec<Step>) {
 /// Runs step `name` of a flow in a span of its own, timing it for the [`collect`] around it.
 pub async fn step<F: Future>(name: &'static str, work: F) -> F::Output {
     let start = Instant::now();
-    let span = tracing::debug_span!("step", name);
+    let span = tracing::debug_span!("step", name, otel.name = name);
     let out = work.instrument(span.clone()).await;
     let took = start.elapsed();
     span.in_scope(|| tracing::debug!(ms = took.as_secs_f64() * 1e3, "step done"));
