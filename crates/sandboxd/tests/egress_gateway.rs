@@ -267,23 +267,26 @@ async fn behind_gvisor(d: &Daemon, ip: Ipv4Addr, value: &str, ip_value: &str, se
         (0, expected.as_str()),
         "{out:?}"
     );
-    // Plain HTTP to the allowed address, with the address's own secret.
-    let out = d
-        .exec(
-            &id,
-            &[
-                "sh",
-                "-c",
-                &format!("curl -sS --max-time 20 http://{ip}/g -H \"Authorization: Bearer $IPK\""),
-            ],
-        )
-        .await;
-    assert_eq!(
-        out.stdout,
-        answer(&format!("Bearer {ip_value}"), 0),
-        "{out:?}"
-    );
-    assert_eq!(seen.lock().unwrap().len(), before + 2);
+    // Plain HTTP to the allowed address, with the address's own secret; again from a source port
+    // above 61000, which gVisor's own ephemeral ports reach: it is redirected all the same.
+    for local_port in ["", "--local-port 62000-62999"] {
+        let out = d
+            .exec(
+                &id,
+                &[
+                    "sh",
+                    "-c",
+                    &format!("curl -sS --max-time 20 {local_port} http://{ip}/g -H \"Authorization: Bearer $IPK\""),
+                ],
+            )
+            .await;
+        assert_eq!(
+            out.stdout,
+            answer(&format!("Bearer {ip_value}"), 0),
+            "{local_port}: {out:?}"
+        );
+    }
+    assert_eq!(seen.lock().unwrap().len(), before + 3);
     // An address outside its allow list stays out of reach through the gateway too: the host
     // end of its own pair, where the test servers listen as well (on every address). The marked
     // upstream connection is refused on the host, so the request fails and nothing arrives.
@@ -294,7 +297,7 @@ async fn behind_gvisor(d: &Daemon, ip: Ipv4Addr, value: &str, ip_value: &str, se
     assert!(!out.stderr.contains("test -n"), "{out:?}");
     assert_eq!(
         seen.lock().unwrap().len(),
-        before + 2,
+        before + 3,
         "it reached a server"
     );
     let log = d.get_json(&format!("/v1/sandboxes/{id}/egress")).await;

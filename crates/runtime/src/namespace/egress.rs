@@ -46,7 +46,10 @@
 //! 61000 or more itself only goes around the gateway, which then rewrites nothing for it.)
 //! A gVisor sandbox's namespace holds no address the host's kernel could send from (gVisor's own
 //! network stack owns it), so for that tier the gateway opens its upstream connections on the host,
-//! marked with the sandbox's address as a number ([`gateway_mark`]), and `output` holds them to
+//! and no source port of the sandbox's own is the gateway's: its address is in `redirects_any`,
+//! which redirects its connections to the rules' ports whatever their source port (gVisor picks
+//! ephemeral ports above 61000 too, which the other two maps would let pass). The gateway's
+//! upstream connections for it are marked with the sandbox's address as a number ([`gateway_mark`]), and `output` holds them to
 //! the same lists: `gateway_marks` names every such mark, `gateway_policy` jumps to the sandbox's
 //! chain, `gateway_egress` marks those whose sandbox has egress; a marked connection never reaches
 //! another sandbox, reaches the host itself only where the chain accepts it, and leaves otherwise
@@ -66,7 +69,7 @@
 //! sandboxes adopted from an earlier daemon process keep their policy. IPv4 forwarding is turned on by
 //! the first sandbox that may send anything out. Rules are applied with the `nft` tool (`nft -f -`).
 
-use crate::{Ipv4Net, NetAddrs, RuntimeError, SandboxSpec};
+use crate::{Ipv4Net, Isolation, NetAddrs, RuntimeError, SandboxSpec};
 use std::fmt::Write;
 use std::net::Ipv4Addr;
 use tokio::io::AsyncWriteExt;
@@ -81,6 +84,7 @@ add set ip sandboxd allow_only { type ipv4_addr; }
 add map ip sandboxd egress_policy { type ipv4_addr : verdict; }
 add map ip sandboxd redirects { type ipv4_addr : verdict; }
 add map ip sandboxd redirects_ported { type ipv4_addr : verdict; }
+add map ip sandboxd redirects_any { type ipv4_addr : verdict; }
 add set ip sandboxd gateway_ports { type inet_service; }
 add set ip sandboxd gateway_marks { type mark; }
 add set ip sandboxd gateway_egress { type mark; }
@@ -110,6 +114,7 @@ add rule ip sandboxd postrouting ip saddr @egress oifname != "sbh*" masquerade
 add rule ip sandboxd postrouting ip saddr @allow_only oifname != "sbh*" masquerade
 add rule ip sandboxd prerouting iifname "sbh*" tcp dport { 80, 443 } tcp sport < 61000 ip saddr vmap @redirects
 add rule ip sandboxd prerouting iifname "sbh*" tcp sport < 61000 ip saddr vmap @redirects_ported
+add rule ip sandboxd prerouting iifname "sbh*" ip saddr vmap @redirects_any
 add rule ip sandboxd output meta mark @gateway_marks oifname "sbh*" drop
 add rule ip sandboxd output meta mark vmap @gateway_policy
 add rule ip sandboxd output meta mark @gateway_marks oifname "lo" drop
@@ -192,6 +197,8 @@ fn chain_clear_script(address: Ipv4Addr, chain: &str) -> String {
          delete element ip {TABLE} redirects {{ {address} }}\n\
          add element ip {TABLE} redirects_ported {{ {address} : jump {redirect} }}\n\
          delete element ip {TABLE} redirects_ported {{ {address} }}\n\
+         add element ip {TABLE} redirects_any {{ {address} : jump {redirect} }}\n\
+         delete element ip {TABLE} redirects_any {{ {address} }}\n\
          flush chain ip {TABLE} {redirect}\n\
          delete chain ip {TABLE} {redirect}\n\
          add chain ip {TABLE} {chain}\n\
@@ -236,11 +243,20 @@ fn install_script(addrs: &NetAddrs, spec: &SandboxSpec) -> String {
             "add rule ip {TABLE} {redirect} tcp dport {{ {} }} dnat ip to {host}:{port}",
             ports.join(", ")
         );
-        let _ = writeln!(
-            script,
-            "add element ip {TABLE} redirects {{ {address} : jump {redirect} }}"
-        );
-        if !spec.egress_gateway_ports.is_empty() {
+        if spec.isolation == Isolation::Gvisor {
+            // Its upstream connections leave from the host, not from its namespace: no source
+            // port of its own is the gateway's, so every one is redirected.
+            let _ = writeln!(
+                script,
+                "add element ip {TABLE} redirects_any {{ {address} : jump {redirect} }}"
+            );
+        } else {
+            let _ = writeln!(
+                script,
+                "add element ip {TABLE} redirects {{ {address} : jump {redirect} }}"
+            );
+        }
+        if !spec.egress_gateway_ports.is_empty() && spec.isolation != Isolation::Gvisor {
             let _ = writeln!(
                 script,
                 "add element ip {TABLE} redirects_ported {{ {address} : jump {redirect} }}"
@@ -617,6 +633,24 @@ mod tests {
         ] {
             assert!(script.lines().any(|l| l == line), "no {line:?} in\n{script}");
         }
+        // A gVisor sandbox is redirected whatever its source port: gVisor's own ephemeral ports
+        // reach above 61000, and the gateway's connections for it leave from the host.
+        let gvisor = SandboxSpec {
+            isolation: Isolation::Gvisor,
+            ..ported
+        };
+        let script = install_script(&ADDRS, &gvisor);
+        let any = "add element ip sandboxd redirects_any { 10.201.0.6 : jump gateway_10_201_0_6 }";
+        assert!(script.lines().any(|l| l == any), "{script}");
+        for map in ["redirects", "redirects_ported"] {
+            let add = format!("add element ip sandboxd {map} ");
+            let delete = format!("delete element ip sandboxd {map} ");
+            assert!(
+                last(&script, &add) < last(&script, &delete),
+                "{map}:\n{script}"
+            );
+        }
+        assert!(RULES.contains("prerouting iifname \"sbh*\" ip saddr vmap @redirects_any"));
         // Without a gateway port nothing is redirected.
         assert!(!install_script(&ADDRS, &spec(true, &[], &[])).contains("dnat"));
     }
