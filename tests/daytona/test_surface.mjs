@@ -22,7 +22,10 @@ import { fileURLToPath } from 'node:url'
 import { createRequire } from 'node:module'
 import * as sdk from '@daytonaio/sdk'
 
-const { Daytona, DaytonaError, DaytonaNotFoundError, DaytonaFileNotFoundError, Image, PtyHandle } = sdk
+const {
+  Daytona, DaytonaError, DaytonaBadRequestError, DaytonaNotFoundError, DaytonaFileNotFoundError,
+  DaytonaGitRepoNotFoundError, PtyHandle,
+} = sdk
 const RUN = randomBytes(4).toString('hex')
 const DEADLINE = 30_000
 const SLOW = 120_000
@@ -118,7 +121,9 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 // Daytona ---------------------------------------------------------------------------------------
 
-works('Daytona.create', 'two sandboxes (a python one and one from `base`) start with their labels', async () => {
+works('Daytona.create', 'two sandboxes (a python one and one from `base`) start with their labels; an unknown'
+  + ' snapshot is `DaytonaNotFoundError`', async () => {
+  await rejects(D.create({ snapshot: `no-such-${RUN}`, labels: { surface: RUN } }), DaytonaNotFoundError)
   CTX.sbx = await D.create({ language: 'python', name: `surface-ts-${RUN}`, labels: { surface: RUN } },
     { timeout: FIRST / 1000 })
   CTX.other = await D.create({ snapshot: 'base', labels: { surface: RUN } }, { timeout: SLOW / 1000 })
@@ -145,7 +150,7 @@ works('Daytona.start', 'the sandbox is `started` and runs commands', async () =>
 
 // Sandbox ---------------------------------------------------------------------------------------
 
-works('Sandbox.createLspServer', 'an `LspServer` (client-side; its calls are refused)', async () => {
+works('Sandbox.createLspServer', 'an `LspServer` for a language and a project (client-side)', async () => {
   assert.equal(CTX.lsp.constructor.name, 'LspServer')
 })
 works('Sandbox.refreshData', 'the record is read again: `started`, same labels', async () => {
@@ -160,7 +165,8 @@ works('Sandbox.getWorkDir', 'an absolute directory', async () => assert.ok((awai
 works('Sandbox.setLabels', 'the labels are replaced and echoed', async () => {
   assert.equal((await sbx().setLabels({ surface: RUN, extra: 'yes' })).extra, 'yes')
 })
-works('Sandbox.setAutostopInterval', 'the record says 30 minutes', async () => {
+works('Sandbox.setAutostopInterval', 'the record says 30 minutes; a negative one is `DaytonaError`', async () => {
+  await rejects(sbx().setAutostopInterval(-1), DaytonaError)
   await sbx().setAutostopInterval(30)
   assert.equal(sbx().autoStopInterval, 30)
 })
@@ -267,7 +273,8 @@ refused('Sandbox.getMetricsLatest', () => sbx().getMetricsLatest(), 'metrics are
 // FileSystem ------------------------------------------------------------------------------------
 
 const F = '/home/user/surf'
-works('FileSystem.createFolder', 'the folder exists', async () => {
+works('FileSystem.createFolder', 'the folder exists; a mode that is not octal is `DaytonaBadRequestError`', async () => {
+  await rejects(sbx().fs.createFolder('/home/user/bad', '999'), DaytonaBadRequestError)
   await sbx().fs.createFolder(F, '755')
   assert.ok((await sbx().fs.getFileDetails(F)).isDir)
 })
@@ -338,7 +345,8 @@ works('Process.executeSessionCommand', 'shell state is kept between commands', a
   CTX.reader = (await sbx().process.executeSessionCommand('surf',
     { command: 'read line; echo got $line', runAsync: true })).cmdId
 })
-works('Process.getSession', 'the session lists its commands', async () => {
+works('Process.getSession', 'the session lists its commands; an unknown one is `DaytonaNotFoundError`', async () => {
+  await rejects(sbx().process.getSession(`no-such-${RUN}`), DaytonaNotFoundError)
   assert.equal((await sbx().process.getSession('surf')).commands.length, 3)
 })
 works('Process.listSessions', 'the session is listed',
@@ -453,7 +461,9 @@ works('Git.add', 'a new file is staged', async () => {
   await sbx().fs.uploadFile(Buffer.from('hello\n'), `${REPO}/hello.txt`)
   await git().add(REPO, ['hello.txt'])
 })
-works('Git.status', 'the staged file, on branch main', async () => {
+works('Git.status', 'the staged file, on branch main; a folder that is no repository is'
+  + ' `DaytonaGitRepoNotFoundError`', async () => {
+  await rejects(git().status('/tmp'), DaytonaGitRepoNotFoundError)
   const status = await git().status(REPO)
   assert.equal(status.currentBranch, 'main')
   assert.deepEqual(status.fileStatus.map((f) => f.name), ['hello.txt'])
@@ -507,18 +517,62 @@ works('Git.dangerouslyAuthenticate', 'the credentials are stored in the user\'s 
   assert.ok((await sbx().process.executeCommand('cat /home/user/.git-credentials')).result.includes('git.example.com'))
 })
 
-// LSP and computer use: refused ------------------------------------------------------------------
+// Language servers ------------------------------------------------------------------------------
+// pylsp and typescript-language-server are the host's, which a sandbox of `base` sees under /usr
+// (scripts/lsp-servers installs them).
 
-const LSP = 'language servers are not supported'
+const LSP_DIR = '/home/user/lsp'
+const LSP_TS = "export class Greeter {\n  hello(): string {\n    return 'hi'\n  }\n}\n\n" +
+  'export function main(): string {\n  return new Greeter().hel\n}\n'
+const LSP_PY = 'class Greeter:\n    def hello(self):\n        return 1\n'
 const lsp = () => CTX.lsp
-refused('LspServer.start', () => lsp().start(), LSP)
-refused('LspServer.stop', () => lsp().stop(), LSP)
-refused('LspServer.didOpen', () => lsp().didOpen('/home/user/a.py'), LSP)
-refused('LspServer.didClose', () => lsp().didClose('/home/user/a.py'), LSP)
-refused('LspServer.documentSymbols', () => lsp().documentSymbols('/home/user/a.py'), LSP)
-refused('LspServer.workspaceSymbols', () => lsp().workspaceSymbols('x'), LSP)
-refused('LspServer.sandboxSymbols', () => lsp().sandboxSymbols('x'), LSP)
-refused('LspServer.completions', () => lsp().completions('/home/user/a.py', { line: 0, character: 0 }), LSP)
+works('LspServer.start', 'typescript-language-server answers; starting it again is a no-op; a missing'
+  + ' project is `DaytonaBadRequestError` (the SDK refuses an unknown language itself)', async () => {
+  await sbx().fs.createFolder(LSP_DIR, '755')
+  await sbx().fs.uploadFile(Buffer.from(LSP_TS), `${LSP_DIR}/app.ts`)
+  await sbx().fs.uploadFile(Buffer.from(LSP_PY), `${LSP_DIR}/app.py`)
+  await rejects(sbx().createLspServer('cobol', LSP_DIR), DaytonaError)
+  await rejects((await sbx().createLspServer('typescript', `${LSP_DIR}/none`)).start(), DaytonaBadRequestError)
+  CTX.lsp = await sbx().createLspServer('typescript', LSP_DIR)
+  await lsp().start()
+  await lsp().start()
+}, SLOW)
+works('LspServer.didOpen', 'the file is open; a missing one is `DaytonaNotFoundError`', async () => {
+  await rejects(lsp().didOpen(`${LSP_DIR}/missing.ts`), DaytonaNotFoundError)
+  await lsp().didOpen(`${LSP_DIR}/app.ts`)
+})
+works('LspServer.completions', '`hello` is offered after `new Greeter().hel`', async () => {
+  const list = await lsp().completions(`${LSP_DIR}/app.ts`, { line: 7, character: 26 })
+  assert.ok(list.items.some((i) => i.label === 'hello'), JSON.stringify(list.items.map((i) => i.label)))
+})
+works('LspServer.documentSymbols', '`Greeter`, `hello` and `main`, each on its line', async () => {
+  const lines = Object.fromEntries((await lsp().documentSymbols(`${LSP_DIR}/app.ts`))
+    .map((s) => [s.name, s.location.range.start.line]))
+  assert.deepEqual([lines.Greeter, lines.hello, lines.main], [0, 1, 6], JSON.stringify(lines))
+})
+works('LspServer.sandboxSymbols', '`Greeter` is found in the project\'s .ts file', async () => {
+  const found = await lsp().sandboxSymbols('Greeter')
+  assert.ok(found.some((s) => s.name === 'Greeter' && s.location.uri.endsWith('/app.ts')), JSON.stringify(found))
+})
+works('LspServer.workspaceSymbols', '(deprecated alias) `main` is found', async () => {
+  assert.ok((await lsp().workspaceSymbols('main')).some((s) => s.name === 'main'))
+})
+works('LspServer.didClose', 'the file is closed; pylsp serves a Python file of the same project', async () => {
+  await lsp().didClose(`${LSP_DIR}/app.ts`)
+  const py = await sbx().createLspServer('python', LSP_DIR)
+  await py.start()
+  await py.didOpen(`${LSP_DIR}/app.py`)
+  assert.ok((await py.documentSymbols(`${LSP_DIR}/app.py`)).some((s) => s.name === 'hello'))
+  await py.stop()
+}, SLOW)
+works('LspServer.stop', 'the server exits: a call then is `DaytonaNotFoundError`; stopping again is a'
+  + ' no-op', async () => {
+  await lsp().stop()
+  await rejects(lsp().documentSymbols(`${LSP_DIR}/app.ts`), DaytonaNotFoundError)
+  await lsp().stop()
+})
+
+// Computer use: refused --------------------------------------------------------------------------
 
 const CU = 'computer use (a desktop) is not supported'
 const cu = () => sbx().computerUse

@@ -38,7 +38,9 @@ from daytona import (
     CreateSnapshotParams,
     Daytona,
     DaytonaError,
+    DaytonaBadRequestError,
     DaytonaFileNotFoundError,
+    DaytonaGitRepoNotFoundError,
     DaytonaNotFoundError,
     FileDownloadRequest,
     FileUpload,
@@ -85,6 +87,7 @@ ASYNC_ONLY = {
     "AsyncDaytona": {"close": "closes the client's HTTP session (the sync client has none to close)"},
 }
 LEFT_OUT = {
+    "Image": "a client-side Dockerfile builder (tests/daytona/test_images.py)",
     "ObjectStorage": "internal: the uploader `Image` builds with local files use (tests/daytona/test_contexts.py)",
 }
 
@@ -177,8 +180,14 @@ D = None  # the Daytona client, made in main()
 # Daytona ---------------------------------------------------------------------------------------
 
 # The default snapshot (the code interpreter) may be prepared at a daemon's first use of it.
-@works("Daytona.create", "two sandboxes (a python one and one from `base`) start with their labels", FIRST)
+@works("Daytona.create", "two sandboxes (a python one and one from `base`) start with their labels; an "
+       "unknown snapshot is `DaytonaNotFoundError`", FIRST)
 def _():
+    try:
+        D.create(CreateSandboxFromSnapshotParams(snapshot=f"no-such-{RUN}", labels={"surface": RUN}))
+        raise AssertionError("a sandbox was made from an unknown snapshot")
+    except DaytonaNotFoundError:
+        pass
     CTX["sbx"] = D.create(CreateSandboxFromSnapshotParams(
         language="python", name=f"surface-{RUN}", labels={"surface": RUN}, env_vars={"FROM": "create"}),
         timeout=FIRST)
@@ -244,9 +253,9 @@ def _():
     assert type(sbx().computer_use).__name__ == "ComputerUse"
 
 
-@works("Sandbox.create_lsp_server", "an `LspServer` (client-side; its calls are refused)")
+@works("Sandbox.create_lsp_server", "an `LspServer` for a language and a project (client-side)")
 def _():
-    CTX["lsp"] = sbx().create_lsp_server("python", "/home/user")
+    CTX["lsp"] = sbx().create_lsp_server("python", "/home/user/lsp")
     assert type(CTX["lsp"]).__name__ == "LspServer"
 
 
@@ -285,8 +294,13 @@ def _():
     assert sbx().public is False
 
 
-@works("Sandbox.set_autostop_interval", "the record says 30 minutes")
+@works("Sandbox.set_autostop_interval", "the record says 30 minutes; a negative one is `DaytonaError`")
 def _():
+    try:
+        sbx().set_autostop_interval(-1)
+        raise AssertionError("a negative interval was taken")
+    except DaytonaError:
+        pass
     sbx().set_autostop_interval(30)
     assert sbx().auto_stop_interval == 30
 
@@ -440,8 +454,13 @@ refused("Sandbox.get_metrics_latest", lambda: sbx().get_metrics_latest(), "metri
 
 # FileSystem --------------------------------------------------------------------------------
 
-@works("FileSystem.create_folder", "the folder exists with mode 755")
+@works("FileSystem.create_folder", "the folder exists; a mode that is not octal is `DaytonaBadRequestError`")
 def _():
+    try:
+        sbx().fs.create_folder("/home/user/bad", "999")
+        raise AssertionError("a folder was made with mode 999")
+    except DaytonaBadRequestError:
+        pass
     sbx().fs.create_folder("/home/user/surf", "755")
     info = sbx().fs.get_file_info("/home/user/surf")
     assert info.is_dir, info
@@ -568,8 +587,13 @@ def _():
         "surf", SessionExecuteRequest(command="read line; echo got $line", run_async=True)).cmd_id
 
 
-@works("Process.get_session", "the session lists its commands")
+@works("Process.get_session", "the session lists its commands; an unknown one is `DaytonaNotFoundError`")
 def _():
+    try:
+        sbx().process.get_session(f"no-such-{RUN}")
+        raise AssertionError("an unknown session was found")
+    except DaytonaNotFoundError:
+        pass
     session = sbx().process.get_session("surf")
     assert session.session_id == "surf" and len(session.commands) == 3, session
 
@@ -773,8 +797,14 @@ def _():
     sbx().git.add(REPO, ["hello.txt"])
 
 
-@works("Git.status", "the staged file, on branch main")
+@works("Git.status", "the staged file, on branch main; a folder that is no repository is "
+       "`DaytonaGitRepoNotFoundError`")
 def _():
+    try:
+        sbx().git.status("/tmp")
+        raise AssertionError("/tmp has a git status")
+    except DaytonaGitRepoNotFoundError:
+        pass
     status = sbx().git.status(REPO)
     assert status.current_branch == "main" and [f.name for f in status.file_status] == ["hello.txt"], status
 
@@ -865,22 +895,91 @@ def _():
     assert "git.example.com" in out.result, out
 
 
-# LSP and computer use: refused ----------------------------------------------------------------
+# Language servers ------------------------------------------------------------------------------
+# pylsp and typescript-language-server are the host's, which a sandbox of `base` sees under /usr
+# (scripts/lsp-servers installs them).
+
+LSP_DIR = "/home/user/lsp"
+LSP_PY = ("import os\n\n\nclass Greeter:\n    def hello(self):\n        return os.getcwd()\n\n\n"
+          "def main():\n    Greeter().hel\n")
+LSP_TS = ("export class Greeter {\n  hello(): string {\n    return 'hi'\n  }\n}\n\n"
+          "export function main(): string {\n  return new Greeter().hello()\n}\n")
+
 
 def lsp():
     return CTX["lsp"]
 
 
-LSP = "language servers are not supported"
-refused("LspServer.start", lambda: lsp().start(), LSP)
-refused("LspServer.stop", lambda: lsp().stop(), LSP)
-refused("LspServer.did_open", lambda: lsp().did_open("/home/user/a.py"), LSP)
-refused("LspServer.did_close", lambda: lsp().did_close("/home/user/a.py"), LSP)
-refused("LspServer.document_symbols", lambda: lsp().document_symbols("/home/user/a.py"), LSP)
-refused("LspServer.workspace_symbols", lambda: lsp().workspace_symbols("x"), LSP)
-refused("LspServer.sandbox_symbols", lambda: lsp().sandbox_symbols("x"), LSP)
-refused("LspServer.completions",
-        lambda: lsp().completions("/home/user/a.py", LspCompletionPosition(line=0, character=0)), LSP)
+def raises(call, cls, what):
+    try:
+        call()
+    except cls:
+        return
+    raise AssertionError(f"{what}: no {cls.__name__}")
+
+
+@works("LspServer.start", "pylsp answers; starting it again is a no-op; an unknown language and a "
+       "missing project are `DaytonaBadRequestError`", SLOW)
+def _():
+    sbx().fs.create_folder(LSP_DIR, "755")
+    sbx().fs.upload_file(LSP_PY.encode(), f"{LSP_DIR}/app.py")
+    sbx().fs.upload_file(LSP_TS.encode(), f"{LSP_DIR}/app.ts")
+    raises(lambda: sbx().create_lsp_server("cobol", LSP_DIR).start(), DaytonaBadRequestError, "cobol")
+    raises(lambda: sbx().create_lsp_server("python", f"{LSP_DIR}/none").start(), DaytonaBadRequestError,
+           "a missing project")
+    lsp().start()
+    lsp().start()
+
+
+@works("LspServer.did_open", "the file is open; a missing one is `DaytonaNotFoundError`")
+def _():
+    raises(lambda: lsp().did_open(f"{LSP_DIR}/missing.py"), DaytonaNotFoundError, "a missing file")
+    lsp().did_open(f"{LSP_DIR}/app.py")
+
+
+@works("LspServer.completions", "`hello()` is offered after `Greeter().hel`, inserting `hello`")
+def _():
+    items = lsp().completions(f"{LSP_DIR}/app.py", LspCompletionPosition(line=9, character=17)).items
+    assert any(i.label.startswith("hello") and i.insert_text == "hello" for i in items), items
+
+
+@works("LspServer.document_symbols", "`Greeter`, `hello` and `main`, each on its line")
+def _():
+    lines = {s.name: s.location.range.start.line for s in lsp().document_symbols(f"{LSP_DIR}/app.py")}
+    assert (lines.get("Greeter"), lines.get("hello"), lines.get("main")) == (3, 4, 8), lines
+
+
+@works("LspServer.sandbox_symbols", "typescript-language-server finds `Greeter` in the project's .ts "
+       "file; pylsp, which offers none, is `DaytonaBadRequestError`", SLOW)
+def _():
+    CTX["ts"] = sbx().create_lsp_server("typescript", LSP_DIR)
+    CTX["ts"].start()
+    CTX["ts"].did_open(f"{LSP_DIR}/app.ts")
+    found = CTX["ts"].sandbox_symbols("Greeter")
+    assert any(s.name == "Greeter" and s.location.uri.endswith("/app.ts") for s in found), found
+    raises(lambda: lsp().sandbox_symbols("Greeter"), DaytonaBadRequestError, "pylsp's workspace symbols")
+
+
+@works("LspServer.workspace_symbols", "(deprecated alias) `main` is found")
+def _():
+    assert any(s.name == "main" for s in CTX["ts"].workspace_symbols("main"))
+
+
+@works("LspServer.did_close", "the file is closed")
+def _():
+    lsp().did_close(f"{LSP_DIR}/app.py")
+
+
+@works("LspServer.stop", "the server exits: a call then is `DaytonaNotFoundError`; stopping again "
+       "is a no-op")
+def _():
+    lsp().stop()
+    raises(lambda: lsp().document_symbols(f"{LSP_DIR}/app.py"), DaytonaNotFoundError, "a stopped server")
+    lsp().stop()
+    CTX["ts"].stop()
+
+
+# Computer use: refused ------------------------------------------------------------------------
 
 
 def cu():

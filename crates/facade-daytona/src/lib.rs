@@ -25,6 +25,8 @@
 //! - Toolbox git ([`git`], [`git_more`], on the service's git flow) at `/api/toolbox/{id}/git/…`:
 //!   `clone`, `status`, `add`, `commit`, `branches` (list, create, delete), `checkout`, `push`,
 //!   `pull`, `init`, `remotes`, `reset`, `restore`, `config`, `config/user`, `credentials`.
+//! - Toolbox language servers ([`lsp`]) at `/api/toolbox/{id}/lsp/…`: `start`, `stop`,
+//!   `did-open`, `did-close`, `completions`, `document-symbols`, `workspacesymbols`.
 //! - Signed file URLs ([`file_urls`]): `GET …/signing-key`, `POST …/signing-key/rotate`; a
 //!   download or upload-v2 request signed with the key needs no token.
 //! - Object storage ([`object_storage`]): `GET /api/object-storage/push-access`, credentials for
@@ -42,6 +44,7 @@ pub mod files;
 pub mod git;
 pub mod git_more;
 pub mod lifecycle;
+pub mod lsp;
 pub mod models;
 pub mod multipart;
 pub mod object_storage;
@@ -262,6 +265,7 @@ pub fn router(service: Service, auth: Auth) -> Router {
         .route("/api/toolbox/{id}/env", post(env::update_env))
         .merge(files_router())
         .merge(git_router())
+        .merge(lsp::router())
         .merge(unsupported::router())
         .route(
             "/api/sandbox/{key}/signing-key",

@@ -42,9 +42,6 @@ const METRICS: &str = "metrics are not kept by sandboxd's Daytona API (nor is it
 const ENTRYPOINT: &str = "the entrypoint session is not kept by sandboxd: a snapshot's entrypoint \
      runs without a session; run commands in a session of your own (process.create_session) to \
      read their logs";
-/// `LspServer.*`.
-const LSP: &str = "language servers are not supported by sandboxd: it runs no LSP server in a \
-     sandbox; start one yourself with process.exec or a session";
 /// `ComputerUse.*` and its mouse, keyboard, screenshot, display, recording and accessibility.
 const COMPUTER_USE: &str = "computer use (a desktop) is not supported by sandboxd: its sandboxes \
      have no display; use process.exec, sessions or PTYs";
@@ -97,7 +94,6 @@ pub fn router() -> Router<Service> {
             &format!("{t}/process/session/entrypoint/logs"),
             get(|| async { refusal(ENTRYPOINT) }),
         )
-        .route(&format!("{t}/lsp/{{*rest}}"), refuse(LSP))
         .route(&format!("{t}/computeruse/{{*rest}}"), refuse(COMPUTER_USE))
 }
 
@@ -108,7 +104,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_is_a_501_in_daytonas_shape_saying_what_to_use() {
-        let answer = refusal(LSP).into_response();
+        let answer = refusal(COMPUTER_USE).into_response();
         assert_eq!(answer.status(), StatusCode::NOT_IMPLEMENTED);
         let body = axum::body::to_bytes(answer.into_body(), 4096)
             .await

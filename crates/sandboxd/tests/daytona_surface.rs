@@ -46,8 +46,6 @@ fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
             (M::GET, format!("{t}/system/metrics")),
             (M::GET, format!("{t}/process/session/entrypoint")),
             (M::GET, format!("{t}/process/session/entrypoint/logs")),
-            (M::POST, format!("{t}/lsp/start")),
-            (M::GET, format!("{t}/lsp/document-symbols?uri=x")),
             (M::POST, format!("{t}/computeruse/mouse/click")),
             (M::GET, format!("{t}/computeruse/recordings/r/download")),
         ];

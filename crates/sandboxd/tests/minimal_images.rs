@@ -5,6 +5,8 @@
 //!   `rm`, `mv` and `cat` links: a command answers with its output and exit code, the session keeps
 //!   its state between commands, input reaches a running command, and a command that ends the
 //!   session's shell is answered at once (a clear error), never a wait.
+//!   A language server the image lacks is refused at once (409, naming the program and its
+//!   package), and a call on one never started is a 404 that says to start it.
 //! - An image whose `WorkingDir` is missing from its files: commands start there all the same.
 
 mod common;
@@ -103,6 +105,34 @@ fn sessions_run_in_an_image_without_the_tools_of_a_distribution() {
         assert_eq!(status, 409, "{answer}");
         let message = answer["message"].as_str().unwrap_or_default();
         assert!(message.contains("shell is gone"), "{answer}");
+
+        // A language server the image lacks is a clear refusal at once; a call on a server that
+        // was never started says to start it.
+        let lsp = format!("/api/toolbox/{id}/lsp");
+        let server = json!({ "languageId": "python", "pathToProject": "/tmp" });
+        let (status, answer) = within(
+            "lsp start",
+            call(&d, Method::POST, &format!("{lsp}/start"), Some(server)),
+        )
+        .await;
+        assert_eq!(status, 409, "{answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("`pylsp` cannot start") && message.contains("python3-pylsp"),
+            "{answer}"
+        );
+        let symbols = format!(
+            "{lsp}/document-symbols?languageId=python&pathToProject=/tmp&uri=file:///tmp/a.py"
+        );
+        let (status, answer) = within("lsp symbols", call(&d, Method::GET, &symbols, None)).await;
+        assert_eq!(status, 404, "{answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("start it first"),
+            "{answer}"
+        );
 
         let (status, _) = call(&d, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
         assert!(status < 300, "delete: {status}");

@@ -75,6 +75,9 @@ pub enum ServiceError {
     /// The sandbox's code interpreter failed.
     #[error("the sandbox's code interpreter failed: {0}")]
     Interpreter(String),
+    /// A language server in the sandbox failed, exited or did not answer in time.
+    #[error("the sandbox's language server failed: {0}")]
+    LanguageServer(String),
     /// An image could not be had.
     #[error("image")]
     Image(#[from] sandboxd_images::ImageError),

@@ -37,6 +37,7 @@ pub mod idempotency;
 pub mod idle;
 pub mod images;
 pub mod lifecycle;
+pub mod lsp;
 pub mod network;
 pub mod pause;
 pub mod pending;

@@ -62,6 +62,7 @@ impl From<ServiceError> for Error {
             ServiceError::ClusterUnavailable(_) => (S::SERVICE_UNAVAILABLE, "cluster_unavailable"),
             ServiceError::Agent(_) => (S::BAD_GATEWAY, "agent_error"),
             ServiceError::Interpreter(_) => (S::BAD_GATEWAY, "interpreter_error"),
+            ServiceError::LanguageServer(_) => (S::BAD_GATEWAY, "language_server_error"),
             ServiceError::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
             ServiceError::StartFailed { .. } => (S::INTERNAL_SERVER_ERROR, "sandbox_failed"),
             ServiceError::Runtime(_)
