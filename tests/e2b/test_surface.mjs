@@ -9,7 +9,8 @@
 //
 // Methods are found by introspection: the static and prototype functions of each class (its own and
 // inherited), minus those the SDK's type declarations mark `private` or `protected` (JS has no
-// runtime privacy). Classes the SDK does not export (Filesystem, Commands, …) are reached through
+// runtime privacy), and the public fields of the instances the run makes (declared `readonly`, not
+// private). Classes the SDK does not export (Filesystem, Commands, …) are reached through
 // the objects a sandbox hands out. Static methods are `Class.name`, instance methods `Class#name`.
 // A method without an entry here fails the run ("new method, classify it"), as does an entry the
 // SDK no longer has. Every call runs under a deadline. The table is regenerated and compared with
@@ -90,6 +91,27 @@ works('Sandbox.create', 'a sandbox of the default template, running, with its me
   const info = await c.sbx.getInfo()
   assert.equal(info.metadata.run, RUN)
   assert.equal(info.templateId, 'base')
+})
+works('Sandbox#sandboxId', 'a non-empty id, the one getInfo names', async () => {
+  assert(c.sbx.sandboxId && (await c.sbx.getInfo()).sandboxId === c.sbx.sandboxId)
+})
+works('Sandbox#sandboxDomain', "the daemon's domain (a string)", async () => {
+  assert(typeof c.sbx.sandboxDomain === 'string' && c.sbx.sandboxDomain)
+})
+works('Sandbox#trafficAccessToken', 'undefined: port traffic is not restricted by default', async () => {
+  assert.equal(c.sbx.trafficAccessToken, undefined)
+})
+works('Sandbox#files', "the sandbox's Filesystem", async () => {
+  assert.equal(c.sbx.files.constructor.name, 'Filesystem')
+})
+works('Sandbox#commands', "the sandbox's Commands", async () => {
+  assert.equal(c.sbx.commands.constructor.name, 'Commands')
+})
+works('Sandbox#pty', "the sandbox's Pty", async () => {
+  assert.equal(c.sbx.pty.constructor.name, 'Pty')
+})
+works('Sandbox#git', "the sandbox's Git", async () => {
+  assert(c.sbx.git instanceof e2b.Git)
 })
 works('Sandbox#isRunning', 'true for the running sandbox', async () => {
   assert.equal(await c.sbx.isRunning(), true)
@@ -250,6 +272,9 @@ works('Commands#run', 'stdout, stderr, exit code, envs, cwd, user; a non-zero ex
 works('Commands#list', "a background command's pid is listed", async () => {
   c.bg = await c.sbx.commands.run('sleep 3; echo done-later', { background: true })
   assert((await c.sbx.commands.list()).some((p) => p.pid === c.bg.pid))
+})
+works('CommandHandle#pid', 'a positive number', async () => {
+  assert(Number.isInteger(c.bg.pid) && c.bg.pid > 0)
 })
 works('CommandHandle#disconnect', 'returns; the command runs on (Commands#connect then waits for it)', async () => {
   await c.bg.disconnect()
@@ -633,6 +658,24 @@ works('Volume.create', 'a volume with the given name and an id', async () => {
   c.vol = await Volume.create(`surface-js-${RUN}`)
   assert(c.vol.name === `surface-js-${RUN}` && c.vol.volumeId)
 })
+works('Volume#name', 'the name given', async () => {
+  assert.equal(c.vol.name, `surface-js-${RUN}`)
+})
+works('Volume#volumeId', 'a non-empty id', async () => {
+  assert(c.vol.volumeId)
+})
+works('Volume#token', 'a non-empty token for the content API', async () => {
+  assert(c.vol.token)
+})
+works('Volume#domain', "the SDK's default domain, unused: the content API is E2B_VOLUME_API_URL", async () => {
+  assert.equal(c.vol.domain, 'e2b.app')
+})
+works('Volume#debug', 'unset or false', async () => {
+  assert(!c.vol.debug)
+})
+works('Volume#proxy', 'unset', async () => {
+  assert(!c.vol.proxy)
+})
 works('Volume.connect', 'the same volume by id; an unknown id is VolumeNotFoundError', async () => {
   await rejects(Volume.connect(`none-${RUN}`), e2b.VolumeNotFoundError, 'not found')
   assert.equal((await Volume.connect(c.vol.volumeId)).name, c.vol.name)
@@ -834,14 +877,24 @@ function methods(obj, side, hidden, own = false) {
   return found
 }
 
+/** The public fields an instance carries (JS fields live on the object, not its prototype). */
+function fields(instance, hidden) {
+  const skip = new Set()
+  for (let o = Object.getPrototypeOf(instance); o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+    for (const name of hidden[o.constructor?.name]?.proto ?? []) skip.add(name)
+  }
+  return Object.keys(instance).filter((n) => !n.startsWith('_') && !skip.has(n) && typeof instance[n] !== 'function')
+}
+
 function surface(objects) {
   const hidden = hiddenByDeclarations()
   const names = []
-  for (const [cls, { statics, proto, own }] of Object.entries(objects)) {
+  for (const [cls, { statics, proto, own, instance }] of Object.entries(objects)) {
     if (statics) for (const m of methods(statics, 'static', hidden, own)) names.push(`${cls}.${m}`)
     if (proto) for (const m of methods(proto, 'proto', hidden, own)) names.push(`${cls}#${m}`)
+    if (instance) for (const f of fields(instance, hidden)) names.push(`${cls}#${f}`)
   }
-  return names.sort()
+  return [...new Set(names)].sort()
 }
 
 // --- Running and the table ----------------------------------------------------------------------
@@ -881,7 +934,7 @@ function table(classes, list) {
   return [
     `# Surface of \`${PACKAGE}\` ${VERSION} (JS) against sandboxd`,
     '',
-    `Generated by \`tests/e2b/test_surface.mjs\`: every public method of ${classes.map((c) => `\`${c}\``).join(', ')} ` +
+    `Generated by \`tests/e2b/test_surface.mjs${MODE === 'e2b' ? '' : ' ' + MODE}\`: every public method ${MODE === 'e2b' ? 'and field ' : ''}of ${classes.map((c) => `\`${c}\``).join(', ')} ` +
       '(static `Class.name`, instance `Class#name`; public = not private or protected in the SDK\'s type ' +
       'declarations), found by introspection and called against the daemon under a deadline.' +
       (MODE === 'e2b' ? '' : ' The `Sandbox` rows are what the code interpreter\'s `Sandbox` adds to `e2b`\'s; ' +
@@ -947,6 +1000,13 @@ async function main() {
     Sandbox: { statics: CI.Sandbox, proto: CI.Sandbox.prototype, own: true },
   }
   for (const [cls, proto] of Object.entries(seen)) objects[cls] = { proto }
+  if (MODE === 'e2b') {
+    // Public fields, from the instances the run made.
+    const instances = { Sandbox: c.sbx, Volume: c.vol, CommandHandle: c.bg, WatchHandle: c.watch,
+      SandboxPaginator: c.sandboxPager, SnapshotPaginator: c.snapshotPager, SecretPaginator: c.secretPager,
+      Filesystem: c.sbx?.files, Commands: c.sbx?.commands, Pty: c.sbx?.pty, Git: c.sbx?.git }
+    for (const [cls, instance] of Object.entries(instances)) if (instance && objects[cls]) objects[cls].instance = instance
+  }
   const reached = MODE === 'e2b'
     ? ['Filesystem', 'Commands', 'Pty', 'Git', 'CommandHandle', 'WatchHandle', 'SandboxPaginator', 'SnapshotPaginator']
     : ['Execution', 'Result', 'ExecutionError']
@@ -969,7 +1029,7 @@ async function main() {
     }
   }
   const worksN = [...entries.values()].filter((e) => e.kind === 'works').length
-  console.log(`\n${PACKAGE} ${VERSION} (JS): ${found.length} public methods; works ${worksN}, refused ${entries.size - worksN}; ${failed.length} failed`)
+  console.log(`\n${PACKAGE} ${VERSION} (JS): ${found.length} public names; works ${worksN}, refused ${entries.size - worksN}; ${failed.length} failed`)
   for (const [name, problem] of failed) console.log(`FAIL  ${name}: ${String(problem).split('\n')[0]}`)
   // A call still pending must not keep the process alive.
   process.exit(failed.length ? 1 : 0)

@@ -18,8 +18,9 @@
 //! - `/v1/sandboxes/{id}/code` streams the interpreter's lines; its mistakes are the caller's
 //!   (400, 404) and a sandbox without an interpreter is a conflict (409).
 //! - Every public method the code interpreter SDKs add, and those of their result classes, works as
-//!   `tests/e2b/surface/code-interpreter-python.md` and `code-interpreter-js.md` say
-//!   (`tests/e2b/test_surface.py code-interpreter`, `tests/e2b/test_surface.mjs code-interpreter`).
+//!   `tests/e2b/surface/code-interpreter-python.md`, `code-interpreter-python-async.md` and
+//!   `code-interpreter-js.md` say (`tests/e2b/test_surface.py code-interpreter[-async]`,
+//!   `tests/e2b/test_surface.mjs code-interpreter`).
 //! - `sbx code ID` reads code from stdin, prints its output, exits 1 when it raised.
 //! - A kernel killed by the out-of-memory killer is an `error` line, and the next call runs on a
 //!   fresh kernel; 100 MB of output stream through without the interpreter holding it.
@@ -128,6 +129,14 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
             &d,
             &python,
             &["tests/e2b/test_surface.py", "code-interpreter"],
+            &[],
+        )
+        .await;
+        // Its AsyncSandbox (`tests/e2b/surface/code-interpreter-python-async.md`).
+        run_script(
+            &d,
+            &python,
+            &["tests/e2b/test_surface.py", "code-interpreter-async"],
             &[],
         )
         .await;
