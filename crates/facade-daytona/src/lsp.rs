@@ -41,9 +41,22 @@ struct Position {
     character: u32,
 }
 
-fn parse(body: &Bytes) -> Result<ServerRequest, DaytonaError> {
-    serde_json::from_slice(body)
-        .map_err(|e| DaytonaError::bad_request(format!("invalid JSON body: {e}")))
+/// A POST's body and the server it names.
+async fn parse(
+    service: &Service,
+    id: &str,
+    body: &Bytes,
+) -> Result<(ServerRequest, LspServer), DaytonaError> {
+    let req: ServerRequest = serde_json::from_slice(body)
+        .map_err(|e| DaytonaError::bad_request(format!("invalid JSON body: {e}")))?;
+    let server = server(
+        service,
+        id,
+        Some(&req.language_id),
+        Some(&req.path_to_project),
+    )
+    .await?;
+    Ok((req, server))
 }
 
 fn required<'a>(value: Option<&'a str>, name: &str) -> Result<&'a str, DaytonaError> {
@@ -69,14 +82,7 @@ async fn start(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, DaytonaError> {
-    let req = parse(&body)?;
-    let server = server(
-        &service,
-        &id,
-        Some(&req.language_id),
-        Some(&req.path_to_project),
-    )
-    .await?;
+    let (_, server) = parse(&service, &id, &body).await?;
     service.lsp_start(&id, &server).await?;
     Ok(StatusCode::OK)
 }
@@ -87,14 +93,7 @@ async fn stop(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, DaytonaError> {
-    let req = parse(&body)?;
-    let server = server(
-        &service,
-        &id,
-        Some(&req.language_id),
-        Some(&req.path_to_project),
-    )
-    .await?;
+    let (_, server) = parse(&service, &id, &body).await?;
     service.lsp_stop(&id, &server).await?;
     Ok(StatusCode::OK)
 }
@@ -105,15 +104,8 @@ async fn did_open(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, DaytonaError> {
-    let req = parse(&body)?;
+    let (req, server) = parse(&service, &id, &body).await?;
     let uri = required(req.uri.as_deref(), "uri")?;
-    let server = server(
-        &service,
-        &id,
-        Some(&req.language_id),
-        Some(&req.path_to_project),
-    )
-    .await?;
     service.lsp_did_open(&id, &server, uri).await?;
     Ok(StatusCode::OK)
 }
@@ -124,15 +116,8 @@ async fn did_close(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<StatusCode, DaytonaError> {
-    let req = parse(&body)?;
+    let (req, server) = parse(&service, &id, &body).await?;
     let uri = required(req.uri.as_deref(), "uri")?;
-    let server = server(
-        &service,
-        &id,
-        Some(&req.language_id),
-        Some(&req.path_to_project),
-    )
-    .await?;
     service.lsp_did_close(&id, &server, uri).await?;
     Ok(StatusCode::OK)
 }
@@ -143,19 +128,12 @@ async fn completions(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, DaytonaError> {
-    let req = parse(&body)?;
+    let (req, server) = parse(&service, &id, &body).await?;
     let uri = required(req.uri.as_deref(), "uri")?;
     let position = req
         .position
         .ok_or_else(|| DaytonaError::bad_request("position is required"))?;
     let position = serde_json::to_value(position).unwrap_or_default();
-    let server = server(
-        &service,
-        &id,
-        Some(&req.language_id),
-        Some(&req.path_to_project),
-    )
-    .await?;
     let list = service
         .lsp_completions(&id, &server, uri, position, req.context)
         .await?;

@@ -140,19 +140,25 @@ fn python_sdk_with_a_minted_key() {
     });
 }
 
+/// The node that runs the JS SDK's scripts (`E2B_NODE`, or `node`); panics, saying how to install
+/// the SDK, when it is missing.
+fn js_sdk_node() -> PathBuf {
+    let sdk = workspace_root().join("tests/e2b/node_modules/e2b/package.json");
+    assert!(
+        sdk.is_file(),
+        "the E2B JS SDK is not installed ({} is missing). To install it, {JS_INSTALL}",
+        sdk.display()
+    );
+    std::env::var_os("E2B_NODE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("node"))
+}
+
 /// The JS SDK, through the same list as the Python one (`tests/e2b/test_sdk.mjs`).
 #[test]
 fn js_sdk_acceptance() {
     e2b_test(async {
-        let sdk = workspace_root().join("tests/e2b/node_modules/e2b/package.json");
-        assert!(
-            sdk.is_file(),
-            "the E2B JS SDK is not installed ({} is missing). To install it, {JS_INSTALL}",
-            sdk.display()
-        );
-        let node = std::env::var_os("E2B_NODE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("node"));
+        let node = js_sdk_node();
         let daemon = e2b_support::start().await;
         run_script(&daemon, &node, &["tests/e2b/test_sdk.mjs"], &[]).await;
     });
@@ -164,15 +170,7 @@ fn js_sdk_acceptance() {
 #[test]
 fn js_sdk_surface_matches_its_table() {
     e2b_test(async {
-        let sdk = workspace_root().join("tests/e2b/node_modules/e2b/package.json");
-        assert!(
-            sdk.is_file(),
-            "the E2B JS SDK is not installed ({} is missing). To install it, {JS_INSTALL}",
-            sdk.display()
-        );
-        let node = std::env::var_os("E2B_NODE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("node"));
+        let node = js_sdk_node();
         let daemon = e2b_support::start().await;
         run_script(&daemon, &node, &["tests/e2b/test_surface.mjs"], &[]).await;
     });
