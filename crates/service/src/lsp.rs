@@ -17,6 +17,9 @@
 //!   nothing (two starts at the same instant may both start one: the agent keeps no lock; the
 //!   first found serves). A project directory that does not exist is a 400.
 //! - Any other call on a server that is not running is a 404 that says to start it first.
+//! - Invariant: callers sharing one server never take each other's answers (each request's id is
+//!   its caller's own, random); and a restarted daemon serves a server started before
+//!   (`crates/sandboxd/tests/daytona_lsp.rs` proves both, with 40 parallel calls and a kill -9).
 //! - `stop` asks the server to shut down and exit, kills it if it has not within
 //!   [`STOP_WAIT`], and is a no-op when none runs.
 //! - Paths and URIs: a relative project is relative to the sandbox's working directory; a file's
