@@ -145,17 +145,20 @@ impl LspServer {
     }
 }
 
+/// What a path in a `file://` URI keeps as it is: RFC 3986's unreserved characters and `/`.
+const PATH_KEPT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
 /// `file://` and `path`, percent-encoded where a URI needs it.
 fn file_uri(path: &str) -> String {
-    let mut out = String::from("file://");
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    format!(
+        "file://{}",
+        percent_encoding::utf8_percent_encode(path, PATH_KEPT)
+    )
 }
 
 impl Service {
