@@ -422,16 +422,20 @@ type Taken = Vec<(Vec<u8>, Vec<u8>, Vec<u8>, String, Vec<(String, String)>)>;
 async fn collector() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::Mutex<Taken>>,
+    std::sync::Arc<tokio::sync::Notify>,
 ) {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
     use prost::Message;
     let taken = std::sync::Arc::new(std::sync::Mutex::new(Taken::new()));
     let into = taken.clone();
+    // Told after each export (a permit is kept when nobody waits, so none is missed).
+    let arrived = std::sync::Arc::new(tokio::sync::Notify::new());
+    let told = arrived.clone();
     let app = axum::Router::new().route(
         "/v1/traces",
         axum::routing::post(move |body: axum::body::Bytes| {
-            let into = into.clone();
+            let (into, told) = (into.clone(), told.clone());
             async move {
                 let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
                 let spans = request
@@ -459,6 +463,7 @@ async fn collector() -> (
                         attributes,
                     ));
                 }
+                told.notify_one();
                 axum::http::StatusCode::OK
             }
         }),
@@ -466,7 +471,7 @@ async fn collector() -> (
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, taken)
+    (addr, taken, arrived)
 }
 
 /// `--otlp-endpoint`: a create is exported to the collector as a `request` span (its request id
@@ -476,7 +481,7 @@ async fn collector() -> (
 #[test]
 fn traces_of_a_create_reach_an_otlp_collector() {
     e2e(|| async {
-        let (addr, taken) = collector().await;
+        let (addr, taken, arrived) = collector().await;
         let endpoint = format!("http://{addr}");
         let daemon = Daemon::start_with(
             &["--otlp-endpoint", &endpoint],
@@ -496,7 +501,7 @@ fn traces_of_a_create_reach_an_otlp_collector() {
         let attr = |attrs: &[(String, String)], key: &str| {
             attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
         };
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         let (request, steps) = loop {
             let spans = taken.lock().unwrap().clone();
             let request = spans.iter().find(|s| {
@@ -527,11 +532,13 @@ fn traces_of_a_create_reach_an_otlp_collector() {
                     break (request, steps);
                 }
             }
+            // Wait for the next export.
             assert!(
-                std::time::Instant::now() < deadline,
+                tokio::time::timeout_at(deadline, arrived.notified())
+                    .await
+                    .is_ok(),
                 "the create's spans did not all reach the collector: {spans:?}"
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
         };
         assert_eq!(attr(&request.4, "method").as_deref(), Some("POST"));
         assert_eq!(attr(&request.4, "path").as_deref(), Some("/v1/sandboxes"));
