@@ -15,6 +15,7 @@ import httpx
 
 import runner
 from daytona import (
+    CodeRunParams,
     ListSandboxesQuery,
     SessionExecuteRequest,
     CreateSandboxFromSnapshotParams,
@@ -345,17 +346,55 @@ def test_exec_returns_output_and_exit_codes():
     assert sbx.get_user_home_dir() == "/home/user"
 
 
-def test_code_run_runs_python_on_the_interpreter():
+def test_code_run_runs_each_script_in_a_fresh_process():
     sbx = sandbox()
     response = sbx.process.code_run("x = 20 + 22\nprint(f'sum: {x}')")
     assert response.exit_code == 0 and response.result == "sum: 42\n", response
+    # Nothing carries over: each run is a new process, as Daytona runs them.
+    again = sbx.process.code_run("print(x)")
+    assert again.exit_code == 1 and "NameError" in again.result, again
     failed = sbx.process.code_run("1/0")
     assert failed.exit_code == 1 and "ZeroDivisionError" in failed.result, failed
+    assert "sandboxd" not in failed.result, "the traceback shows the runner's own frame: " + failed.result
+    assert sbx.process.code_run("import sys; sys.exit(3)").exit_code == 3
+    argv = sbx.process.code_run("import sys; print(sys.argv)", params=CodeRunParams(argv=["a", "b c"]))
+    assert argv.result == "['-', 'a', 'b c']\n", argv.result
+
+
+def test_code_run_returns_the_figures_shown_whatever_the_backend():
+    sbx = sandbox()
     plot = sbx.process.code_run(
-        "import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\nplt.title('T')\nplt.show()"
+        "import matplotlib.pyplot as plt\nprint('before')\nplt.plot([1, 2], [3, 4])\nplt.title('T')\n"
+        "plt.show()\nprint('after')"
     )
+    assert plot.exit_code == 0 and plot.result == "before\nafter\n", plot.result
     charts = plot.artifacts.charts
     assert len(charts) == 1 and charts[0].type == "line" and charts[0].title == "T", charts
+    assert charts[0].png and len(charts[0].png) > 100, "a chart without its PNG"
+    # Agg picked by the code (show() does nothing there), and a figure never shown: both come back.
+    agg = sbx.process.code_run(
+        "import matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\n"
+        "plt.bar(['a', 'b'], [1, 2])\nplt.show()\nplt.figure()\nplt.pie([1, 3])"
+    )
+    assert agg.exit_code == 0 and agg.result == "", agg.result
+    assert [c.type for c in agg.artifacts.charts] == ["bar", "pie"], agg.artifacts.charts
+    assert [e.label for e in agg.artifacts.charts[0].elements] == ["a", "b"], agg.artifacts.charts[0]
+
+
+def test_code_run_past_its_timeout_is_killed():
+    sbx = sandbox()
+    started = time.monotonic()
+    try:
+        sbx.process.code_run("import time\ntime.sleep(60)", timeout=2)
+        raise AssertionError("no timeout")
+    except AssertionError:
+        raise
+    except Exception as e:  # the SDK's code_run raises its API client's error, as with Daytona's
+        assert getattr(e, "status", None) == 408 and "PROCESS_EXECUTION_TIMEOUT" in str(e.body), e
+    assert time.monotonic() - started < 15
+    # Killed, not left running: no process's command line holds the code.
+    count = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done | grep -c 'sleep(6[0])'"
+    assert sbx.process.exec(count).result.strip() == "0", "the run was left running"
 
 
 def test_code_interpreter_keeps_state_streams_and_reports_errors():

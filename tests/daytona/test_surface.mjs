@@ -261,14 +261,43 @@ works('Daytona.fork', 'a new sandbox with the files of the first', async () => {
 refused('Sandbox.archive', () => sbx().archive(), 'archiving is not supported')
 refused('Sandbox.recover', () => sbx().recover(30), 'recover is not supported')
 refused('Sandbox.setAutoPauseInterval', () => sbx().setAutoPauseInterval(10), 'auto-pause is not supported')
-refused('Sandbox.setTtl', () => sbx().setTtl(10), 'a time to live is not supported')
-refused('Sandbox.updateNetworkSettings', () => sbx().updateNetworkSettings({ networkBlockAll: true }),
-  'changing a sandbox\'s network settings is not supported')
+works('Sandbox.setTtl', '`autoDestroyAt` is that many minutes from now; 0 drops it', async () => {
+  await sbx().setTtl(600)
+  await sbx().refreshData()
+  const left = new Date(sbx().autoDestroyAt).getTime() - Date.now()
+  assert.ok(left > 600 * 60000 - 120000 && left <= 600 * 60000, String(left))
+  await sbx().setTtl(0)
+  await sbx().refreshData()
+  assert.equal(sbx().autoDestroyAt, undefined)
+})
+works('Sandbox.updateNetworkSettings', 'the lists change on the running sandbox and its record shows them; a ' +
+  "domain makes its own forwarder its resolver, empty lists give it the host's back", async () => {
+  const resolver = async () => (await sbx().fs.downloadFile('/etc/resolv.conf')).toString()
+  const before = await resolver()
+  await sbx().updateNetworkSettings({ networkAllowList: '1.1.1.1', domainAllowList: 'example.com' })
+  await sbx().refreshData()
+  assert.deepEqual([sbx().networkAllowList, sbx().domainAllowList], ['1.1.1.1/32', 'example.com'])
+  assert.notEqual(await resolver(), before)
+  await sbx().updateNetworkSettings({ networkAllowList: '', domainAllowList: '' })
+  await sbx().refreshData()
+  assert.deepEqual([sbx().networkAllowList, sbx().domainAllowList], [undefined, undefined])
+  assert.equal(await resolver(), before)
+})
 refused('Sandbox.createSshAccess', () => sbx().createSshAccess(), 'SSH access is not supported')
 refused('Sandbox.revokeSshAccess', () => sbx().revokeSshAccess('token'), 'SSH access is not supported')
 refused('Sandbox.validateSshAccess', () => sbx().validateSshAccess('token'), 'SSH access is not supported')
-refused('Sandbox.getMetrics', () => sbx().getMetrics(), 'metrics are not kept')
-refused('Sandbox.getMetricsLatest', () => sbx().getMetricsLatest(), 'metrics are not kept')
+const plausible = (sample) => {
+  assert.ok(sample.cpuCount >= 1 && sample.cpuUsedPct >= 0 && sample.cpuUsedPct <= 100, JSON.stringify(sample))
+  assert.ok(sample.memUsed > 0 && sample.memUsed <= sample.memTotal, JSON.stringify(sample))
+  assert.ok(Math.abs(Date.now() - new Date(sample.timestamp).getTime()) < 60000, String(sample.timestamp))
+}
+works('Sandbox.getMetricsLatest', 'a sample taken now: CPUs, CPU share, memory in use under its limit',
+  async () => plausible(await sbx().getMetricsLatest()))
+works('Sandbox.getMetrics', 'one sample, taken now (sandboxd keeps no history)', async () => {
+  const samples = await sbx().getMetrics()
+  assert.equal(samples.length, 1, JSON.stringify(samples))
+  plausible(samples[0])
+})
 
 // FileSystem ------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ SURFACE_UPDATE=1 it rewrites the file instead). Its text holds no ids or timings
 """
 
 import asyncio
+import datetime
 import importlib
 import inspect
 import os
@@ -441,15 +442,54 @@ refused("Sandbox.archive", lambda: sbx().archive(), "archiving is not supported"
 refused("Sandbox.recover", lambda: sbx().recover(timeout=DEADLINE), "recover is not supported")
 refused("Sandbox.set_auto_pause_interval", lambda: sbx().set_auto_pause_interval(10),
         "auto-pause is not supported")
-refused("Sandbox.set_ttl", lambda: sbx().set_ttl(10), "a time to live is not supported")
-refused("Sandbox.update_network_settings",
-        lambda: sbx().update_network_settings(network_block_all=True),
-        "changing a sandbox's network settings is not supported")
 refused("Sandbox.create_ssh_access", lambda: sbx().create_ssh_access(), "SSH access is not supported")
 refused("Sandbox.revoke_ssh_access", lambda: sbx().revoke_ssh_access("token"), "SSH access is not supported")
 refused("Sandbox.validate_ssh_access", lambda: sbx().validate_ssh_access("token"), "SSH access is not supported")
-refused("Sandbox.get_metrics", lambda: sbx().get_metrics(), "metrics are not kept")
-refused("Sandbox.get_metrics_latest", lambda: sbx().get_metrics_latest(), "metrics are not kept")
+
+
+@works("Sandbox.set_ttl", "`auto_destroy_at` is that many minutes from now; 0 drops it")
+def _():
+    sbx().set_ttl(600)
+    sbx().refresh_data()
+    at = datetime.datetime.fromisoformat(sbx().auto_destroy_at.replace("Z", "+00:00"))
+    left = (at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    assert 600 * 60 - 120 < left <= 600 * 60, left
+    sbx().set_ttl(0)
+    sbx().refresh_data()
+    assert sbx().auto_destroy_at is None, sbx().auto_destroy_at
+
+
+@works("Sandbox.update_network_settings", "the lists change on the running sandbox and its record shows them; "
+       "a domain makes its own forwarder its resolver, empty lists give it the host's back")
+def _():
+    before = sbx().fs.download_file("/etc/resolv.conf")
+    sbx().update_network_settings(network_allow_list="1.1.1.1", domain_allow_list="example.com")
+    sbx().refresh_data()
+    assert (sbx().network_allow_list, sbx().domain_allow_list) == ("1.1.1.1/32", "example.com")
+    assert sbx().fs.download_file("/etc/resolv.conf") != before
+    sbx().update_network_settings(network_allow_list="", domain_allow_list="")
+    sbx().refresh_data()
+    assert (sbx().network_allow_list, sbx().domain_allow_list) == (None, None)
+    assert sbx().fs.download_file("/etc/resolv.conf") == before
+
+
+def _plausible(sample):
+    assert sample.cpu_count >= 1 and 0 <= sample.cpu_used_pct <= 100, sample
+    assert 0 < sample.mem_used <= sample.mem_total, sample
+    age = datetime.datetime.now(datetime.timezone.utc) - sample.timestamp
+    assert abs(age.total_seconds()) < 60, sample.timestamp
+
+
+@works("Sandbox.get_metrics_latest", "a sample taken now: CPUs, CPU share, memory in use under its limit")
+def _():
+    _plausible(sbx().get_metrics_latest())
+
+
+@works("Sandbox.get_metrics", "one sample, taken now (sandboxd keeps no history)")
+def _():
+    samples = sbx().get_metrics()
+    assert len(samples) == 1, samples
+    _plausible(samples[0])
 
 
 # FileSystem --------------------------------------------------------------------------------

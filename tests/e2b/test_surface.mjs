@@ -198,9 +198,25 @@ refused('Sandbox#getMcpToken', e2b.FileNotFoundError, '/etc/mcp-gateway/.token',
     await rejects(newSandbox({ mcp: { exa: { apiKey: 'x' } } }), e2b.SandboxError, 'mcp servers are not supported')
     await c.sbx.getMcpToken()
   })
-const NETWORK = "updating a running sandbox's network is not supported"
-refused('Sandbox#updateNetwork', e2b.SandboxError, NETWORK, '', () => c.sbx.updateNetwork({ allowOut: ['example.com'] }))
-refused('Sandbox.updateNetwork', e2b.SandboxError, NETWORK, '', () => Sandbox.updateNetwork(c.sbx.sandboxId, { allowOut: ['example.com'] }))
+const resolver = () => c.sbx.files.read('/etc/resolv.conf')
+works('Sandbox#updateNetwork', "a name in `allowOut` makes the sandbox's own forwarder its resolver at once, an " +
+  "empty update gives it the host's back", async () => {
+  const before = await resolver()
+  await c.sbx.updateNetwork({ allowOut: ['example.com'] })
+  const during = await resolver()
+  assert.ok(during !== before && during.startsWith('nameserver '), during)
+  await c.sbx.updateNetwork({})
+  assert.equal(await resolver(), before)
+})
+works('Sandbox.updateNetwork', 'the same by id; new `rules` are refused (SandboxError)', async () => {
+  const before = await resolver()
+  await Sandbox.updateNetwork(c.sbx.sandboxId, { allowOut: ['example.com'] })
+  assert.notEqual(await resolver(), before)
+  await rejects(Sandbox.updateNetwork(c.sbx.sandboxId, { rules: { 'example.com': [{ transform: { headers: { X: 'y' } } }] } }),
+    e2b.SandboxError, 'rules of a running sandbox cannot change')
+  await Sandbox.updateNetwork(c.sbx.sandboxId, {})
+  assert.equal(await resolver(), before)
+})
 const FORK = 'forks need the gvisor tier'
 const FORK_NOTE = 'on the namespace tier; a sandbox created with isolation gvisor forks'
 refused('Sandbox#fork', e2b.SandboxError, FORK, FORK_NOTE, () => c.sbx.fork({ count: 1 }))

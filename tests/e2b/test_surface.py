@@ -343,9 +343,21 @@ def _(c):
     c.sbx.get_mcp_token()
 
 
-@refused("Sandbox.update_network", e2b.SandboxException, "updating a running sandbox's network is not supported")
+@works("Sandbox.update_network", "a name in `allow_out` makes the sandbox's own forwarder its resolver at "
+       "once, an empty update gives it the host's back; new `rules` are refused (SandboxException)")
 def _(c):
+    before = c.sbx.files.read("/etc/resolv.conf")
     c.sbx.update_network({"allow_out": ["example.com"]})
+    during = c.sbx.files.read("/etc/resolv.conf")
+    assert during != before and during.startswith("nameserver "), during
+    try:
+        c.sbx.update_network({"rules": {"example.com": [{"transform": {"headers": {"X": "y"}}}]}})
+        raise AssertionError("new rules were taken")
+    except e2b.SandboxException as e:
+        assert "rules of a running sandbox cannot change" in str(e), e
+    assert c.sbx.files.read("/etc/resolv.conf") == during, "a refused update changed the sandbox"
+    c.sbx.update_network({})
+    assert c.sbx.files.read("/etc/resolv.conf") == before
 
 
 @refused("Sandbox.fork", e2b.SandboxException, "forks need the gvisor tier",

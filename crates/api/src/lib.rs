@@ -40,7 +40,7 @@ pub use sandboxd_surface::{auth, error};
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{middleware, Json, Router};
 use openapi::SharedResponses;
 use sandboxd_proxy::Proxy;
@@ -53,7 +53,7 @@ use utoipa::OpenApi;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sandboxd", description = "Native API of sandboxd, a self-hostable sandbox platform."),
-    paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::fork, v1::resume, v1::stop, v1::start, v1::exec, v1::exec_stream, terminal::open, v1::run_code, v1::download, v1::upload,
+    paths(v1::create, v1::list, v1::get, v1::delete, v1::pause, v1::fork, v1::resume, v1::stop, v1::start, v1::update_network, v1::exec, v1::exec_stream, terminal::open, v1::run_code, v1::download, v1::upload,
           v1::list_files, files::remove, v1::expose, v1::ports, v1::unexpose, v1::reconcile, domains::bind, domains::list, domains::unbind,
           keys::create, keys::list, keys::delete,
           webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries, webhooks::events,
@@ -141,6 +141,7 @@ pub fn router(
         .route("/sandboxes/{id}/fork", post(v1::fork))
         .route("/sandboxes/{id}/resume", post(v1::resume))
         .route("/sandboxes/{id}/stop", post(v1::stop))
+        .route("/sandboxes/{id}/network", put(v1::update_network))
         .route("/sandboxes/{id}/start", post(v1::start))
         .route("/images", post(images::pull).get(images::list))
         .route("/images/prune", post(images::prune))

@@ -345,6 +345,35 @@ pub async fn stop(
     Ok(Json(to_api(&service.stop(&id).await?.0)))
 }
 
+/// Replace a running sandbox's egress: `egress` (the default for destinations in neither list) and
+/// both lists, whole, as a create's `network` sets them; what its new connections meet from the
+/// answer on (those open stay). `rules` must be those it has; `allowPublicTraffic` is not changed
+/// here.
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/network", params(("id" = String, Path, description = "id or name")),
+    request_body = api::NetworkPolicy,
+    responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
+              (status = 400, description = "a list entry that cannot be enforced, other rules, or a tier that cannot change it", body = api::ApiError),
+              (status = 409, description = "not running", body = api::ApiError)))]
+pub async fn update_network(
+    State(service): State<Service>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<api::Sandbox>, Error> {
+    let network: api::NetworkPolicy = parse_json(&body)?;
+    if network.allow_public_traffic.is_some() {
+        return Err(Error::from(sandboxd_service::ServiceError::InvalidRequest(
+            "allowPublicTraffic is not changed by a network update".into(),
+        )));
+    }
+    let update = sandboxd_service::network_update::EgressUpdate {
+        egress: Some(network.egress),
+        allow_out: network.allow_out,
+        deny_out: network.deny_out,
+        rules: network.rules,
+    };
+    Ok(Json(to_api(&service.update_egress(&id, update).await?)))
+}
+
 /// Start a stopped sandbox again on its filesystem; answers once it runs (and its template's start
 /// commands are up). A paused one is resumed, a running one returned unchanged.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/start", params(("id" = String, Path, description = "id or name")),

@@ -135,16 +135,13 @@ pub async fn create(
     labels
         .entry(LANGUAGE_LABEL.to_string())
         .or_insert_with(|| "python".to_string());
-    let allow_out: Vec<String> = req
-        .network_allow_list
-        .as_deref()
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .map(str::to_string)
+    let list = |field, list: &Option<String>, domains| {
+        super::network::entries(field, list.as_deref().unwrap_or_default(), domains)
+    };
+    let allow_out: Vec<String> = list("networkAllowList", &req.network_allow_list, false)?
+        .into_iter()
+        .chain(list("domainAllowList", &req.domain_allow_list, true)?)
         .collect();
-    sandboxd_service::network::addresses_only("networkAllowList", &allow_out)?;
     let create = api::CreateSandbox {
         name: req.name.clone().filter(|n| !n.is_empty()),
         template,

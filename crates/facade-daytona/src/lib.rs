@@ -36,6 +36,7 @@
 //! Errors are `{statusCode, message, code}` ([`error`]) with the statuses the SDK maps; the file
 //! and git routes add the daemon's codes and `source` ([`toolbox_error`]).
 
+pub mod charts;
 pub mod control;
 pub mod env;
 pub mod error;
@@ -45,8 +46,10 @@ pub mod git;
 pub mod git_more;
 pub mod lifecycle;
 pub mod lsp;
+pub mod metrics;
 pub mod models;
 pub mod multipart;
+pub mod network;
 pub mod object_storage;
 pub mod pending;
 pub mod previews;
@@ -156,6 +159,8 @@ pub fn router(service: Service, auth: Auth) -> Router {
             "/api/sandbox/{key}/autostop/{minutes}",
             post(lifecycle::autostop),
         )
+        .route("/api/sandbox/{key}/ttl/{minutes}", post(lifecycle::ttl))
+        .route("/api/sandbox/{key}/network-settings", post(network::update))
         .route(
             "/api/sandbox/{key}/autodelete/{minutes}",
             post(lifecycle::autodelete),
@@ -216,6 +221,9 @@ pub fn router(service: Service, auth: Auth) -> Router {
             get(object_storage::push_access),
         )
         .route("/api/toolbox/{id}/process/execute", post(toolbox::execute))
+        .route("/api/toolbox/{id}/system/metrics", get(metrics::latest))
+        .route("/api/sandbox/{key}/telemetry/metrics", get(metrics::series))
+        .route("/api/config", get(metrics::config))
         .route(
             "/api/toolbox/{id}/process/code-run",
             post(toolbox::code_run),

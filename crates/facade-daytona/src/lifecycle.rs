@@ -3,7 +3,9 @@
 //! (minutes stopped before a delete; negative never, the default; 0 at the stop) and
 //! `autoArchiveInterval` (kept and reported: a stopped sandbox's filesystem stays where it is).
 //! Routes: `POST /api/sandbox/{idOrName}/autostop|autodelete|autoarchive/{minutes}` → 200 Sandbox,
-//! `POST /api/sandbox/{id}/last-activity` → 201 (the SDK's `refresh_activity`).
+//! `POST /api/sandbox/{id}/last-activity` → 201 (the SDK's `refresh_activity`); and the time to live
+//! (`POST /api/sandbox/{idOrName}/ttl/{minutes}`, the service's deadline: deleted at its end whatever
+//! its state).
 
 use super::control::{describe, toolbox_url};
 use super::error::DaytonaError;
@@ -119,6 +121,33 @@ pub async fn autoarchive(
     set(service, key, minutes, headers, Interval::Archive).await
 }
 
+/// `POST /api/sandbox/{idOrName}/ttl/{minutes}`: the sandbox is deleted that long from now,
+/// whatever its state (`autoDestroyAt`); 0 drops its time to live. Fractions of a minute are taken.
+pub async fn ttl(
+    State(service): State<Service>,
+    Path((key, minutes)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<DaytonaSandbox>, DaytonaError> {
+    let ttl = time_to_live(&minutes)?;
+    let sandbox = service.set_time_to_live(&key, ttl).await?;
+    Ok(Json(
+        describe(&service, &sandbox, &toolbox_url(&headers)).await?,
+    ))
+}
+
+/// A time to live in minutes (`None` for 0); negative, non-numeric or over a year is refused.
+fn time_to_live(minutes: &str) -> Result<Option<std::time::Duration>, DaytonaError> {
+    match minutes.trim().parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        Ok(m) if m > 0.0 && m <= MAX_MINUTES as f64 => {
+            Ok(Some(std::time::Duration::from_secs_f64(m * 60.0)))
+        }
+        _ => Err(DaytonaError::bad_request(format!(
+            "the time to live must be from 0 to {MAX_MINUTES} minutes (got {minutes:?})"
+        ))),
+    }
+}
+
 /// `POST /api/sandbox/{id}/last-activity`: 201, the idle clock restarted.
 pub async fn last_activity(
     State(service): State<Service>,
@@ -131,6 +160,18 @@ pub async fn last_activity(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_to_live_is_minutes_zero_drops_it_and_nonsense_is_refused() {
+        assert_eq!(time_to_live("0").unwrap(), None);
+        assert_eq!(
+            time_to_live("1.5").unwrap(),
+            Some(std::time::Duration::from_secs(90))
+        );
+        for bad in ["-1", "x", "NaN", "inf", "1e9"] {
+            assert!(time_to_live(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn intervals_take_daytonas_defaults_and_meanings() {

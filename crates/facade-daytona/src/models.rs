@@ -24,6 +24,12 @@ pub struct DaytonaSandbox {
     pub labels: BTreeMap<String, String>,
     pub public: bool,
     pub network_block_all: bool,
+    /// Its `allowOut` addresses and blocks, comma-separated; absent when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_allow_list: Option<String>,
+    /// Its `allowOut` domain names, comma-separated; absent when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain_allow_list: Option<String>,
     pub kvm: bool,
     pub target: &'static str,
     /// Whole CPUs (rounded up).
@@ -46,10 +52,34 @@ pub struct DaytonaSandbox {
     pub auto_archive_interval: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_delete_interval: Option<i64>,
+    /// When its time to live ends (`set_ttl`) and it is deleted, whatever its state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_destroy_at: Option<String>,
     /// Its isolation tier, `namespace` or `gvisor` (sandboxd's own field; Daytona's SDKs ignore
     /// fields they do not know); absent while its snapshot is still being built.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<String>,
+}
+
+/// Whether an `allowOut` entry is a domain name (or pattern) rather than an address or block.
+pub fn is_domain(entry: &str) -> bool {
+    !entry
+        .chars()
+        .all(|c| c.is_ascii_digit() || c == '.' || c == '/')
+}
+
+/// The `allowOut` entries of a stored posture that are domains (or addresses, `domains` false),
+/// comma-separated as Daytona lists them; `None` when there are none.
+pub fn allow_list(network: &serde_json::Value, domains: bool) -> Option<String> {
+    let entries: Vec<&str> = network["allowOut"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e.as_str()).collect())
+        .unwrap_or_default();
+    let picked: Vec<&str> = entries
+        .into_iter()
+        .filter(|e| is_domain(e) == domains)
+        .collect();
+    (!picked.is_empty()).then(|| picked.join(","))
 }
 
 /// Daytona's name for a sandbox state.
@@ -87,6 +117,8 @@ impl DaytonaSandbox {
             labels: s.metadata.clone(),
             public: sandboxd_service::previews::is_public(&s.network),
             network_block_all: !egress,
+            network_allow_list: allow_list(&s.network, false),
+            domain_allow_list: allow_list(&s.network, true),
             kvm: false,
             target: "local",
             cpu: u64::from(s.cpu_millis).div_ceil(1000).max(1),
@@ -101,6 +133,7 @@ impl DaytonaSandbox {
             auto_stop_interval: None,
             auto_archive_interval: None,
             auto_delete_interval: None,
+            auto_destroy_at: s.expires_at.map(sandboxd_service::sandboxes::rfc3339),
             isolation: Some(s.isolation.clone()),
         }
     }
@@ -148,6 +181,9 @@ pub struct CreateSandbox {
     /// Comma-separated IPv4 addresses or CIDR blocks the sandbox may always reach.
     #[serde(default)]
     pub network_allow_list: Option<String>,
+    /// Comma-separated domain names (or `*.` patterns) the sandbox may always reach.
+    #[serde(default)]
+    pub domain_allow_list: Option<String>,
     #[serde(default)]
     pub cpu: Option<u64>,
     #[serde(default)]

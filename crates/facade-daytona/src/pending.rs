@@ -49,6 +49,8 @@ pub fn describe(p: &PendingCreate, toolbox_url: &str, just_made: bool) -> Dayton
         labels: p.metadata.clone(),
         public: false,
         network_block_all: false,
+        network_allow_list: None,
+        domain_allow_list: None,
         kvm: false,
         target: "local",
         cpu: u64::from(p.cpu_millis).div_ceil(1000).max(1),
@@ -63,6 +65,7 @@ pub fn describe(p: &PendingCreate, toolbox_url: &str, just_made: bool) -> Dayton
         auto_stop_interval: None,
         auto_archive_interval: None,
         auto_delete_interval: None,
+        auto_destroy_at: None,
         isolation: None,
     }
     .with_idle(p.idle)

@@ -3,10 +3,13 @@
 //!
 //! - `POST /process/execute {command, cwd?, envs?, timeout? (s)}` → `{exitCode, result}`: the
 //!   command under `sh -c`, `result` its stdout then its stderr.
-//! - `POST /process/code-run {code, language, envs?, timeout?}` → `{exitCode, result, artifacts:
-//!   {charts}}`: the code in the default context of its language on the sandbox's code interpreter
-//!   (so state carries over between runs); exit code 1 when it raised, with the traceback after
-//!   the output; Python (and bash) only, other languages are a 400.
+//! - `POST /process/code-run {code, language?, argv?, envs?, timeout? (s)}` → `{exitCode, result,
+//!   artifacts: {charts}}`: the code as a script in a fresh process, as Daytona runs it (nothing
+//!   carries over between runs; [`sandboxd_service::script`]): `result` its output then its
+//!   errors (a traceback, exit code 1, when it raised), `charts` the figures it showed; python,
+//!   javascript and bash, other languages are a 400; a run past `timeout` (default 600 s) is
+//!   killed and answered 408 `PROCESS_EXECUTION_TIMEOUT` (errors in the daemon's shape,
+//!   [`ToolboxError`]).
 //! - `/process/interpreter/context` (create, list, delete) and the `run_code` WebSocket
 //!   `/process/interpreter/execute`: the same kernels. The socket takes one frame `{code,
 //!   contextId?, envs?, timeout?}`, sends `stdout`/`stderr`/`error` frames (a result's text as
@@ -14,8 +17,10 @@
 //!   passed, which interrupts the code.
 //! - `GET /user-home-dir`, `GET /work-dir` → `{dir}`.
 
+use super::charts::daytona_chart;
 use super::error::DaytonaError;
 use super::models::{CodeRunRequest, CreateContext, ExecuteRequest, InterpreterExecute};
+use super::toolbox_error::ToolboxError;
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
@@ -24,6 +29,7 @@ use axum::Json;
 use futures::StreamExt;
 use sandboxd_api_types as api;
 use sandboxd_service::code::code_lines;
+use sandboxd_service::script::{Script, ScriptLanguage};
 use sandboxd_service::Service;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -81,70 +87,36 @@ pub async fn code_run(
     State(service): State<Service>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Result<Json<Value>, DaytonaError> {
-    let req: CodeRunRequest = parse(&body)?;
-    if req.argv.as_ref().is_some_and(|a| !a.is_empty()) {
-        return Err(DaytonaError::bad_request(
-            "argv is not supported: the code runs in an interpreter, not as a script",
-        ));
-    }
-    let run = api::RunCode {
-        code: req.code,
-        language: Some(interpreter_language(req.language.as_deref())?),
-        envs: req.envs,
-        ..Default::default()
-    };
+) -> Result<Json<Value>, ToolboxError> {
+    const PATH: &str = "/process/code-run";
+    let req: CodeRunRequest = parse(&body).map_err(|e| ToolboxError::from(e).at(PATH))?;
     let limit = req
         .timeout
         .filter(|s| *s > 0)
         .map(Duration::from_secs)
         .unwrap_or(DEFAULT_RUN_TIMEOUT);
-    let mut lines = code_lines(service.run_code(&id, run).await?);
-    let (mut output, mut charts, mut raised) = (String::new(), Vec::new(), None);
-    let collected = tokio::time::timeout(limit, async {
-        while let Some(line) = lines.next().await {
-            let line = line?;
-            {
-                match line["type"].as_str() {
-                    Some("stdout") | Some("stderr") => {
-                        output.push_str(line["text"].as_str().unwrap_or_default())
-                    }
-                    Some("result") => {
-                        if let Some(chart) = line.get("chart") {
-                            charts.push(chart.clone());
-                        }
-                        if line["is_main_result"] == true {
-                            if let Some(text) = line["text"].as_str() {
-                                output.push_str(text);
-                                output.push('\n');
-                            }
-                        }
-                    }
-                    Some("error") => raised = Some(line),
-                    _ => {}
-                }
-            }
-        }
-        Ok::<_, DaytonaError>(())
-    })
-    .await;
-    match collected {
-        Err(_) => {
-            return Err(DaytonaError::new(
-                axum::http::StatusCode::REQUEST_TIMEOUT,
-                "timeout",
-                format!("the code ran longer than {limit:?} and was interrupted"),
-            ))
-        }
-        Ok(result) => result?,
-    }
-    if let Some(error) = &raised {
-        output.push_str(error["traceback"].as_str().unwrap_or_default());
+    let language = ScriptLanguage::parse(req.language.as_deref())
+        .map_err(|e| ToolboxError::from(e).at(PATH))?;
+    let script = Script {
+        language,
+        code: req.code,
+        argv: req.argv.unwrap_or_default(),
+        envs: req.envs,
+        timeout: Some(limit),
+    };
+    let out = service
+        .run_script(&id, script)
+        .await
+        .map_err(|e| ToolboxError::from(e).at(PATH))?;
+    if out.timed_out {
+        let message = format!("the code ran longer than {limit:?} and was killed");
+        let timeout = axum::http::StatusCode::REQUEST_TIMEOUT;
+        return Err(ToolboxError::new(timeout, "PROCESS_EXECUTION_TIMEOUT", message).at(PATH));
     }
     Ok(Json(json!({
-        "exitCode": if raised.is_some() { 1 } else { 0 },
-        "result": output,
-        "artifacts": { "charts": charts },
+        "exitCode": out.exit_code,
+        "result": format!("{}{}", out.stdout, out.stderr),
+        "artifacts": { "charts": out.charts.into_iter().map(daytona_chart).collect::<Vec<_>>() },
     })))
 }
 

@@ -1,5 +1,5 @@
-//! Errors of the toolbox's file and git routes, as Daytona's in-sandbox daemon answers them:
-//! `{"statusCode", "message", "code", "source": "DAYTONA_DAEMON", "timestamp"}`. The code is one of
+//! Errors of the toolbox's file, git and code-run routes, as Daytona's in-sandbox daemon answers
+//! them: `{"statusCode", "message", "code", "source": "DAYTONA_DAEMON", "path", "timestamp"}`. The code is one of
 //! the daemon's (`FILE_NOT_FOUND`, `INVALID_FILE_PATH`, `FILE_ACCESS_DENIED`, `GIT_AUTH_FAILED`, …)
 //! when the path or the repository is at fault, so the SDK raises its precise class
 //! (`DaytonaFileNotFoundError`, `DaytonaGitAuthFailedError`, …, each a subclass of the class of its
@@ -30,6 +30,8 @@ pub struct ToolboxError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// The toolbox route that answered (the SDK's model requires one; empty when not told).
+    pub path: &'static str,
 }
 
 impl ToolboxError {
@@ -38,7 +40,13 @@ impl ToolboxError {
             status,
             code,
             message: message.into(),
+            path: "",
         }
+    }
+
+    /// The same error, naming the route that answered it.
+    pub fn at(self, path: &'static str) -> Self {
+        Self { path, ..self }
     }
 
     /// A 400 `BAD_REQUEST`.
@@ -53,6 +61,7 @@ impl ToolboxError {
             "message": self.message,
             "code": self.code,
             "source": SOURCE,
+            "path": self.path,
             "timestamp": sandboxd_service::sandboxes::rfc3339(sandboxd_store::unix_millis_now()),
         })
     }

@@ -26,18 +26,9 @@ const RECOVER: &str = "recover is not supported by sandboxd: it has no recoverab
 /// `Sandbox.set_auto_pause_interval`.
 const AUTO_PAUSE: &str = "auto-pause is not supported by sandboxd's Daytona API; use \
      set_autostop_interval (a stopped sandbox keeps its files) or pause";
-/// `Sandbox.set_ttl`.
-const TTL: &str = "a time to live is not supported by sandboxd's Daytona API; use \
-     set_autostop_interval and set_auto_delete_interval";
-/// `Sandbox.update_network_settings`.
-const NETWORK: &str = "changing a sandbox's network settings is not supported by sandboxd; set \
-     network_block_all and network_allow_list when creating it";
 /// `Sandbox.create_ssh_access`, `revoke_ssh_access`, `validate_ssh_access`.
 const SSH: &str = "SSH access is not supported by sandboxd; use process.create_pty_session for a \
      terminal, or process.exec";
-/// `Sandbox.get_metrics` (which reads `/api/config` first) and `get_metrics_latest`.
-const METRICS: &str = "metrics are not kept by sandboxd's Daytona API (nor is its configuration \
-     served); read usage in the sandbox with process.exec, e.g. `cat /sys/fs/cgroup/memory.current`";
 /// `Process.get_entrypoint_session`, `get_entrypoint_logs`, `get_entrypoint_logs_async`.
 const ENTRYPOINT: &str = "the entrypoint session is not kept by sandboxd: a snapshot's entrypoint \
      runs without a session; run commands in a session of your own (process.create_session) to \
@@ -67,24 +58,10 @@ pub fn router() -> Router<Service> {
             &format!("{s}/autopause/{{minutes}}"),
             post(|| async { refusal(AUTO_PAUSE) }),
         )
-        .route(
-            &format!("{s}/ttl/{{minutes}}"),
-            post(|| async { refusal(TTL) }),
-        )
-        .route(
-            &format!("{s}/network-settings"),
-            post(|| async { refusal(NETWORK) }),
-        )
         .route(&format!("{s}/ssh-access"), refuse(SSH))
         .route(
             "/api/sandbox/ssh-access/validate",
             get(|| async { refusal(SSH) }),
-        )
-        .route(&format!("{s}/telemetry/{{*rest}}"), refuse(METRICS))
-        .route("/api/config", get(|| async { refusal(METRICS) }))
-        .route(
-            &format!("{t}/system/metrics"),
-            get(|| async { refusal(METRICS) }),
         )
         .route(
             &format!("{t}/process/session/entrypoint"),

@@ -2,7 +2,8 @@
 
 use super::error::E2bError;
 use super::models::{
-    e2b_state, ConnectRequest, Metric, NewSandbox, PauseRequest, SandboxBody, TimeoutRequest,
+    e2b_state, network_lists, ConnectRequest, Metric, NewSandbox, PauseRequest, SandboxBody,
+    TimeoutRequest,
 };
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
@@ -14,7 +15,7 @@ use sandboxd_service::idempotency::Replayable;
 use sandboxd_service::pause::PauseMode;
 use sandboxd_service::sandboxes::rfc3339;
 use sandboxd_service::Service;
-use sandboxd_store::{unix_millis_now, Sandbox, SandboxFilter, SandboxState};
+use sandboxd_store::{Sandbox, SandboxFilter, SandboxState};
 use sandboxd_surface::auth::Caller;
 use std::time::Duration;
 
@@ -22,8 +23,6 @@ type Result<T> = std::result::Result<T, E2bError>;
 
 /// Timeout of a v2 connect that names none, seconds (the SDK model's default).
 const CONNECT_DEFAULT_TIMEOUT: u64 = 300;
-/// How far apart the two cgroup samples of a metrics answer are (the CPU percentage is their slope).
-const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Parses a JSON body; every way it can be wrong is a 400.
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
@@ -150,19 +149,48 @@ pub async fn kill(State(service): State<Service>, Path(id): Path<String>) -> Res
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `PUT /sandboxes/{id}/network`: 404 for an unknown sandbox, else refused (501): a sandbox's
-/// egress rules are fixed when it is created. The SDK's `update_network` raises its own error at
-/// once, saying so (without this route it reported the sandbox as not found).
+/// `PUT /sandboxes/{id}/network {allowOut?, denyOut?, rules?, allowInternetAccess?}` → 204: the
+/// running sandbox's egress lists replaced whole on the service's one flow
+/// ([`sandboxd_service::network_update`]): an omitted list is cleared, the rules must be those the
+/// sandbox has, and `allowInternetAccess` (the default for destinations in neither list) is kept
+/// when omitted. The other keys of a create's `network` are refused as there.
 pub async fn update_network(
     State(service): State<Service>,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> Result<StatusCode> {
+    let mut body: serde_json::Value = parse(&body)?;
     visible(&service, &id).await?;
-    Err(E2bError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "updating a running sandbox's network is not supported: its egress rules are set when \
-         it is created (network.allowOut, network.denyOut); create a sandbox with the rules it needs",
-    ))
+    let egress = match body
+        .as_object_mut()
+        .and_then(|o| o.remove("allowInternetAccess"))
+    {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Bool(b)) => Some(b),
+        Some(_) => {
+            return Err(E2bError::bad_request(
+                "allowInternetAccess must be a boolean",
+            ))
+        }
+    };
+    if body.get("allowPublicTraffic").is_some() {
+        return Err(E2bError::bad_request(
+            "allowPublicTraffic cannot change with a network update",
+        ));
+    }
+    let lists = network_lists(Some(&body))?;
+    service
+        .update_egress(
+            &id,
+            sandboxd_service::network_update::EgressUpdate {
+                egress,
+                allow_out: lists.allow_out,
+                deny_out: lists.deny_out,
+                rules: lists.rules,
+            },
+        )
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `POST /sandboxes/{id}/timeout {timeout}`: the sandbox now expires `timeout` seconds from now.
@@ -299,31 +327,17 @@ pub async fn metrics(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Metric>>> {
     visible(&service, &id).await?;
-    let (_, before) = service.usage(&id).await?;
-    let started = std::time::Instant::now();
-    tokio::time::sleep(CPU_SAMPLE_INTERVAL).await;
-    let (sandbox, after) = service.usage(&id).await?;
-    let elapsed_usec = started.elapsed().as_micros().max(1) as f64;
-    let cpus = f64::from(sandbox.cpu_millis.max(1)) / 1000.0;
-    let used_usec = after.cpu_usage_usec.saturating_sub(before.cpu_usage_usec) as f64;
-    let cpu_used_pct = (used_usec / (elapsed_usec * cpus) * 100.0).clamp(0.0, 100.0);
-    let now = unix_millis_now();
-    let mem_total = after
-        .memory_limit_bytes
-        .unwrap_or(u64::from(sandbox.memory_mb) * 1024 * 1024);
-    let disk = service.disk_usage(&sandbox.id).await?;
+    let sample = service.usage_sample(&id).await?;
     Ok(Json(vec![Metric {
-        timestamp: rfc3339(now),
-        timestamp_unix: now / 1000,
-        cpu_count: sandbox.cpu_millis.div_ceil(1000).max(1),
-        cpu_used_pct: (cpu_used_pct * 100.0).round() / 100.0,
-        mem_used: after
-            .memory_usage_bytes
-            .saturating_sub(after.memory_file_bytes),
-        mem_total,
-        mem_cache: after.memory_file_bytes,
-        disk_used: disk.map_or(0, |d| d.used_bytes),
-        disk_total: disk.and_then(|d| d.limit_bytes).unwrap_or(0),
+        timestamp: rfc3339(sample.at_ms),
+        timestamp_unix: sample.at_ms / 1000,
+        cpu_count: sample.cpu_count,
+        cpu_used_pct: sample.cpu_used_pct,
+        mem_used: sample.mem_used,
+        mem_total: sample.mem_total,
+        mem_cache: sample.mem_cache,
+        disk_used: sample.disk_used,
+        disk_total: sample.disk_total,
     }]))
 }
 

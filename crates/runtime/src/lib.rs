@@ -126,6 +126,17 @@ pub trait Runtime: Send + Sync + 'static {
             "the egress of sandbox {id} cannot change in this runtime"
         )))
     }
+    /// Replaces running sandbox `id`'s egress default and lists with `lists`, at once and for
+    /// what it starts from now on (its connections already open are not cut): its firewall rules
+    /// in one transaction, its default route, and its resolver, its own DNS forwarder exactly
+    /// when the new lists name domains. Its egress gateway, if it has one, stays. Setting what it
+    /// has changes nothing.
+    async fn set_egress_lists(&self, id: &str, lists: EgressLists) -> Result<(), RuntimeError> {
+        let _ = lists;
+        Err(RuntimeError::Unsupported(format!(
+            "the egress lists of sandbox {id} cannot change in this runtime"
+        )))
+    }
     /// Records `envs` as the environment sandbox `id`'s agent starts with from now on (its next
     /// boot); the running agent is told apart, through its own API, so nothing here touches a
     /// process.

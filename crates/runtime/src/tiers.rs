@@ -8,8 +8,8 @@
 use crate::gvisor::GvisorRuntime;
 use crate::namespace::NamespaceRuntime;
 use crate::{
-    cgroup, quota, Isolation, ResourceLimits, Runtime, RuntimeError, SandboxInfo, SandboxSpec,
-    WritableLayer,
+    cgroup, quota, EgressLists, Isolation, ResourceLimits, Runtime, RuntimeError, SandboxInfo,
+    SandboxSpec, WritableLayer,
 };
 use std::sync::Arc;
 
@@ -81,6 +81,10 @@ impl Runtime for Tiers {
 
     async fn set_egress(&self, id: &str, egress: bool) -> Result<(), RuntimeError> {
         self.of(id)?.set_egress(id, egress).await
+    }
+
+    async fn set_egress_lists(&self, id: &str, lists: EgressLists) -> Result<(), RuntimeError> {
+        self.of(id)?.set_egress_lists(id, lists).await
     }
 
     async fn set_envs(

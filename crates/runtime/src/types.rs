@@ -71,6 +71,31 @@ pub struct SandboxSpec {
     pub egress_gateway_ports: Vec<u16>,
 }
 
+/// A running sandbox's egress posture, which a change replaces whole ([`crate::Runtime::set_egress_lists`]):
+/// the default and the lists of [`SandboxSpec`] by the same names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EgressLists {
+    pub egress: bool,
+    pub allow: Vec<Ipv4Net>,
+    pub deny: Vec<Ipv4Net>,
+    pub allow_names: Vec<NamePattern>,
+    pub deny_names: Vec<NamePattern>,
+}
+
+impl SandboxSpec {
+    /// `self` with `lists` in place of its egress default and lists.
+    pub fn with_egress(&self, lists: EgressLists) -> SandboxSpec {
+        SandboxSpec {
+            egress: lists.egress,
+            egress_allow: lists.allow,
+            egress_deny: lists.deny,
+            egress_allow_names: lists.allow_names,
+            egress_deny_names: lists.deny_names,
+            ..self.clone()
+        }
+    }
+}
+
 /// One volume in a sandbox: which, where, and how.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VolumeBind {

@@ -18,7 +18,7 @@ use common::listed::{nft_table, Listed};
 use common::outside::{answer_with_peer, client_script, outside_index, Forwarding, Outside};
 use common::{connect_within, fixture, fixture_with, spec, text, Fixture};
 use sandboxd_runtime::namespace::{egress, NamespaceRuntime};
-use sandboxd_runtime::{NamePattern, ResourceLimits, Runtime};
+use sandboxd_runtime::{EgressLists, NamePattern, ResourceLimits, Runtime};
 use sandboxd_test_support::{require_root, test_slot};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
@@ -416,4 +416,72 @@ async fn a_restarted_runtime_restarts_the_forwarders_of_running_sandboxes() {
     let _ = listening.wait();
     sb.destroy(&fx).await;
     assert!(!fx.rt.has_forwarder(&id));
+}
+
+/// Invariant: a running sandbox's lists change at once ([`Runtime::set_egress_lists`]): an address
+/// added to its allow list is reachable at its next connection, and closed again once the list no
+/// longer names it; names added later give it its own forwarder as resolver, and taking them away
+/// gives it the host's resolver back; the change is what a restarted runtime reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_sandboxs_lists_change_at_once() {
+    if !require_root() {
+        return;
+    }
+    let outside = Outside::new(outside_index(7));
+    let _forwarding = Forwarding::on();
+    let dns = serve_names(&outside);
+    let server = outside.server();
+    let upstream = SocketAddr::new(ip(&server).into(), 53);
+    let fx = fixture_with(|c| c.dns_upstreams = vec![upstream]).await;
+    let sb = Listed::start(&fx, false, &[], &[]).await;
+    let id = sb.info.id().to_string();
+    let mut first = outside.serve_once(8110);
+    let closed = sb.reach(&server, 8110).await;
+    assert!(closed.starts_with("unreachable"), "{closed}");
+
+    // An address allowed: reachable without egress, from the next connection on.
+    let only_server = EgressLists {
+        allow: vec![format!("{server}/32").parse().unwrap()],
+        ..Default::default()
+    };
+    fx.rt
+        .set_egress_lists(&id, only_server.clone())
+        .await
+        .unwrap();
+    assert_eq!(sb.reach(&server, 8110).await, outside.host());
+    let _ = first.wait();
+    let spec = fx.rt.inspect(&id).await.unwrap().unwrap().spec;
+    assert_eq!(spec.egress_allow, only_server.allow, "the record follows");
+
+    // Names added: the sandbox's own forwarder becomes its resolver, and admits what it resolves.
+    let with_names = EgressLists {
+        allow_names: names(&["allowed.test"]),
+        ..Default::default()
+    };
+    fx.rt.set_egress_lists(&id, with_names).await.unwrap();
+    assert_eq!(
+        sb.sh("cat /etc/resolv.conf").await,
+        format!("nameserver {}", sb.info.net.host)
+    );
+    let mut named = outside.serve_once(8111);
+    assert_eq!(sb.reach("allowed.test", 8111).await, outside.host());
+    let _ = named.wait();
+    assert!(dns.answered() >= 1);
+
+    // Everything taken away: closed again, and the host's resolver is back.
+    fx.rt
+        .set_egress_lists(&id, EgressLists::default())
+        .await
+        .unwrap();
+    let mut none = outside.serve_once(8112);
+    let blocked = sb.reach(&server, 8112).await;
+    assert!(blocked.starts_with("unreachable"), "{blocked}");
+    let _ = none.kill();
+    let _ = none.wait();
+    assert_ne!(
+        sb.sh("cat /etc/resolv.conf").await,
+        format!("nameserver {}", sb.info.net.host)
+    );
+    assert!(!nft_table().contains(&egress::chain_name(sb.info.net.sandbox)));
+    sb.destroy(&fx).await;
 }

@@ -16,6 +16,7 @@ mod e2b_support;
 use e2b_support::{call, e2b_test, run_script};
 use sandboxd_test_support::registry::{require_tools, REGISTRY_TOOLS};
 use sandboxd_test_support::workspace_root;
+use serde_json::json;
 
 #[test]
 fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
@@ -33,17 +34,12 @@ fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
             (M::POST, format!("{s}/archive")),
             (M::POST, format!("{s}/recover")),
             (M::POST, format!("{s}/autopause/5")),
-            (M::POST, format!("{s}/ttl/5")),
-            (M::POST, format!("{s}/network-settings")),
             (M::POST, format!("{s}/ssh-access")),
             (M::DELETE, format!("{s}/ssh-access?token=x")),
             (
                 M::GET,
                 "/api/sandbox/ssh-access/validate?token=x".to_string(),
             ),
-            (M::GET, format!("{s}/telemetry/metrics")),
-            (M::GET, "/api/config".to_string()),
-            (M::GET, format!("{t}/system/metrics")),
             (M::GET, format!("{t}/process/session/entrypoint")),
             (M::GET, format!("{t}/process/session/entrypoint/logs")),
             (M::POST, format!("{t}/computeruse/mouse/click")),
@@ -63,6 +59,39 @@ fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
                 "{method} {path}: {answer}"
             );
         }
+        // What works now: an unknown sandbox is not found, the configuration is served.
+        for (method, path) in [
+            (M::POST, format!("{s}/ttl/5")),
+            (M::POST, format!("{s}/network-settings")),
+            (M::GET, format!("{s}/telemetry/metrics")),
+            (M::GET, format!("{t}/system/metrics")),
+        ] {
+            let (status, answer) = call(&d, method.clone(), &path, None).await;
+            assert_eq!(status, 404, "{method} {path}: {answer}");
+        }
+        let (status, config) = call(&d, M::GET, "/api/config", None).await;
+        assert_eq!(status, 200, "{config}");
+        assert!(config["analyticsApiUrl"].is_null(), "{config}");
+        // A create's lists: addresses in one, names in the other, each refused in the wrong one.
+        let lists = json!({"snapshot": "base", "networkBlockAll": true,
+            "networkAllowList": "1.1.1.1", "domainAllowList": "Example.com"});
+        let (status, made) = call(&d, M::POST, "/api/sandbox", Some(lists)).await;
+        assert_eq!(status, 200, "{made}");
+        assert_eq!(
+            (&made["networkAllowList"], &made["domainAllowList"]),
+            (&json!("1.1.1.1/32"), &json!("example.com")),
+            "{made}"
+        );
+        let id = made["id"].as_str().unwrap().to_string();
+        for wrong in [
+            json!({"snapshot": "base", "networkAllowList": "example.com"}),
+            json!({"snapshot": "base", "domainAllowList": "1.1.1.1"}),
+        ] {
+            let (status, answer) = call(&d, M::POST, "/api/sandbox", Some(wrong)).await;
+            assert_eq!(status, 400, "{answer}");
+        }
+        let (status, _) = call(&d, M::DELETE, &format!("/api/sandbox/{id}"), None).await;
+        assert!(status < 300, "{status}");
         // A sandbox session that is not the entrypoint is still looked up.
         let (status, answer) = call(&d, M::GET, &format!("{t}/process/session/mine"), None).await;
         assert_eq!(status, 404, "{answer}");

@@ -13,24 +13,10 @@
 mod common;
 mod e2b_support;
 
-use common::{e2e, Daemon};
+use common::{e2e, host_address, Daemon};
 use sandboxd_test_support::tls::{self, answer, Seen, TestPki};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
-
-/// The host's first global IPv4 address: where the test servers are, as a sandbox reaches them.
-fn host_address() -> Ipv4Addr {
-    let out = std::process::Command::new("ip")
-        .args(["-4", "-o", "addr", "show", "scope", "global"])
-        .output()
-        .expect("run ip");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .and_then(|a| a.split('/').next()?.parse().ok())
-        .expect("the host has a global IPv4 address")
-}
 
 /// The test servers on every address: HTTPS on 443 and 8443 with `pki`'s certificate, HTTP on 80.
 async fn serve_on_the_host(pki: &TestPki, seen: &Seen) {

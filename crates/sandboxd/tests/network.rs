@@ -192,3 +192,159 @@ fn names_resolve_through_the_forwarder_and_survive_a_daemon_restart() {
         assert!(allowed_now(&own).is_none(), "the set outlived its sandbox");
     });
 }
+
+/// `PUT /v1/sandboxes/{id}/network` changes a running sandbox's lists at once: names added give it
+/// its own forwarder (the name resolves and its address is admitted), which a daemon killed with
+/// SIGKILL and restarted starts again from the changed record; an update that would change the
+/// gateway's rules, or one of a stopped sandbox, is refused and changes nothing; lists taken away
+/// give it the host's resolver back and leave no set behind.
+#[test]
+fn a_running_sandboxs_network_changes_and_the_change_survives_a_restart() {
+    e2e(|| async {
+        let upstream = format!("127.0.0.1:{}", dns_double());
+        let mut daemon = Daemon::start_with(&["--dns-upstream", &upstream], &[]).await;
+        // Egress on, so the probe finds its own address by its default route.
+        let sandbox = daemon.create(json!({"network": {"egress": true}})).await;
+        let id = id_of(&sandbox);
+        let path = format!("/v1/sandboxes/{id}/network");
+        let own = probe(&daemon, &id).await[0].clone();
+        assert!(allowed_now(&own).is_none(), "no lists, no set");
+
+        let resp = daemon
+            .put_json(
+                &path,
+                &json!({"egress": true, "allowOut": ["Allowed.test", "1.1.1.1"]}),
+            )
+            .await;
+        assert_eq!(resp.status(), 200);
+        let changed: Value = resp.json().await.unwrap();
+        let expected = json!({"egress": true, "allowOut": ["1.1.1.1/32", "allowed.test"]});
+        assert_eq!(changed["network"], expected, "{changed}");
+        let lines = probe(&daemon, &id).await;
+        assert_eq!(
+            &lines[1..],
+            [ALLOWED_AT.to_string(), "unresolved gaierror".to_string()]
+        );
+        let set = allowed_now(&own).expect("the sandbox has its allow set now");
+        assert!(set.contains(&ALLOWED_AT.to_string()), "{set}");
+
+        // Refused, and nothing changes: new rules, a public flag, an entry that cannot be enforced.
+        for body in [
+            json!({"egress": true, "allowOut": ["allowed.test"],
+                "rules": {"allowed.test": [{"transform": {"headers": {"X": "y"}}}]}}),
+            json!({"egress": true, "allowPublicTraffic": false}),
+            json!({"egress": true, "denyOut": ["::/0"]}),
+        ] {
+            let resp = daemon.put_json(&path, &body).await;
+            assert_eq!(resp.status(), 400, "{body}");
+        }
+        assert_eq!(
+            daemon.get_json(&format!("/v1/sandboxes/{id}")).await["network"],
+            expected
+        );
+
+        // The change is the record a restarted daemon starts the forwarder from.
+        daemon.kill9();
+        let flushed = std::process::Command::new("nft")
+            .args(["flush", "set", "ip", "sandboxd", &name_set(&own)])
+            .status()
+            .unwrap();
+        assert!(flushed.success());
+        daemon.restart().await;
+        assert_eq!(probe(&daemon, &id).await[1], ALLOWED_AT.to_string());
+
+        // Taken away: the host's resolver again (it knows no `.test`), no set.
+        let resp = daemon.put_json(&path, &json!({"egress": true})).await;
+        assert_eq!(resp.status(), 200);
+        let lines = probe(&daemon, &id).await;
+        assert_eq!(lines[1], "unresolved gaierror", "{lines:?}");
+        assert!(allowed_now(&own).is_none(), "the set outlived its lists");
+
+        // A stopped sandbox's network does not change.
+        let stopped = daemon
+            .post_json(&format!("/v1/sandboxes/{id}/stop"), &json!({}))
+            .await;
+        assert!(stopped.status().is_success());
+        let resp = daemon.put_json(&path, &json!({"egress": true})).await;
+        assert_eq!(resp.status(), 409);
+    });
+}
+
+/// A Python line that connects to `host:port` and prints what it answers (or `unreachable`).
+fn connect_script(host: &str, port: u16) -> String {
+    format!(
+        "import socket\ns = socket.socket(); s.settimeout(3)\n\
+         try:\n  s.connect(('{host}', {port})); print(s.recv(16).decode())\n\
+         except Exception as e: print('unreachable', type(e).__name__)"
+    )
+}
+
+/// On the gVisor tier a running sandbox's address lists change at once, enforced on the host as
+/// the namespace tier's are: the host's own address, reachable while its allow list names it,
+/// is not once another address takes its place, and is again when named again. What gVisor reads
+/// only at boot is refused with a 400 saying so, changing nothing: names where there were none
+/// (its resolver), and egress for a sandbox made unable to send out (its route).
+#[test]
+fn a_gvisor_sandboxs_address_lists_change_and_what_it_reads_at_boot_is_refused() {
+    if !common::require_gvisor() {
+        return;
+    }
+    e2e(|| async {
+        let daemon = Daemon::start().await;
+        let host = common::host_address().to_string();
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                use tokio::io::AsyncWriteExt;
+                let _ = conn.write_all(b"hello").await;
+            }
+        });
+        let made = daemon
+            .create(json!({"isolation": "gvisor", "network": {"allowOut": [host]}}))
+            .await;
+        let id = id_of(&made);
+        let path = format!("/v1/sandboxes/{id}/network");
+        let reach = || async {
+            let out = daemon
+                .exec(&id, &["python3", "-c", &connect_script(&host, port)])
+                .await;
+            out.stdout.trim().to_string()
+        };
+        assert_eq!(reach().await, "hello");
+
+        let elsewhere = json!({"allowOut": ["192.0.2.1"]});
+        assert_eq!(daemon.put_json(&path, &elsewhere).await.status(), 200);
+        assert!(reach().await.starts_with("unreachable"), "still reached");
+        let again = json!({"allowOut": [host]});
+        assert_eq!(daemon.put_json(&path, &again).await.status(), 200);
+        assert_eq!(reach().await, "hello");
+
+        for (body, why) in [
+            (
+                json!({"allowOut": [host, "allowed.test"]}),
+                "name domains is fixed",
+            ),
+            (json!({"egress": true, "allowOut": [host]}), ""),
+        ] {
+            let resp = daemon.put_json(&path, &body).await;
+            if why.is_empty() {
+                // Egress on for one that could already send out: its route is there.
+                assert_eq!(resp.status(), 200, "{body}");
+                continue;
+            }
+            assert_eq!(resp.status(), 400, "{body}");
+            let said: Value = resp.json().await.unwrap();
+            assert!(said.to_string().contains(why), "{said}");
+        }
+        let shut = json!({"allowOut": []});
+        assert_eq!(daemon.put_json(&path, &shut).await.status(), 200);
+        let resp = daemon.put_json(&path, &again).await;
+        assert_eq!(resp.status(), 400, "let out again after it was shut");
+        assert!(reach().await.starts_with("unreachable"));
+        assert_eq!(
+            daemon.get_json(&format!("/v1/sandboxes/{id}")).await["network"],
+            json!({"egress": false})
+        );
+    });
+}

@@ -94,6 +94,34 @@ impl Service {
         Ok((examined, undone, errors))
     }
 
+    /// Sets sandbox `key`'s deadline to `ttl` from now (Daytona's time to live), or drops it
+    /// (`None`). At the deadline the expiry sweep deletes it whatever its state: running, paused or
+    /// stopped (an auto-pausing one is paused instead, as at any deadline). At most `--max-timeout`.
+    pub async fn set_time_to_live(
+        &self,
+        key: &str,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<sandboxd_store::Sandbox, ServiceError> {
+        if let Some(ttl) = ttl {
+            self.check_timeout(ttl)?;
+        }
+        let id = self.get(key).await?.id;
+        let rid = id.clone();
+        self.writer()
+            .write(move |tx| {
+                let now = unix_millis_now();
+                let at =
+                    ttl.map(|t| now.saturating_add(t.as_millis().min(i64::MAX as u128) as i64));
+                if tx.get_sandbox_by_id(&rid)?.is_none() {
+                    return Ok(None);
+                }
+                tx.set_expires_at(&rid, at, now)?;
+                tx.get_sandbox_by_id(&rid)
+            })
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("sandbox {id} not found")))
+    }
+
     /// Deletes every sandbox past its deadline (pauses an auto-pausing one, see [`crate::pause`]),
     /// forgets expired idempotency claims and deliveries older than
     /// [`crate::readiness::DELIVERY_RETENTION`], and stops and deletes idle sandboxes
@@ -134,5 +162,50 @@ impl Service {
             }
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::{InMemoryRuntimeForTests, TestService};
+    use crate::{ServiceConfig, ServiceError};
+    use sandboxd_api_types as api;
+    use sandboxd_store::SandboxState;
+    use std::time::Duration;
+
+    /// A time to live deletes a sandbox whatever its state (a stopped one here); a dropped one
+    /// keeps it; one past `--max-timeout` is refused and changes nothing.
+    #[tokio::test]
+    async fn a_time_to_live_deletes_even_a_stopped_sandbox_and_dropping_it_keeps_one() {
+        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
+        let untimed = || api::CreateSandbox {
+            timeout_sec: Some(0),
+            ..Default::default()
+        };
+        let doomed = t.svc.create(untimed()).await.unwrap();
+        let kept = t.svc.create(untimed()).await.unwrap();
+        assert_eq!(kept.expires_at, None);
+        let (stopped, _) = t.svc.stop(&doomed.id).await.unwrap();
+        assert_eq!(stopped.state, SandboxState::Stopped);
+        let set = t.svc.set_time_to_live(&doomed.id, Some(Duration::ZERO));
+        assert!(set.await.unwrap().expires_at.is_some());
+        let due = t.svc.set_time_to_live(&kept.id, Some(Duration::ZERO));
+        assert!(due.await.unwrap().expires_at.is_some());
+        let dropped = t.svc.set_time_to_live(&kept.id, None).await.unwrap();
+        assert_eq!(dropped.expires_at, None);
+        let too_long = Duration::from_secs(10 * 365 * 24 * 3600);
+        let refused = t.svc.set_time_to_live(&kept.id, Some(too_long)).await;
+        assert!(matches!(refused, Err(ServiceError::InvalidRequest(_))));
+        assert_eq!(t.svc.get(&kept.id).await.unwrap().expires_at, None);
+
+        t.svc.sweep_expired().await.unwrap();
+        assert!(matches!(
+            t.svc.get(&doomed.id).await,
+            Err(ServiceError::NotFound(_))
+        ));
+        assert_eq!(
+            t.svc.get(&kept.id).await.unwrap().state,
+            SandboxState::Running
+        );
     }
 }

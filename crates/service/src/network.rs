@@ -142,8 +142,8 @@ fn entry_of(field: &str, entry: &str) -> Result<Entry, ServiceError> {
     })
 }
 
-/// Checks that every entry of a list that takes no domain names (Daytona's `networkAllowList`) is an
-/// IPv4 address or CIDR block; the refusal names `field`.
+/// Checks that every entry of a list that takes no domain names (Daytona's `networkAllowList`, whose
+/// names go in `domainAllowList`) is an IPv4 address or CIDR block; the refusal names `field`.
 pub fn addresses_only(field: &str, entries: &[String]) -> Result<(), ServiceError> {
     match entries.iter().find(|e| e.parse::<Ipv4Net>().is_err()) {
         None => Ok(()),
@@ -151,7 +151,7 @@ pub fn addresses_only(field: &str, entries: &[String]) -> Result<(), ServiceErro
             let shown: String = entry.chars().take(100).collect();
             Err(invalid(format!(
                 "{field} entry {shown:?} is not an IPv4 address or CIDR block (a.b.c.d or a.b.c.d/n); \
-                 domain names are not supported there"
+                 domain names go in domainAllowList"
             )))
         }
     }
@@ -289,7 +289,7 @@ mod tests {
         assert_eq!(
             message(err.map(|()| EgressPolicy::default())),
             "networkAllowList entry \"api.openai.com\" is not an IPv4 address or CIDR block \
-             (a.b.c.d or a.b.c.d/n); domain names are not supported there"
+             (a.b.c.d or a.b.c.d/n); domain names go in domainAllowList"
         );
     }
 

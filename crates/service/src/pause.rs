@@ -266,6 +266,34 @@ impl Service {
         Ok((sandbox, stats))
     }
 
+    /// One sample of running sandbox `key`'s usage: its cgroup read twice [`CPU_SAMPLE_INTERVAL`]
+    /// apart for the CPU share, and its writable layer (the E2B and Daytona metrics).
+    pub async fn usage_sample(&self, key: &str) -> Result<UsageSample, ServiceError> {
+        let (_, before) = self.usage(key).await?;
+        let started = std::time::Instant::now();
+        tokio::time::sleep(CPU_SAMPLE_INTERVAL).await;
+        let (sandbox, after) = self.usage(key).await?;
+        let elapsed_usec = started.elapsed().as_micros().max(1) as f64;
+        let cpus = f64::from(sandbox.cpu_millis.max(1)) / 1000.0;
+        let used_usec = after.cpu_usage_usec.saturating_sub(before.cpu_usage_usec) as f64;
+        let cpu_used_pct = (used_usec / (elapsed_usec * cpus) * 100.0).clamp(0.0, 100.0);
+        let disk = self.disk_usage(&sandbox.id).await?;
+        Ok(UsageSample {
+            at_ms: sandboxd_store::unix_millis_now(),
+            cpu_count: sandbox.cpu_millis.div_ceil(1000).max(1),
+            cpu_used_pct: (cpu_used_pct * 100.0).round() / 100.0,
+            mem_used: after
+                .memory_usage_bytes
+                .saturating_sub(after.memory_file_bytes),
+            mem_total: after
+                .memory_limit_bytes
+                .unwrap_or(u64::from(sandbox.memory_mb) * 1024 * 1024),
+            mem_cache: after.memory_file_bytes,
+            disk_used: disk.map_or(0, |d| d.used_bytes),
+            disk_total: disk.and_then(|d| d.limit_bytes).unwrap_or(0),
+        })
+    }
+
     /// What sandbox `key`'s writable layer holds and may hold; `None` where the runtime cannot tell.
     pub async fn disk_usage(&self, key: &str) -> Result<Option<DiskUsage>, ServiceError> {
         let sandbox = self.get(key).await?;
@@ -275,6 +303,30 @@ impl Service {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// How long [`Service::usage_sample`] watches the CPU.
+pub const CPU_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A sandbox's usage at one moment ([`Service::usage_sample`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsageSample {
+    /// When it was taken, Unix milliseconds.
+    pub at_ms: i64,
+    /// CPUs it may use (its CPU limit, rounded up).
+    pub cpu_count: u32,
+    /// Its CPU use over the sample, as a percentage of its limit (two decimals).
+    pub cpu_used_pct: f64,
+    /// Memory in use, page cache left out (bytes).
+    pub mem_used: u64,
+    /// Its memory limit (bytes).
+    pub mem_total: u64,
+    /// Page cache charged to it (bytes).
+    pub mem_cache: u64,
+    /// Bytes its writable layer holds (0 where the runtime cannot tell).
+    pub disk_used: u64,
+    /// Bytes its writable layer may hold (0 where there is no limit).
+    pub disk_total: u64,
 }
 
 #[cfg(test)]

@@ -556,6 +556,20 @@ impl WriteTx<'_> {
         Ok(n == 1)
     }
 
+    /// Replaces sandbox `id`'s network posture. Returns whether it exists.
+    pub fn set_network(
+        &mut self,
+        id: &str,
+        network: &serde_json::Value,
+        now: UnixMillis,
+    ) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached("UPDATE sandboxes SET network = ?2, updated_at = ?3 WHERE id = ?1")?
+            .execute(params![id, network.to_string(), now])?;
+        Ok(n == 1)
+    }
+
     /// Deletes sandbox `id` (cascading to its ports and domains, freeing its slot). Returns whether it
     /// existed.
     pub fn delete_sandbox(&mut self, id: &str) -> Result<bool> {

@@ -24,7 +24,7 @@ pub const KEEPALIVE: Duration = Duration::from_secs(1);
 /// Lines held between an execution and a slow client.
 const LINE_BUFFER: usize = 64;
 /// Kernel-side set-up of every Python kernel (the chart formatter).
-const PYTHON_SETUP: &str = include_str!("setup.py");
+const PYTHON_SETUP: &str = sandboxd_charts::KERNEL_SETUP;
 
 /// Languages the interpreter runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

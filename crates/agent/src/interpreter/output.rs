@@ -13,7 +13,7 @@ use jupyter_protocol::{JupyterMessageContent, Stdio};
 use serde_json::{json, Map, Value};
 
 /// The MIME type of the chart description our kernel-side formatter adds to a matplotlib figure's
-/// bundle (see `setup.py`).
+/// bundle (see `sandboxd_charts::KERNEL_SETUP`).
 pub const CHART_MIME: &str = "application/vnd.sandboxd.chart+json";
 
 /// MIME types and the result fields E2B gives them.

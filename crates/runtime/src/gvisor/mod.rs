@@ -701,6 +701,21 @@ impl Runtime for GvisorRuntime {
         crate::namespace::net::connect_marked(mark, dst).await
     }
 
+    async fn set_egress_lists(
+        &self,
+        id: &str,
+        lists: crate::EgressLists,
+    ) -> Result<(), RuntimeError> {
+        let (paths, mut p) = self.load_gvisor(id)?;
+        if p.live_pid().is_none() {
+            return Err(RuntimeError::NotFound(id.to_string()));
+        }
+        // gVisor's netstack takes the routes once, at boot, and its gofer caches the root's files.
+        self.host
+            .change_egress(&paths, &mut p, &paths.netns(), lists, false)
+            .await
+    }
+
     async fn set_envs(
         &self,
         id: &str,

@@ -42,8 +42,8 @@ pub mod state;
 use crate::cgroup::{CgroupManager, Limits};
 use crate::quota::{DiskBackend, DiskConfig, DiskQuota, DiskUsage};
 use crate::{
-    validate_id, AgentEndpoint, Isolation, Runtime, RuntimeError, RuntimeState, SandboxInfo,
-    SandboxSpec, WritableLayer,
+    validate_id, AgentEndpoint, EgressLists, Isolation, Runtime, RuntimeError, RuntimeState,
+    SandboxInfo, SandboxSpec, WritableLayer,
 };
 use net::Network;
 use process::{reap, PidFd};
@@ -239,6 +239,88 @@ impl NamespaceRuntime {
         } else {
             None
         })
+    }
+
+    /// Replaces the egress default and lists of running sandbox `p` (network namespace `netns`)
+    /// with `lists` and saves its record (see [`Runtime::set_egress_lists`]). Its forwarder is set
+    /// first, so the resolver it may be given answers; then its rules, in one `nft` transaction
+    /// (a failure there puts the forwarder back and changes nothing else); then its route and
+    /// resolver. A tier that reads its network and its resolver once, at boot (`live` false:
+    /// gVisor's netstack and cached root), refuses what would need them changed: a change of
+    /// whether the lists name domains (its resolver), and a sandbox that could send nothing out
+    /// being let out (its default route).
+    pub(crate) async fn change_egress(
+        &self,
+        paths: &SandboxPaths,
+        p: &mut Persisted,
+        netns: &Path,
+        lists: EgressLists,
+        live: bool,
+    ) -> Result<(), RuntimeError> {
+        let id = p.spec.id.clone();
+        let old = p.spec.clone();
+        let new = old.with_egress(lists);
+        if new == old {
+            return Ok(());
+        }
+        if !live && new.has_names() != old.has_names() {
+            return Err(RuntimeError::Unsupported(format!(
+                "whether sandbox {id}'s lists name domains is fixed in the {} tier (it decides \
+                 its resolver): change addresses only, or names only",
+                old.isolation
+            )));
+        }
+        if !live && new.may_send_out() && !old.may_send_out() {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {id} was made unable to send anything out, which is fixed in the {} \
+                 tier (it has no route): create it with egress or an allow list",
+                old.isolation
+            )));
+        }
+        let slot = new.net_slot;
+        let addrs = self.net.addrs(slot)?;
+        let had_forwarder = self.forwarders.has(&id);
+        if new.has_names()
+            && !self.forwarders.set_names(
+                &id,
+                new.egress_allow_names.clone(),
+                new.egress_deny_names.clone(),
+            )
+        {
+            self.start_forwarder(&new).await?;
+        }
+        let rules = if new.needs_egress_rules() {
+            egress::allow(&addrs, &new).await
+        } else {
+            egress::revoke(addrs.sandbox).await;
+            Ok(())
+        };
+        if let Err(e) = rules {
+            if had_forwarder {
+                let (allow, deny) = (
+                    old.egress_allow_names.clone(),
+                    old.egress_deny_names.clone(),
+                );
+                self.forwarders.set_names(&id, allow, deny);
+            } else {
+                self.forwarders.stop(&id);
+            }
+            return Err(e);
+        }
+        if new.may_send_out() != old.may_send_out() {
+            self.net
+                .set_default_route(slot, netns, new.may_send_out())
+                .await?;
+        }
+        if new.has_names() != old.has_names() {
+            let base = p.id_base.unwrap_or(self.config.id_map_base);
+            rootfs::write_resolver(&paths.upper(), base, self.nameserver(&new)?)?;
+        }
+        if !new.has_names() {
+            self.forwarders.stop(&id);
+        }
+        p.spec = new;
+        paths.save(p)
     }
 
     pub(crate) fn paths(&self, id: &str) -> SandboxPaths {
@@ -672,6 +754,16 @@ impl Runtime for NamespaceRuntime {
             self.net.set_default_route(slot, &netns, false).await?;
         }
         paths.save(&p)
+    }
+
+    async fn set_egress_lists(&self, id: &str, lists: EgressLists) -> Result<(), RuntimeError> {
+        let (paths, mut p) = self.load(id)?;
+        let Some(pid) = p.live_pid() else {
+            return Err(RuntimeError::NotFound(id.to_string()));
+        };
+        let netns = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        self.change_egress(&paths, &mut p, &netns, lists, true)
+            .await
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {

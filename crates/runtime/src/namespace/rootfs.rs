@@ -308,7 +308,19 @@ pub fn personalise(
     id_base: u32,
     nameserver: Option<std::net::Ipv4Addr>,
 ) -> Result<(), RuntimeError> {
-    let etc = write_names(upper, hostname, id_base)?;
+    write_names(upper, hostname, id_base)?;
+    write_resolver(upper, id_base, nameserver)
+}
+
+/// Writes the sandbox's resolver configuration into its writable layer `upper` (in place, so a
+/// mounted root sees it): its own DNS forwarder at `nameserver` as its only one, or else the host's
+/// as it is now (nothing when the host has none).
+pub fn write_resolver(
+    upper: &Path,
+    id_base: u32,
+    nameserver: Option<std::net::Ipv4Addr>,
+) -> Result<(), RuntimeError> {
+    let etc = upper.join("etc");
     match nameserver
         .map(super::dns::resolv_conf)
         .or_else(current_resolv_conf)

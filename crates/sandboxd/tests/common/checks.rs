@@ -131,3 +131,17 @@ pub fn require_gvisor() -> bool {
         Err(why) => panic!("this test needs the gVisor tier: {why}"),
     }
 }
+
+/// The host's first global IPv4 address: where a test's servers are, as a sandbox reaches them.
+pub fn host_address() -> std::net::Ipv4Addr {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .expect("run ip");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next()?.parse().ok())
+        .expect("the host has a global IPv4 address")
+}

@@ -517,6 +517,16 @@ impl Daemon {
             .expect("POST request")
     }
 
+    /// `PUT path` with the token and a JSON `body`; the answer, whatever its status.
+    pub async fn put_json(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .put(self.endpoint(path))
+            .json(body)
+            .send()
+            .await
+            .expect("PUT request")
+    }
+
     /// `DELETE path` with the token; the answer, whatever its status.
     pub async fn delete(&self, path: &str) -> reqwest::Response {
         self.http

@@ -484,7 +484,7 @@ impl Service {
         Ok(sandbox.filter(|s| matches!(s.state, SandboxState::Running | SandboxState::Paused)))
     }
 
-    fn check_timeout(&self, timeout: Duration) -> Result<(), ServiceError> {
+    pub(crate) fn check_timeout(&self, timeout: Duration) -> Result<(), ServiceError> {
         let max = self.config().max_timeout;
         if timeout > max {
             return Err(ServiceError::InvalidRequest(format!(

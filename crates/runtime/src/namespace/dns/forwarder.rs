@@ -77,6 +77,7 @@ pub struct Forwarder {
     task: tokio::task::JoinHandle<()>,
     udp: SocketAddr,
     tcp: SocketAddr,
+    shared: Arc<Shared>,
 }
 
 impl Drop for Forwarder {
@@ -96,16 +97,38 @@ impl Forwarder {
         let udp = socket.local_addr().map_err(bind_err)?;
         let tcp = listener.local_addr().map_err(bind_err)?;
         let shared = Arc::new(Shared {
+            names: std::sync::RwLock::new(Names {
+                allow: config.allow.clone(),
+                deny: config.deny.clone(),
+            }),
             config,
             known: Mutex::new(HashMap::new()),
         });
+        let serving = shared.clone();
         let task = tokio::spawn(async move {
             tokio::join!(
-                serve_udp(Arc::new(socket), shared.clone()),
-                serve_tcp(listener, shared)
+                serve_udp(Arc::new(socket), serving.clone()),
+                serve_tcp(listener, serving)
             );
         });
-        Ok(Forwarder { task, udp, tcp })
+        Ok(Forwarder {
+            task,
+            udp,
+            tcp,
+            shared,
+        })
+    }
+
+    /// Replaces the names it admits and denies from the next answer on, and forgets what it
+    /// admitted before (the sets it wrote are flushed with the rules that replace them, so the same
+    /// answer again must be written again).
+    pub fn set_names(&self, allow: Vec<NamePattern>, deny: Vec<NamePattern>) {
+        *self.shared.names.write().unwrap_or_else(|p| p.into_inner()) = Names { allow, deny };
+        self.shared
+            .known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// The UDP address it listens on.
@@ -139,9 +162,18 @@ async fn bind_both(listen: SocketAddr) -> std::io::Result<(UdpSocket, TcpListene
 }
 
 struct Shared {
+    /// Its configuration; the names in it are those it started with ([`Shared::names`] holds
+    /// the current ones).
     config: ForwarderConfig,
+    names: std::sync::RwLock<Names>,
     /// When each element this forwarder put into a set expires.
     known: Mutex<HashMap<(NameSet, Ipv4Addr), Instant>>,
+}
+
+/// The names whose answers it admits and denies.
+struct Names {
+    allow: Vec<NamePattern>,
+    deny: Vec<NamePattern>,
 }
 
 #[derive(Clone, Copy)]
@@ -319,7 +351,11 @@ impl Shared {
         let config = &self.config;
         let admissible = |a: Ipv4Addr| admissible(a, &config.excluded);
         let now = Instant::now();
-        let learnt: Vec<Learnt> = learnt(&answer, &config.allow, &config.deny, admissible)
+        let found = {
+            let names = self.names.read().unwrap_or_else(|p| p.into_inner());
+            learnt(&answer, &names.allow, &names.deny, admissible)
+        };
+        let learnt: Vec<Learnt> = found
             .into_iter()
             .filter(|l| self.lengthens(l, now))
             .map(|l| Learnt {

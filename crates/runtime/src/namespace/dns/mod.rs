@@ -103,6 +103,19 @@ impl Forwarders {
         }
     }
 
+    /// Replaces the names sandbox `id`'s forwarder admits and denies ([`Forwarder::set_names`]);
+    /// false when it has none running in this process.
+    pub fn set_names(&self, id: &str, allow: Vec<NamePattern>, deny: Vec<NamePattern>) -> bool {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        match running.get(id) {
+            Some(forwarder) => {
+                forwarder.set_names(allow, deny);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether sandbox `id` has a running forwarder.
     pub fn has(&self, id: &str) -> bool {
         self.running
