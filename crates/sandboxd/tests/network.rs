@@ -151,6 +151,18 @@ fn allowed_now(sandbox: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Kills the daemon with SIGKILL, empties sandbox `own`'s allow set (what the old forwarder
+/// admitted, so the new one's admission shows), and restarts it.
+async fn restart_forgetting_admissions(daemon: &mut Daemon, own: &str) {
+    daemon.kill9();
+    let flushed = std::process::Command::new("nft")
+        .args(["flush", "set", "ip", "sandboxd", &name_set(own)])
+        .status()
+        .unwrap();
+    assert!(flushed.success());
+    daemon.restart().await;
+}
+
 /// A create with a name in `allowOut` gets the daemon's forwarder as its resolver: the name
 /// resolves through the configured upstream (`--dns-upstream`) and its address lands in the
 /// sandbox's set. The daemon killed with SIGKILL and restarted starts the forwarder again (the
@@ -174,14 +186,7 @@ fn names_resolve_through_the_forwarder_and_survive_a_daemon_restart() {
         let set = allowed_now(&own).expect("the sandbox has its allow set");
         assert!(set.contains(&ALLOWED_AT.to_string()), "{set}");
 
-        daemon.kill9();
-        // Forget what the old forwarder admitted, so the new one's admission shows.
-        let flushed = std::process::Command::new("nft")
-            .args(["flush", "set", "ip", "sandboxd", &name_set(&own)])
-            .status()
-            .unwrap();
-        assert!(flushed.success());
-        daemon.restart().await;
+        restart_forgetting_admissions(&mut daemon, &own).await;
         assert_eq!(probe(&daemon, &id).await[1], ALLOWED_AT.to_string());
         let set = allowed_now(&own).expect("the set survives the restart");
         assert!(set.contains(&ALLOWED_AT.to_string()), "{set}");
@@ -244,13 +249,7 @@ fn a_running_sandboxs_network_changes_and_the_change_survives_a_restart() {
         );
 
         // The change is the record a restarted daemon starts the forwarder from.
-        daemon.kill9();
-        let flushed = std::process::Command::new("nft")
-            .args(["flush", "set", "ip", "sandboxd", &name_set(&own)])
-            .status()
-            .unwrap();
-        assert!(flushed.success());
-        daemon.restart().await;
+        restart_forgetting_admissions(&mut daemon, &own).await;
         assert_eq!(probe(&daemon, &id).await[1], ALLOWED_AT.to_string());
 
         // Taken away: the host's resolver again (it knows no `.test`), no set.
