@@ -347,8 +347,8 @@ pub async fn stop(
 
 /// Replace a running sandbox's egress: `egress` (the default for destinations in neither list) and
 /// both lists, whole, as a create's `network` sets them; what its new connections meet from the
-/// answer on (those open stay). `rules` must be those it has; `allowPublicTraffic` is not changed
-/// here.
+/// answer on (those open stay). `rules` must be those it has; `allowPublicTraffic` changes only
+/// when given.
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/network", params(("id" = String, Path, description = "id or name")),
     request_body = api::NetworkPolicy,
     responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
@@ -360,16 +360,12 @@ pub async fn update_network(
     body: Bytes,
 ) -> Result<Json<api::Sandbox>, Error> {
     let network: api::NetworkPolicy = parse_json(&body)?;
-    if network.allow_public_traffic.is_some() {
-        return Err(Error::from(sandboxd_service::ServiceError::InvalidRequest(
-            "allowPublicTraffic is not changed by a network update".into(),
-        )));
-    }
     let update = sandboxd_service::network_update::EgressUpdate {
         egress: Some(network.egress),
         allow_out: network.allow_out,
         deny_out: network.deny_out,
         rules: network.rules,
+        public: network.allow_public_traffic,
     };
     Ok(Json(to_api(&service.update_egress(&id, update).await?)))
 }

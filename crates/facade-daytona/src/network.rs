@@ -74,6 +74,7 @@ pub async fn update(
         allow_out: addresses.into_iter().chain(domains).collect(),
         deny_out: current.deny_out,
         rules: current.rules,
+        public: None,
     };
     let sandbox = service.update_egress(&sandbox.id, update).await?;
     Ok(Json(

@@ -152,8 +152,9 @@ pub async fn kill(State(service): State<Service>, Path(id): Path<String>) -> Res
 /// `PUT /sandboxes/{id}/network {allowOut?, denyOut?, rules?, allowInternetAccess?}` → 204: the
 /// running sandbox's egress lists replaced whole on the service's one flow
 /// ([`sandboxd_service::network_update`]): an omitted list is cleared, the rules must be those the
-/// sandbox has, and `allowInternetAccess` (the default for destinations in neither list) is kept
-/// when omitted. The other keys of a create's `network` are refused as there.
+/// sandbox has, and `allowInternetAccess` (the default for destinations in neither list) and
+/// `allowPublicTraffic` are kept when omitted. The other keys of a create's `network` are refused
+/// as there.
 pub async fn update_network(
     State(service): State<Service>,
     Path(id): Path<String>,
@@ -173,11 +174,7 @@ pub async fn update_network(
             ))
         }
     };
-    if body.get("allowPublicTraffic").is_some() {
-        return Err(E2bError::bad_request(
-            "allowPublicTraffic cannot change with a network update",
-        ));
-    }
+    let public_given = body.get("allowPublicTraffic").is_some_and(|v| !v.is_null());
     let lists = network_lists(Some(&body))?;
     service
         .update_egress(
@@ -187,6 +184,7 @@ pub async fn update_network(
                 allow_out: lists.allow_out,
                 deny_out: lists.deny_out,
                 rules: lists.rules,
+                public: public_given.then_some(lists.public),
             },
         )
         .await?;

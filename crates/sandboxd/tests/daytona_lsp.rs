@@ -6,6 +6,8 @@
 //! - The daemon keeps nothing of a server between calls: after the daemon is killed with SIGKILL
 //!   and started again, the server the sandbox still runs answers the next call without a new
 //!   `start`; `stop` ends it, and a call after that is a 404.
+//! - A server that dies under a call makes that call a 502 as soon as it is gone (not at the
+//!   call's deadline), and the next call a 404.
 //!
 //! Needs `pylsp` on the host, which a sandbox of `base` sees (`scripts/lsp-servers`).
 
@@ -122,6 +124,39 @@ fn callers_of_one_server_get_their_own_answers_and_a_restarted_daemon_serves_it(
         assert_eq!(status, 200, "stop: {answer}");
         let (status, answer) = call(&d, Method::GET, &symbols("b.py"), None).await;
         assert_eq!(status, 404, "after stop: {answer}");
+        // A server that stops answering and then dies under a call: that call is a 502 as soon as
+        // it is gone, not at its deadline; the next one finds no server (404).
+        let server = json!({ "languageId": "python", "pathToProject": PROJECT });
+        let (status, answer) = call(&d, Method::POST, &format!("{lsp}/start"), Some(server)).await;
+        assert_eq!(status, 200, "start again: {answer}");
+        let signal = |sig: &'static str| {
+            let script = format!(
+                "import os\nfor p in os.listdir('/proc'):\n  try:\n    cmd = open(f'/proc/{{p}}/cmdline', 'rb').read()\n  \
+                 except Exception: continue\n  if p.isdigit() and b'pylsp' in cmd and int(p) != os.getpid(): os.kill(int(p), {sig})"
+            );
+            let (d, id) = (&d, &id);
+            async move {
+                let out = d.exec(id, &["python3", "-c", &script]).await;
+                assert_eq!(out.exit_code, 0, "{out:?}");
+            }
+        };
+        signal("19").await; // SIGSTOP: it reads nothing more
+        let started = std::time::Instant::now();
+        let of_b = symbols("b.py");
+        let pending = call(&d, Method::GET, &of_b, None);
+        let killer = async {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            signal("9").await;
+        };
+        let ((status, answer), ()) = tokio::join!(pending, killer);
+        assert_eq!(status, 502, "a call under a dead server: {answer}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "it waited for its deadline: {:?}",
+            started.elapsed()
+        );
+        let (status, answer) = call(&d, Method::GET, &symbols("b.py"), None).await;
+        assert_eq!(status, 404, "after it died: {answer}");
         let (status, _) = call(&d, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
         assert!(status < 300, "delete: {status}");
     });

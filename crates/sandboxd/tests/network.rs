@@ -233,11 +233,10 @@ fn a_running_sandboxs_network_changes_and_the_change_survives_a_restart() {
         let set = allowed_now(&own).expect("the sandbox has its allow set now");
         assert!(set.contains(&ALLOWED_AT.to_string()), "{set}");
 
-        // Refused, and nothing changes: new rules, a public flag, an entry that cannot be enforced.
+        // Refused, and nothing changes: new rules, an entry that cannot be enforced.
         for body in [
             json!({"egress": true, "allowOut": ["allowed.test"],
                 "rules": {"allowed.test": [{"transform": {"headers": {"X": "y"}}}]}}),
-            json!({"egress": true, "allowPublicTraffic": false}),
             json!({"egress": true, "denyOut": ["::/0"]}),
         ] {
             let resp = daemon.put_json(&path, &body).await;
@@ -247,6 +246,12 @@ fn a_running_sandboxs_network_changes_and_the_change_survives_a_restart() {
             daemon.get_json(&format!("/v1/sandboxes/{id}")).await["network"],
             expected
         );
+        // Whether its ports are public changes only when an update says so.
+        let mut private = expected.clone();
+        private["allowPublicTraffic"] = json!(false);
+        let resp = daemon.put_json(&path, &private).await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.json::<Value>().await.unwrap()["network"], private);
 
         // The change is the record a restarted daemon starts the forwarder from.
         restart_forgetting_admissions(&mut daemon, &own).await;
@@ -255,6 +260,8 @@ fn a_running_sandboxs_network_changes_and_the_change_survives_a_restart() {
         // Taken away: the host's resolver again (it knows no `.test`), no set.
         let resp = daemon.put_json(&path, &json!({"egress": true})).await;
         assert_eq!(resp.status(), 200);
+        let kept = json!({"egress": true, "allowPublicTraffic": false});
+        assert_eq!(resp.json::<Value>().await.unwrap()["network"], kept);
         let lines = probe(&daemon, &id).await;
         assert_eq!(lines[1], "unresolved gaierror", "{lines:?}");
         assert!(allowed_now(&own).is_none(), "the set outlived its lists");

@@ -26,6 +26,8 @@ pub struct EgressUpdate {
     pub deny_out: Vec<String>,
     /// The egress gateway's rules, which must be those the sandbox has.
     pub rules: std::collections::BTreeMap<String, Vec<api::NetworkRule>>,
+    /// Whether anyone may reach its ports through the proxy; `None` keeps what it has.
+    pub public: Option<bool>,
 }
 
 impl Service {
@@ -50,7 +52,7 @@ impl Service {
             egress: update.egress.unwrap_or(current.egress),
             allow_out: update.allow_out,
             deny_out: update.deny_out,
-            allow_public_traffic: current.allow_public_traffic,
+            allow_public_traffic: update.public.or(current.allow_public_traffic),
             rules: update.rules,
         };
         let policy = network::policy(Some(&asked))?;
@@ -75,6 +77,8 @@ impl Service {
         self.writer()
             .write(move |tx| tx.set_network(&rid, &stored, unix_millis_now()))
             .await?;
+        // The proxy's cached view of it carries whether it is public.
+        self.evict_endpoint(&id);
         tracing::info!(sandbox_id = %id, "sandbox egress updated");
         self.get(&id).await
     }
