@@ -43,18 +43,11 @@ pub async fn latest(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, DaytonaError> {
     let s = service.usage_sample(&id).await?;
-    Ok(Json(json!({
-        "cpuCount": s.cpu_count,
-        "cpuUsedPct": s.cpu_used_pct,
-        "memUsed": s.mem_used,
-        "memTotal": s.mem_total,
-        "memCache": s.mem_cache,
-        "diskUsed": s.disk_used,
-        "diskTotal": s.disk_total,
-        "diskFree": s.disk_total.saturating_sub(s.disk_used),
-        "timestamp": rfc3339(s.at_ms),
-        "timestampUnix": s.at_ms / 1000,
-    })))
+    let mut latest = serde_json::to_value(s).unwrap_or_default();
+    latest["diskFree"] = s.disk_total.saturating_sub(s.disk_used).into();
+    latest["timestamp"] = rfc3339(s.at_ms).into();
+    latest["timestampUnix"] = (s.at_ms / 1000).into();
+    Ok(Json(latest))
 }
 
 /// The metric names a query asks for (all when it names none); an unknown one is refused.

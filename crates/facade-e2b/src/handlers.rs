@@ -329,13 +329,7 @@ pub async fn metrics(
     Ok(Json(vec![Metric {
         timestamp: rfc3339(sample.at_ms),
         timestamp_unix: sample.at_ms / 1000,
-        cpu_count: sample.cpu_count,
-        cpu_used_pct: sample.cpu_used_pct,
-        mem_used: sample.mem_used,
-        mem_total: sample.mem_total,
-        mem_cache: sample.mem_cache,
-        disk_used: sample.disk_used,
-        disk_total: sample.disk_total,
+        sample,
     }]))
 }
 

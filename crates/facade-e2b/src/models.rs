@@ -378,13 +378,8 @@ impl SandboxBody {
 pub struct Metric {
     pub timestamp: String,
     pub timestamp_unix: i64,
-    pub cpu_count: u32,
-    pub cpu_used_pct: f64,
-    pub mem_used: u64,
-    pub mem_total: u64,
-    pub mem_cache: u64,
-    pub disk_used: u64,
-    pub disk_total: u64,
+    #[serde(flatten)]
+    pub sample: sandboxd_service::pause::UsageSample,
 }
 
 #[cfg(test)]

@@ -308,10 +308,13 @@ impl Service {
 /// How long [`Service::usage_sample`] watches the CPU.
 pub const CPU_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// A sandbox's usage at one moment ([`Service::usage_sample`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A sandbox's usage at one moment ([`Service::usage_sample`]); serialized as E2B's and Daytona's
+/// metrics name the fields (`cpuCount`, `memUsed`, …), the time left to each surface's format.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct UsageSample {
     /// When it was taken, Unix milliseconds.
+    #[serde(skip)]
     pub at_ms: i64,
     /// CPUs it may use (its CPU limit, rounded up).
     pub cpu_count: u32,
