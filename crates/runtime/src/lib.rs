@@ -117,15 +117,6 @@ pub trait Runtime: Send + Sync + 'static {
             "sandbox {from} cannot be adopted under another id in this runtime"
         )))
     }
-    /// Lets running sandbox `id` send traffic out (`egress`) or stops it, for a sandbox whose policy
-    /// names no lists, names or gateway (a warm pool's, taken by a create whose policy differs
-    /// from the one it booted with). Setting what it has succeeds.
-    async fn set_egress(&self, id: &str, egress: bool) -> Result<(), RuntimeError> {
-        let _ = egress;
-        Err(RuntimeError::Unsupported(format!(
-            "the egress of sandbox {id} cannot change in this runtime"
-        )))
-    }
     /// Replaces running sandbox `id`'s egress default and lists with `lists`, at once and for
     /// what it starts from now on (its connections already open are not cut): its firewall rules
     /// in one transaction, its default route, and its resolver, its own DNS forwarder exactly

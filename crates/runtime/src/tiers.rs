@@ -79,10 +79,6 @@ impl Runtime for Tiers {
         self.of(from)?.adopt(from, to).await
     }
 
-    async fn set_egress(&self, id: &str, egress: bool) -> Result<(), RuntimeError> {
-        self.of(id)?.set_egress(id, egress).await
-    }
-
     async fn set_egress_lists(&self, id: &str, lists: EgressLists) -> Result<(), RuntimeError> {
         self.of(id)?.set_egress_lists(id, lists).await
     }

@@ -455,3 +455,22 @@ fn creates_and_execs_name_their_steps_in_server_timing() {
         );
     });
 }
+
+/// A pooled sandbox boots with the default policy (nothing out); a create that asks for egress
+/// still takes it from the pool, and the adopted sandbox has its default route from its first
+/// command (`Runtime::set_egress_lists` on adoption), where one without egress has none.
+#[test]
+fn a_pooled_create_asking_for_egress_is_let_out() {
+    e2e(|| async {
+        let d = Daemon::start_with(&["--warm-pool", "base=2"], &[]).await;
+        await_pool(&d, 2).await;
+        let routes = "awk 'NR > 1 && $2 == \"00000000\"' /proc/net/route | wc -l";
+        let open = id_of(&d.create(json!({"network": {"egress": true}})).await);
+        let closed = id_of(&d.create(json!({})).await);
+        assert_eq!(base_pool(&d).await["hits"], 2, "both came from the pool");
+        let open_routes = d.exec(&open, &["sh", "-c", routes]).await;
+        assert_eq!(open_routes.stdout.trim(), "1", "{open_routes:?}");
+        let closed_routes = d.exec(&closed, &["sh", "-c", routes]).await;
+        assert_eq!(closed_routes.stdout.trim(), "0", "{closed_routes:?}");
+    });
+}

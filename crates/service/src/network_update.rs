@@ -6,7 +6,7 @@
 //!   cleared, as E2B documents. The lists are checked as a create's are ([`crate::network`]).
 //! - The egress gateway's `rules` cannot change on a running sandbox: an update must carry the
 //!   rules the sandbox has (none for one without), else it is refused and changes nothing.
-//!   Whether its ports are public is not part of it.
+//!   Whether its ports are public changes only when the update says (`public`).
 //! - Only a running sandbox is changed (409 otherwise); in a tier that cannot change a running
 //!   sandbox's egress it is a 400 naming the tier. The runtime puts the new rules in place in one
 //!   transaction first; the record follows, so a failure leaves the sandbox as it was.
@@ -64,15 +64,15 @@ impl Service {
                     .into(),
             ));
         }
+        let stored = policy.to_json();
         let lists = EgressLists {
             egress: policy.egress,
-            allow: policy.allow.clone(),
-            deny: policy.deny.clone(),
-            allow_names: policy.allow_names.clone(),
-            deny_names: policy.deny_names.clone(),
+            allow: policy.allow,
+            deny: policy.deny,
+            allow_names: policy.allow_names,
+            deny_names: policy.deny_names,
         };
         self.runtime().set_egress_lists(&id, lists).await?;
-        let stored = policy.to_json();
         let rid = id.clone();
         self.writer()
             .write(move |tx| tx.set_network(&rid, &stored, unix_millis_now()))

@@ -116,7 +116,7 @@ impl Service {
             .map(|(_, _, disk)| disk)
             .unwrap_or_default();
         // What the booted sandbox's network holds (who may reach its ports is the daemon's alone).
-        // Whether it may send out at all changes after the boot (`Runtime::set_egress`); its lists
+        // Whether it may send out at all changes after the boot (`Runtime::set_egress_lists`); its lists
         // and rules do not.
         let booted = |p: &crate::network::EgressPolicy| {
             (
@@ -180,7 +180,12 @@ impl Service {
         .await?;
         // Pooled sandboxes boot with the default policy, which sends nothing out.
         if plan.network.egress != crate::network::EgressPolicy::default().egress {
-            step("egress", self.runtime().set_egress(id, plan.network.egress)).await?;
+            // Its lists are the default's (`poolable`): empty.
+            let lists = sandboxd_runtime::EgressLists {
+                egress: plan.network.egress,
+                ..Default::default()
+            };
+            step("egress", self.runtime().set_egress_lists(id, lists)).await?;
         }
         if (entry.cpu_millis, u64::from(entry.memory_mb)) != (plan.cpu_millis, plan.memory_mb) {
             let limits = ResourceLimits {

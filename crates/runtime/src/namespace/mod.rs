@@ -724,38 +724,6 @@ impl Runtime for NamespaceRuntime {
         paths.save(&p)
     }
 
-    async fn set_egress(&self, id: &str, egress: bool) -> Result<(), RuntimeError> {
-        let (paths, mut p) = self.load(id)?;
-        if p.spec.egress == egress {
-            return Ok(());
-        }
-        let spec = &p.spec;
-        if !spec.egress_allow.is_empty()
-            || !spec.egress_deny.is_empty()
-            || spec.has_names()
-            || spec.egress_gateway.is_some()
-        {
-            return Err(RuntimeError::Unsupported(format!(
-                "sandbox {id}'s egress names lists or a gateway: it is fixed at create"
-            )));
-        }
-        let pid = p
-            .live_pid()
-            .ok_or_else(|| RuntimeError::NotFound(id.to_string()))?;
-        p.spec.egress = egress;
-        let slot = p.spec.net_slot;
-        let addrs = self.net.addrs(slot)?;
-        let netns = PathBuf::from(format!("/proc/{pid}/ns/net"));
-        if egress {
-            self.net.set_default_route(slot, &netns, true).await?;
-            egress::allow(&addrs, &p.spec).await?;
-        } else {
-            egress::revoke(addrs.sandbox).await;
-            self.net.set_default_route(slot, &netns, false).await?;
-        }
-        paths.save(&p)
-    }
-
     async fn set_egress_lists(&self, id: &str, lists: EgressLists) -> Result<(), RuntimeError> {
         let (paths, mut p) = self.load(id)?;
         let Some(pid) = p.live_pid() else {
