@@ -18,6 +18,8 @@ const NO_SPACE: u64 = 512 << 20;
 const PROBE_POOL_MB: u64 = 256;
 /// How long a tool the checks run may take.
 const TOOL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the listen check waits for whoever holds the address to answer `/health`.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tasks (processes and threads) an idle sandbox holds: its init and its agent (`bench density`
 /// measures it).
 const TASKS_PER_IDLE_SANDBOX: u64 = 2;
@@ -337,19 +339,67 @@ pub(crate) fn per_sandbox_limit(
 }
 
 fn listen(config: &ServeConfig) -> Check {
-    match std::net::TcpListener::bind(config.listen) {
-        Ok(_) => Check::ok("listen", format!("{} is free", config.listen)),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Check::degraded(
-            "listen",
-            format!("{} is in use (a daemon serving already?)", config.listen),
-            "stop what listens there, or choose another --listen",
-        ),
+    listen_on(config.listen)
+}
+
+/// Whether `serve` could listen on `addr`: free, or held by a sandboxd already serving there (the
+/// host's service, when doctor runs beside it), or held by something else.
+fn listen_on(addr: std::net::SocketAddr) -> Check {
+    match std::net::TcpListener::bind(addr) {
+        Ok(_) => Check::ok("listen", format!("{addr} is free")),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            if answers_as_sandboxd(addr) {
+                Check::ok(
+                    "listen",
+                    format!("{addr} is served by a running sandboxd (its /health answers)"),
+                )
+            } else {
+                Check::degraded(
+                    "listen",
+                    format!("{addr} is in use by something that is not a serving sandboxd"),
+                    "stop what listens there, or choose another --listen",
+                )
+            }
+        }
         Err(e) => Check::missing(
             "listen",
-            format!("cannot listen on {}: {e}", config.listen),
+            format!("cannot listen on {addr}: {e}"),
             "choose an address of this host for --listen",
         ),
     }
+}
+
+/// Whether whoever listens on `addr` answers `GET /health` as sandboxd does (200,
+/// `{"status":"ok"}`) within [`HEALTH_TIMEOUT`]. An unspecified address is asked on loopback.
+fn answers_as_sandboxd(addr: std::net::SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let mut target = addr;
+    if target.ip().is_unspecified() {
+        target.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&target, HEALTH_TIMEOUT) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(HEALTH_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(HEALTH_TIMEOUT));
+    if stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.take(4096).read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    let Some((head, body)) = answer.split_once("\r\n\r\n") else {
+        return false;
+    };
+    head.split(' ').nth(1) == Some("200")
+        && serde_json::from_str::<serde_json::Value>(body)
+            .is_ok_and(|v| v.get("status").and_then(|s| s.as_str()) == Some("ok"))
 }
 
 fn gvisor(config: &ServeConfig) -> Check {
@@ -501,6 +551,40 @@ fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A test double of whatever listens on an address: answers one connection with `answer`.
+    fn listener_answering(answer: &'static str) -> std::net::SocketAddr {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut conn, _)) = listener.accept() {
+                let mut request = [0u8; 1024];
+                let _ = conn.read(&mut request);
+                let _ = conn.write_all(answer.as_bytes());
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn an_address_a_sandboxd_serves_is_ok_and_anything_else_there_is_degraded() {
+        let sandboxd = listener_answering(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"status\":\"ok\"}",
+        );
+        let check = listen_on(sandboxd);
+        assert_eq!(check.status, super::super::Status::Ok, "{check:?}");
+        assert!(check.detail.contains("served by a running sandboxd"), "{check:?}");
+
+        let other = listener_answering("HTTP/1.1 404 Not Found\r\n\r\nno");
+        let check = listen_on(other);
+        assert_eq!(check.status, super::super::Status::Degraded, "{check:?}");
+
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = free.local_addr().unwrap();
+        drop(free);
+        assert_eq!(listen_on(addr).status, super::super::Status::Ok);
+    }
 
     #[test]
     fn kernel_releases_read_as_major_and_minor() {
