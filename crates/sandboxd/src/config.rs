@@ -34,8 +34,9 @@ pub enum Command {
     Doctor(Box<DoctorConfig>),
     /// Write a backup of the data dir, while the daemon serves: the store as of one moment, the
     /// daemon's identity and admin token, certificates, the object store, every volume's files and
-    /// the layers of images and templates, in one tar archive compressed by its name (`.tar.zst`,
-    /// `.tar.gz`, `.tar`). Takes `serve`'s flags and config file (for the data dir).
+    /// the layers of images and templates (named, or carried with `--with-layers`), in one tar
+    /// archive compressed by its name (`.tar.zst`, `.tar.gz`, `.tar`). Takes `serve`'s flags and
+    /// config file (for the data dir).
     Backup(Box<BackupConfig>),
     /// Put a backup back into an empty data dir; the daemon started on it then adopts what it finds
     /// and cleans up what ran, as after a crash.
@@ -48,6 +49,11 @@ pub struct BackupConfig {
     /// The archive to write (it must not exist).
     #[arg(long)]
     pub to: PathBuf,
+    /// Carry the layers of images and templates in the archive. Without it the archive names
+    /// them (by reference) and is small: a restore then takes them from a data dir that holds
+    /// them (`restore --layers-from`).
+    #[arg(long)]
+    pub with_layers: bool,
     #[command(flatten)]
     pub serve: ServeConfig,
 }
@@ -58,6 +64,11 @@ pub struct RestoreConfig {
     /// The archive `sandboxd backup` wrote.
     #[arg(long)]
     pub from: PathBuf,
+    /// Where the layers of a backup made without `--with-layers` are taken from: a data dir that
+    /// holds them (the one backed up, or one restored from a backup made `--with-layers`). Each is
+    /// checked to be there before anything is written.
+    #[arg(long, value_name = "DIR")]
+    pub layers_from: Option<PathBuf>,
     #[command(flatten)]
     pub serve: ServeConfig,
 }

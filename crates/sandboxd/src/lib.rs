@@ -74,26 +74,41 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         Command::Config(ConfigCommand::Show(_)) => {}
         Command::Doctor(doctor) => return run_doctor(&doctor.serve, doctor.json),
         Command::Backup(b) => {
-            return finish(backup::backup(&b.serve.data_dir, &b.to).map(|w| {
+            let layers = if b.with_layers {
+                backup::Layers::Carried
+            } else {
+                backup::Layers::ByReference
+            };
+            return finish(backup::backup(&b.serve.data_dir, &b.to, layers).map(|w| {
+                let layers = match layers {
+                    backup::Layers::Carried => "its layers".to_string(),
+                    backup::Layers::ByReference => format!(
+                        "{} layer(s) named, not carried (restore --layers-from)",
+                        w.referenced_layers
+                    ),
+                };
                 format!(
-                    "wrote {} ({} bytes): the store (schema {}), {} volume(s), layers",
+                    "wrote {} ({} bytes): the store (schema {}), {} volume(s), {layers}",
                     w.path.display(),
                     w.bytes,
                     w.schema,
                     w.volumes
                 )
-            }))
+            }));
         }
         Command::Restore(r) => {
-            return finish(backup::restore(&r.from, &r.serve.data_dir).map(|done| {
+            let restored = backup::restore(&r.from, &r.serve.data_dir, r.layers_from.as_deref());
+            return finish(restored.map(|done| {
                 format!(
-                    "restored {} into {}: the store (schema {}), {} volume(s); start the daemon on it",
+                    "restored {} into {}: the store (schema {}), {} volume(s), {} layer(s) from \
+                     --layers-from; start the daemon on it",
                     r.from.display(),
                     r.serve.data_dir.display(),
                     done.schema,
-                    done.volumes
+                    done.volumes,
+                    done.layers
                 )
-            }))
+            }));
         }
         Command::Serve(serve) => serve.config = loaded.file,
         Command::Mcp(_) => {}

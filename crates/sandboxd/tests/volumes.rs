@@ -573,7 +573,7 @@ fn a_backup_taken_while_serving_restores_identity_keys_and_volumes() {
             let (data, archive) = (a.data_dir(), archive.clone());
             tokio::task::spawn_blocking(move || {
                 std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-                    .args(["backup", "--to"])
+                    .args(["backup", "--with-layers", "--to"])
                     .arg(&archive)
                     .arg("--data-dir")
                     .arg(&data)
@@ -598,6 +598,7 @@ fn a_backup_taken_while_serving_restores_identity_keys_and_volumes() {
             .output()
             .unwrap();
         assert!(!again.status.success(), "a backup overwrote a file");
+        layers_by_reference(&a.data_dir(), dir.path());
         let identity = std::fs::read_to_string(a.data_dir().join("daemon-id")).unwrap();
         // The first daemon and its sandboxes go (the restored one takes its identity and names).
         for id in beside.iter().chain([&ran]) {
@@ -685,6 +686,111 @@ fn a_backup_taken_while_serving_restores_identity_keys_and_volumes() {
         let out = sh(&b, &fresh, "cat /data/notes.txt /data/more.txt").await;
         assert_eq!(out.stdout, "keptfrom-sandbox\n", "{out:?}");
     });
+}
+
+/// A backup made without `--with-layers` of `data` (which holds the `base` template's tree and
+/// the layer a Dockerfile template's `RUN` made) names its layers instead of carrying them; its restore is refused, leaving
+/// nothing, without a data dir that holds them, or with one that lacks them; with `data` as
+/// `--layers-from` it puts back every image layer and template tree `data` has.
+fn layers_by_reference(data: &std::path::Path, scratch: &std::path::Path) {
+    let sandboxd = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(args)
+            .env_remove("SB_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let archive = scratch.join("by-reference.tar");
+    let out = sandboxd(&[
+        "backup".as_ref(),
+        "--to".as_ref(),
+        archive.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("named, not carried"), "{said}");
+    let listing = std::process::Command::new("tar")
+        .arg("-tf")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("sandboxd.db"), "{listing}");
+    assert!(
+        !listing
+            .lines()
+            .any(|l| l.starts_with("images/") || l.starts_with("runtime/templates")),
+        "layers carried: {listing}"
+    );
+
+    let target = scratch.join("restored-by-reference");
+    let restore = |extra: &[&std::ffi::OsStr]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "restore".as_ref(),
+            "--from".as_ref(),
+            archive.as_os_str(),
+            "--data-dir".as_ref(),
+            target.as_os_str(),
+        ];
+        args.extend(extra);
+        sandboxd(&args)
+    };
+    let refused = restore(&[]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("--layers-from"), "{why}");
+    assert!(!target.exists(), "a refused restore left {target:?}");
+    let empty = tempfile::tempdir().unwrap();
+    let refused = restore(&["--layers-from".as_ref(), empty.path().as_os_str()]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("lacks"), "{why}");
+    assert!(!target.exists(), "a refused restore left {target:?}");
+
+    let out = restore(&["--layers-from".as_ref(), data.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names = |root: &std::path::Path, dir: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(root.join(dir))
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let (templates, layers) = (
+        names(data, "runtime/templates"),
+        names(data, "images/layers"),
+    );
+    assert!(
+        !templates.is_empty() && !layers.is_empty(),
+        "{templates:?} {layers:?}"
+    );
+    assert_eq!(names(&target, "runtime/templates"), templates);
+    assert_eq!(names(&target, "images/layers"), layers);
+    // kept-tpl's RUN made a layer of its own.
+    let marker = std::process::Command::new("grep")
+        .args(["-rlx", "built"])
+        .arg(target.join("images/layers"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&marker.stdout).contains("kept-marker"),
+        "the template's RUN wrote a file its copied tree lacks"
+    );
+    std::fs::remove_dir_all(&target).unwrap();
 }
 
 /// An upload refused before its body is read (here: to a volume that does not exist) is answered,

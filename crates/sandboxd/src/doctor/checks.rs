@@ -574,7 +574,10 @@ mod tests {
         );
         let check = listen_on(sandboxd);
         assert_eq!(check.status, super::super::Status::Ok, "{check:?}");
-        assert!(check.detail.contains("served by a running sandboxd"), "{check:?}");
+        assert!(
+            check.detail.contains("served by a running sandboxd"),
+            "{check:?}"
+        );
 
         let other = listener_answering("HTTP/1.1 404 Not Found\r\n\r\nno");
         let check = listen_on(other);
