@@ -373,22 +373,11 @@ fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent).with_context(|| format!("making {}", parent.display()))?;
     }
-    let out = std::process::Command::new("cp")
-        .args(["-a", "--reflink=auto", "--no-target-directory"])
+    let mut cp = std::process::Command::new("cp");
+    cp.args(["-a", "--reflink=auto", "--no-target-directory"])
         .arg(from)
-        .arg(to)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .context("running cp")?;
-    if !out.status.success() {
-        bail!(
-            "copying the layer {} ({}): {}",
-            from.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+        .arg(to);
+    run(cp).with_context(|| format!("copying the layer {}", from.display()))
 }
 
 /// `(id, path relative to the data dir)` of every volume's files.
@@ -436,21 +425,28 @@ fn regex_quote(text: &str) -> String {
 
 /// Runs GNU tar with `args`, keeping numeric owners, modes, extended attributes and holes.
 fn tar(args: &[OsString]) -> anyhow::Result<()> {
-    let out = std::process::Command::new("tar")
-        .args([
-            "--numeric-owner",
-            "--xattrs",
-            "--xattrs-include=*",
-            "--sparse",
-            "--preserve-permissions",
-        ])
-        .args(args)
+    let mut tar = std::process::Command::new("tar");
+    tar.args([
+        "--numeric-owner",
+        "--xattrs",
+        "--xattrs-include=*",
+        "--sparse",
+        "--preserve-permissions",
+    ])
+    .args(args);
+    run(tar)
+}
+
+/// Runs `command` without input; its status and what it said on stderr when it fails.
+fn run(mut command: std::process::Command) -> anyhow::Result<()> {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let out = command
         .stdin(std::process::Stdio::null())
         .output()
-        .context("running tar")?;
+        .with_context(|| format!("running {program}"))?;
     if !out.status.success() {
         bail!(
-            "tar failed ({}): {}",
+            "{program} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         );
