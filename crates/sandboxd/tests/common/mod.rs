@@ -21,6 +21,7 @@ mod cleanup;
 mod crash;
 mod setup;
 mod store;
+mod volumes;
 
 pub use checks::*;
 use cleanup::raw_http;
@@ -31,6 +32,8 @@ pub use crash::*;
 pub use setup::{Auth, Setup};
 #[allow(unused_imports)] // each test binary uses a different part
 pub use store::*;
+#[allow(unused_imports)] // each test binary uses a different part
+pub use volumes::*;
 
 use std::future::Future;
 use std::io::{Read, Write};
