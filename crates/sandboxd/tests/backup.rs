@@ -4,7 +4,7 @@
 mod common;
 
 use common::{
-    assert_success, built, create_volume, e2e, id_of, put_volume_file, volume_file, Daemon,
+    assert_success, built, create_volume, e2e, id_of, put_volume_file, sh, volume_file, Daemon,
 };
 use serde_json::{json, Value};
 use std::ffi::OsStr;
@@ -18,10 +18,6 @@ fn sandboxd<S: AsRef<OsStr>>(args: &[S]) -> Output {
         .env_remove("SB_CONFIG")
         .output()
         .unwrap()
-}
-
-async fn sh(d: &Daemon, id: &str, script: &str) -> common::ExecResult {
-    d.exec(id, &["sh", "-c", script]).await
 }
 
 /// A backup taken while the daemon serves (20 creates running beside it) restores into an empty

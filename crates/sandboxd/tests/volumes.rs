@@ -5,13 +5,9 @@
 mod common;
 
 use common::{
-    create_volume, e2e, expect_error, id_of, put_volume_file, stdout, volume_file, Daemon,
+    create_volume, e2e, expect_error, id_of, put_volume_file, sh, stdout, volume_file, Daemon,
 };
 use serde_json::{json, Value};
-
-async fn sh(d: &Daemon, id: &str, script: &str) -> common::ExecResult {
-    d.exec(id, &["sh", "-c", script]).await
-}
 
 /// Invariant: a volume is one tree for every sandbox that mounts it — a write in one is visible in
 /// the other at once, owned by `user` in both — it outlives them, and it cannot be deleted while any

@@ -145,3 +145,8 @@ pub fn host_address() -> std::net::Ipv4Addr {
         .and_then(|a| a.split('/').next()?.parse().ok())
         .expect("the host has a global IPv4 address")
 }
+
+/// Runs `script` with `sh -c` in sandbox `id`.
+pub async fn sh(d: &Daemon, id: &str, script: &str) -> ExecResult {
+    d.exec(id, &["sh", "-c", script]).await
+}
