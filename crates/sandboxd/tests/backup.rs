@@ -149,14 +149,8 @@ fn a_backup_taken_while_serving_restores_identity_keys_and_volumes() {
         let gone = b.get_json(&format!("/v1/sandboxes/{ran}")).await;
         assert_ne!(gone["state"], "running", "{gone}");
         for id in &beside {
-            let resp = b
-                .http()
-                .get(b.endpoint(&format!("/v1/sandboxes/{id}")))
-                .send()
-                .await
-                .unwrap();
-            if resp.status() != 404 {
-                let got: Value = resp.json().await.unwrap();
+            let (status, got) = common::get(&b, id).await;
+            if status != 404 {
                 assert_eq!(got["id"], id.as_str(), "{got}");
                 assert_ne!(got["state"], "running", "{got}");
             }
