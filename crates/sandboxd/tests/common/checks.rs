@@ -120,6 +120,17 @@ pub async fn built(d: &Daemon, name: &str) -> Value {
     }
 }
 
+/// The URLs of the webhooks `GET /v1/webhooks` lists.
+pub async fn webhook_urls(d: &Daemon) -> Vec<String> {
+    let hooks = d.get_json("/v1/webhooks").await;
+    hooks["webhooks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("webhooks: {hooks}"))
+        .iter()
+        .map(|h| h["url"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// Whether this host runs the gVisor tier; see the runtime's tests for the same rule.
 pub fn require_gvisor() -> bool {
     match sandboxd_runtime::gvisor::probe(&Default::default()) {
