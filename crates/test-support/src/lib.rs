@@ -21,9 +21,6 @@ pub mod registry;
 pub mod tls;
 pub mod xfs;
 
-/// The target triple the agent is built for (statically linked).
-pub const AGENT_TARGET: &str = "x86_64-unknown-linux-gnu";
-
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -47,7 +44,8 @@ fn cargo() -> Command {
     cmd
 }
 
-/// Path of the static agent binary, building it if needed.
+/// Path of the static agent binary (`SANDBOXD_AGENT_BIN`), else built by `scripts/build-agent`, the
+/// one way the project builds it.
 pub fn agent_binary() -> PathBuf {
     static AGENT: OnceLock<PathBuf> = OnceLock::new();
     AGENT
@@ -55,26 +53,13 @@ pub fn agent_binary() -> PathBuf {
             if let Some(path) = std::env::var_os("SANDBOXD_AGENT_BIN") {
                 return PathBuf::from(path);
             }
-            let status = cargo()
-                .args([
-                    "build",
-                    "--release",
-                    "-p",
-                    "sandboxd-agent",
-                    "--target",
-                    AGENT_TARGET,
-                ])
-                .env(
-                    "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
-                    "-C target-feature=+crt-static",
-                )
-                .status()
-                .expect("run cargo to build the agent");
-            assert!(status.success(), "building the static agent failed");
-            target_dir()
-                .join(AGENT_TARGET)
-                .join("release")
-                .join("sandboxd-agent")
+            let out = Command::new(workspace_root().join("scripts/build-agent"))
+                .env("CARGO_TARGET_DIR", target_dir())
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("run scripts/build-agent");
+            assert!(out.status.success(), "building the static agent failed");
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
         })
         .clone()
 }
