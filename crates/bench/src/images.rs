@@ -6,6 +6,8 @@
 //!    (`POST /v1/sandboxes`, then `POST /v1/sandboxes/{id}/exec`), the kinds alternating and each
 //!    sandbox deleted (untimed) before the next; one untimed sandbox of each kind goes first. Printed:
 //!    both latencies and the ratio of their p50s (goal ≤ [`CREATE_RATIO_TARGET`]).
+//!    Then a snapshot (a template) of the same image: N creates of it cold, then N from its full
+//!    warm pool; printed: both and the ratio of their p50s (goal: pooled at least 5× faster).
 //! 2. **a cold pull vs `skopeo copy`**: an image of busybox plus two layers of random (incompressible)
 //!    data, `--pull-mb` in all, pulled by the daemon (`POST /v1/images`, which answers once every layer
 //!    is verified and unpacked) and copied by `skopeo copy docker://… dir:…` into a fresh directory,
@@ -92,6 +94,9 @@ pub struct ImagesCmd {
 pub struct DaemonFigures {
     /// Figure 1: from the cached image (`ours`) vs from `base` (`peer`).
     pub create_to_first_exec: Versus,
+    /// Figure 1b: creates of a snapshot of the same image from its warm pool (`ours`) vs cold
+    /// (`peer`) ([`crate::warm_pool::snapshot_cold_vs_pooled`]).
+    pub snapshot_pool: Versus,
     /// Figure 2: the daemon's cold pull (`ours`) vs `skopeo copy` to a directory (`peer`).
     pub cold_pull: Versus,
     /// Compressed size of the pulled image's layers, as the daemon reports it.
@@ -118,6 +123,14 @@ impl ImagesReport {
         println!("{}", c.ours.line("create→exec 5-layer img"));
         println!("{}", c.peer.line("create→exec base"));
         println!("{}", c.ratio_line("image/base p50 ratio"));
+        let w = &self.daemon.snapshot_pool;
+        println!("{}", w.peer.line("snapshot, cold"));
+        println!("{}", w.ours.line("snapshot, pooled"));
+        println!(
+            "{} ({:.1}× faster)",
+            w.ratio_line("pooled/cold p50 ratio"),
+            1.0 / w.ratio
+        );
         let p = &self.daemon.cold_pull;
         println!(
             "cold pull of {:.1} MiB in {} layers (median of {} rounds each):",
@@ -261,6 +274,11 @@ async fn measure(
         Latency::new("base create→first-exec", &from_base, None)?,
         CREATE_RATIO_TARGET,
     );
+    // Figure 1b, while the image is cached.
+    let snapshot = format!("bench-snapshot-{}", std::process::id());
+    let snapshot_pool =
+        crate::warm_pool::snapshot_cold_vs_pooled(&fleet, &snapshot, &small, sizes.image_creates)
+            .await?;
     client
         .remove_image(&cached.digest)
         .await
@@ -305,6 +323,7 @@ async fn measure(
     }
     Ok(DaemonFigures {
         create_to_first_exec,
+        snapshot_pool,
         cold_pull: Versus::new(
             Latency::new("sandboxd pull", &ours, None)?,
             Latency::new("skopeo copy", &peer, None)?,

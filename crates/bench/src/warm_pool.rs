@@ -1,14 +1,20 @@
 //! API create→first exec from a warm pool: the daemon's `base` pool is filled with as many sandboxes
 //! as there are creates, so every create takes a booted one (the figure a pool buys), then emptied.
+//!
+//! [`snapshot_cold_vs_pooled`] gives the same figure for a snapshot (a template made from an image,
+//! as Daytona's snapshots are) beside cold creates of that snapshot in the same run.
 
-use crate::http::{create_exec_samples, ApiFleet};
-use crate::report::{Latency, Target};
+use crate::http::{create_exec_samples, run_ok, ApiFleet};
+use crate::report::{Latency, Target, Versus};
 use crate::steps::{StepBreakdown, StepSamples};
 use anyhow::{bail, Context};
+use sandboxd_client::types::{CreateSandbox, CreateTemplate};
 use std::time::{Duration, Instant};
 
 /// The goal: the work was done before the request, so below the bare-sandbox floor.
 pub const TARGET_P50_MS: f64 = 3.0;
+/// A create from a pooled snapshot over a cold create of it, p50: at least 5× faster.
+pub const POOLED_OVER_COLD_TARGET: f64 = 0.2;
 /// How long the pool may take to fill.
 const FILL_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -26,7 +32,7 @@ pub(crate) async fn create_first_exec(
         .context("setting the base warm pool")?;
     let measured = async {
         // Like the cold figure's: `n` creates one after the other, then the deletes.
-        full(fleet, size).await?;
+        full(fleet, "base", size).await?;
         let mut took = Vec::with_capacity(n);
         let mut made = Vec::with_capacity(n);
         let mut samples = create_exec_samples();
@@ -65,18 +71,112 @@ pub(crate) async fn create_first_exec(
     Ok(latency)
 }
 
-/// Waits until the `base` pool holds `size` booted sandboxes.
-async fn full(fleet: &ApiFleet, size: u32) -> anyhow::Result<()> {
+/// Waits until `template`'s pool holds `size` booted sandboxes.
+async fn full(fleet: &ApiFleet, template: &str, size: u32) -> anyhow::Result<()> {
     let deadline = Instant::now() + FILL_DEADLINE;
     loop {
         let pools = fleet.client.warm_pools().await?;
-        let base = pools.warm_pools.iter().find(|p| p.template == "base");
-        if base.is_some_and(|p| p.ready >= size) {
+        let pool = pools.warm_pools.iter().find(|p| p.template == template);
+        if pool.is_some_and(|p| p.ready >= size) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("the base warm pool did not fill within {FILL_DEADLINE:?}: {base:?}");
+            bail!("the {template} warm pool did not fill within {FILL_DEADLINE:?}: {pool:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Create→first exec of `n` sandboxes of a snapshot of `image` made cold (its pool empty), then of
+/// `n` taken from its full pool (`ours`, against the cold ones as `peer`). The snapshot is a
+/// template named `name`, made for this and deleted afterwards with its pool, whatever happened.
+pub(crate) async fn snapshot_cold_vs_pooled(
+    fleet: &ApiFleet,
+    name: &str,
+    image: &str,
+    n: usize,
+) -> anyhow::Result<Versus> {
+    let client = &fleet.client;
+    let body = CreateTemplate {
+        name: name.to_string(),
+        image: Some(image.to_string()),
+        ..CreateTemplate::default()
+    };
+    client
+        .create_template(&body)
+        .await
+        .with_context(|| format!("making the snapshot {name} of {image}"))?;
+    let measured = async {
+        ready(fleet, name).await?;
+        let size = u32::try_from(n).context("too many creates for a pool")?;
+        // One untimed cold create first, as the other figures have.
+        let mut cold = Vec::with_capacity(n);
+        for i in 0..=n {
+            let took = create_then_true(fleet, name).await?;
+            if i > 0 {
+                cold.push(took);
+            }
+        }
+        client.set_warm_pool(name, size).await?;
+        full(fleet, name, size).await?;
+        let mut pooled = Vec::with_capacity(n);
+        for _ in 0..n {
+            pooled.push(create_then_true(fleet, name).await?);
+        }
+        let pool = client.warm_pools().await?;
+        let hits = pool
+            .warm_pools
+            .iter()
+            .find(|p| p.template == name)
+            .map_or(0, |p| p.hits);
+        if hits < n as u64 {
+            bail!("only {hits} of {n} creates of {name} took a pooled sandbox");
+        }
+        Ok(Versus::new(
+            Latency::new("pooled snapshot create→first-exec", &pooled, None)?,
+            Latency::new("cold snapshot create→first-exec", &cold, None)?,
+            POOLED_OVER_COLD_TARGET,
+        ))
+    }
+    .await;
+    let emptied = client.set_warm_pool(name, 0).await;
+    let deleted = client.delete_template(name).await;
+    let versus = measured?;
+    emptied.context("emptying the snapshot's warm pool")?;
+    deleted.with_context(|| format!("deleting the snapshot {name}"))?;
+    Ok(versus)
+}
+
+/// Waits until template `name` is `ready`.
+async fn ready(fleet: &ApiFleet, name: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + FILL_DEADLINE;
+    loop {
+        let template = fleet.client.template(name).await?;
+        match template.state.as_str() {
+            "ready" => return Ok(()),
+            "building" if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            "building" => bail!("the snapshot {name} is not ready after {FILL_DEADLINE:?}"),
+            _ => bail!(
+                "the snapshot {name} failed: {}",
+                template.error.unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// One sandbox of template `name`: create, run `true`, timed; then deleted, untimed.
+async fn create_then_true(fleet: &ApiFleet, name: &str) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    let sandbox = fleet
+        .create_with(CreateSandbox {
+            template: Some(name.to_string()),
+            ..CreateSandbox::default()
+        })
+        .await?;
+    run_ok(&fleet.client, &sandbox.id, &["true"]).await?;
+    let took = t.elapsed();
+    fleet.delete(&sandbox.id).await?;
+    Ok(took)
 }
