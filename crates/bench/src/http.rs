@@ -429,6 +429,29 @@ async fn api_create_first_exec(
     Ok((took, (deleted, back_to_back), breakdown))
 }
 
+/// Waits, polling every `every`, until template `name` is `ready` (an error when it failed or is
+/// still building after `within`); how long that took.
+pub(crate) async fn template_ready(
+    client: &Client,
+    name: &str,
+    within: Duration,
+    every: Duration,
+) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    loop {
+        let template = client.template(name).await?;
+        match template.state.as_str() {
+            "ready" => return Ok(t.elapsed()),
+            "building" if t.elapsed() < within => tokio::time::sleep(every).await,
+            "building" => bail!("{name} is still building after {within:?}"),
+            _ => bail!(
+                "{name} failed to build: {}",
+                template.error.unwrap_or_default()
+            ),
+        }
+    }
+}
+
 /// Runs `cmd` in sandbox `id` and returns its stdout; a non-zero exit is an error.
 pub(crate) async fn run_ok(client: &Client, id: &str, cmd: &[&str]) -> anyhow::Result<String> {
     let req = ExecRequest {
@@ -539,6 +562,16 @@ impl ApiFleet {
             ..CreateSandbox::default()
         })
         .await
+    }
+
+    /// One sandbox as `body` says: create, run `true`, timed; then deleted, untimed.
+    pub(crate) async fn create_exec_delete(&self, body: CreateSandbox) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        let sandbox = self.create_with(body).await?;
+        run_ok(&self.client, &sandbox.id, &["true"]).await?;
+        let took = t.elapsed();
+        self.delete(&sandbox.id).await?;
+        Ok(took)
     }
 
     /// Creates a sandbox as `body` says, with this run's label and lifetime, and records it.

@@ -39,7 +39,7 @@ use crate::report::{Latency, Versus};
 use crate::runtime::{agent_binary, FIRST_SLOT, SLOTS};
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
-use sandboxd_client::types::PullImage;
+use sandboxd_client::types::{CreateSandbox, PullImage};
 use sandboxd_client::Client;
 use sandboxd_test_support::registry::{
     require_tools, ImageBuilder, TestImage, TestRegistry, REGISTRY_TOOLS,
@@ -47,7 +47,7 @@ use sandboxd_test_support::registry::{
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Image create→first-exec p50 over `base`'s that the issue allows.
 pub const CREATE_RATIO_TARGET: f64 = 1.5;
@@ -260,7 +260,12 @@ async fn measure(
         let kinds = [Some(small.as_str()), None];
         for k in 0..2 {
             let image = kinds[(i + k) % 2];
-            let took = create_first_exec(&fleet, image).await?;
+            let took = fleet
+                .create_exec_delete(CreateSandbox {
+                    image: image.map(str::to_string),
+                    ..CreateSandbox::default()
+                })
+                .await?;
             if i > 0 {
                 match image {
                     Some(_) => from_image.push(took),
@@ -332,16 +337,6 @@ async fn measure(
         pull_bytes: facts.0,
         pull_layers: facts.1,
     })
-}
-
-/// One sandbox from `image` (`None`: base): create, run `true`, timed; then deleted, untimed.
-async fn create_first_exec(fleet: &ApiFleet, image: Option<&str>) -> anyhow::Result<Duration> {
-    let t = Instant::now();
-    let sandbox = fleet.create_from(image).await?;
-    run_ok(&fleet.client, &sandbox.id, &["true"]).await?;
-    let took = t.elapsed();
-    fleet.delete(&sandbox.id).await?;
-    Ok(took)
 }
 
 async fn pull(client: &Client, reference: &str) -> anyhow::Result<sandboxd_client::types::Image> {

@@ -166,21 +166,10 @@ async fn ensure_template(client: &Client) -> anyhow::Result<Option<f64>> {
         Err(e) => return Err(e.into()),
     }
     eprintln!("bench: building {TEMPLATE} (pip installs its kernels; this takes a while)");
-    let t = Instant::now();
-    loop {
-        let template = client.template(TEMPLATE).await?;
-        match template.state.as_str() {
-            "ready" => return Ok(Some(t.elapsed().as_secs_f64())),
-            "building" if t.elapsed() < BUILD_TIMEOUT => {
-                tokio::time::sleep(Duration::from_millis(500)).await
-            }
-            "building" => bail!("{TEMPLATE} is still building after {BUILD_TIMEOUT:?}"),
-            _ => bail!(
-                "{TEMPLATE} failed to build: {}",
-                template.error.unwrap_or_default()
-            ),
-        }
-    }
+    let took =
+        crate::http::template_ready(client, TEMPLATE, BUILD_TIMEOUT, Duration::from_millis(500))
+            .await?;
+    Ok(Some(took.as_secs_f64()))
 }
 
 /// The main result's text of an execution's lines must be `2`.

@@ -4,7 +4,7 @@
 //! [`snapshot_cold_vs_pooled`] gives the same figure for a snapshot (a template made from an image,
 //! as Daytona's snapshots are) beside cold creates of that snapshot in the same run.
 
-use crate::http::{create_exec_samples, run_ok, ApiFleet};
+use crate::http::{create_exec_samples, ApiFleet};
 use crate::report::{Latency, Target, Versus};
 use crate::steps::{StepBreakdown, StepSamples};
 use anyhow::{bail, Context};
@@ -44,12 +44,7 @@ pub(crate) async fn create_first_exec(
         for id in made {
             fleet.delete(&id).await?;
         }
-        let pool = client.warm_pools().await?;
-        let hits = pool
-            .warm_pools
-            .iter()
-            .find(|p| p.template == "base")
-            .map_or(0, |p| p.hits);
+        let hits = hits(fleet, "base").await?;
         if hits < n as u64 {
             bail!("only {hits} of {n} creates took a pooled sandbox");
         }
@@ -107,7 +102,7 @@ pub(crate) async fn snapshot_cold_vs_pooled(
         .await
         .with_context(|| format!("making the snapshot {name} of {image}"))?;
     let measured = async {
-        ready(fleet, name).await?;
+        crate::http::template_ready(client, name, FILL_DEADLINE, Duration::from_millis(20)).await?;
         let size = u32::try_from(n).context("too many creates for a pool")?;
         // One untimed cold create first, as the other figures have.
         let mut cold = Vec::with_capacity(n);
@@ -123,12 +118,7 @@ pub(crate) async fn snapshot_cold_vs_pooled(
         for _ in 0..n {
             pooled.push(create_then_true(fleet, name).await?);
         }
-        let pool = client.warm_pools().await?;
-        let hits = pool
-            .warm_pools
-            .iter()
-            .find(|p| p.template == name)
-            .map_or(0, |p| p.hits);
+        let hits = hits(fleet, name).await?;
         if hits < n as u64 {
             bail!("only {hits} of {n} creates of {name} took a pooled sandbox");
         }
@@ -147,36 +137,22 @@ pub(crate) async fn snapshot_cold_vs_pooled(
     Ok(versus)
 }
 
-/// Waits until template `name` is `ready`.
-async fn ready(fleet: &ApiFleet, name: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + FILL_DEADLINE;
-    loop {
-        let template = fleet.client.template(name).await?;
-        match template.state.as_str() {
-            "ready" => return Ok(()),
-            "building" if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            "building" => bail!("the snapshot {name} is not ready after {FILL_DEADLINE:?}"),
-            _ => bail!(
-                "the snapshot {name} failed: {}",
-                template.error.unwrap_or_default()
-            ),
-        }
-    }
+/// Creates of `template` that took a pooled sandbox since the daemon started.
+async fn hits(fleet: &ApiFleet, template: &str) -> anyhow::Result<u64> {
+    let pools = fleet.client.warm_pools().await?;
+    Ok(pools
+        .warm_pools
+        .iter()
+        .find(|p| p.template == template)
+        .map_or(0, |p| p.hits))
 }
 
 /// One sandbox of template `name`: create, run `true`, timed; then deleted, untimed.
 async fn create_then_true(fleet: &ApiFleet, name: &str) -> anyhow::Result<Duration> {
-    let t = Instant::now();
-    let sandbox = fleet
-        .create_with(CreateSandbox {
+    fleet
+        .create_exec_delete(CreateSandbox {
             template: Some(name.to_string()),
             ..CreateSandbox::default()
         })
-        .await?;
-    run_ok(&fleet.client, &sandbox.id, &["true"]).await?;
-    let took = t.elapsed();
-    fleet.delete(&sandbox.id).await?;
-    Ok(took)
+        .await
 }
