@@ -31,6 +31,35 @@ async function resultsAndCharts() {
   assert.match(frame.results[0].html, /<table/)
 }
 
+// Generated code often selects Agg before plotting, where `plt.show()` shows nothing: the figure still
+// comes back as a PNG and a chart, every time, whether Agg was picked before pyplot was imported or
+// after (each in a fresh context), and a figure is shown once.
+async function aPlotShowsWhateverBackendTheCodePicked() {
+  const plot = "plt.plot([1, 2, 3], [2, 4, 8], label='doubling')\nplt.show()\n"
+  for (const setup of [
+    "import matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\n",
+    "import matplotlib.pyplot as plt\nimport matplotlib\nmatplotlib.use('Agg')\n",
+  ]) {
+    const context = await sbx.createCodeContext()
+    try {
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const execution = await sbx.runCode(setup + plot, { context })
+        assert.equal(execution.error, undefined, JSON.stringify(execution.error))
+        const pngs = execution.results.filter((r) => r.png)
+        assert.equal(pngs.length, 1, JSON.stringify({ setup, attempt, results: execution.results.length }))
+        assert.ok(pngs[0].png.startsWith('iVBOR'), 'the PNG is base64')
+        assert.equal(pngs[0].chart?.type, 'line', JSON.stringify({ setup, attempt }))
+        assert.equal(pngs[0].chart.elements[0].label, 'doubling')
+      }
+      // Nothing is left open to be shown again.
+      assert.equal((await sbx.runCode('1 + 1', { context })).text, '2')
+      assert.deepEqual((await sbx.runCode('2', { context })).results.filter((r) => r.png), [])
+    } finally {
+      await sbx.removeCodeContext(context)
+    }
+  }
+}
+
 async function envsBashAndContexts() {
   const env = await sbx.runCode('import os\nos.environ["WHO"]', { envs: { WHO: 'js' } })
   assert.equal(env.text, "'js'")
@@ -56,7 +85,10 @@ async function timeoutInterrupts() {
 
 let failed = 0
 try {
-  for (const test of [stateOutputAndErrors, resultsAndCharts, envsBashAndContexts, timeoutInterrupts]) {
+  for (const test of [
+    stateOutputAndErrors, resultsAndCharts, aPlotShowsWhateverBackendTheCodePicked, envsBashAndContexts,
+    timeoutInterrupts,
+  ]) {
     try {
       const started = Date.now()
       await test()

@@ -5,6 +5,7 @@ Environment as for test_sdk.py (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY). Exit
 check passed. Run by crates/sandboxd/tests/e2b_templates.rs.
 """
 
+import inspect
 import os
 import sys
 import tempfile
@@ -174,15 +175,22 @@ def test_snapshot_of_an_unknown_sandbox_is_not_found():
         raise AssertionError("expected SandboxNotFoundException")
 
 
+def private_image(var):
+    """The image named by environment variable `var` in the private registry, with its user and
+    password; `(None, None, None)` when unset (the test is then skipped, saying so)."""
+    image = os.environ.get(var)
+    if not image:
+        print(f"skip {inspect.stack()[1].function}: {var} unset")
+        return None, None, None
+    return image, os.environ["E2B_TEST_REGISTRY_USER"], os.environ["E2B_TEST_REGISTRY_PASSWORD"]
+
+
 def test_from_a_private_registry_image():
     """Needs E2B_TEST_IMAGE (a busybox image in a registry asking for E2B_TEST_REGISTRY_USER and
     E2B_TEST_REGISTRY_PASSWORD); run on its own by the Rust test that starts that registry."""
-    image = os.environ.get("E2B_TEST_IMAGE")
+    image, user, password = private_image("E2B_TEST_IMAGE")
     if not image:
-        print("skip test_from_a_private_registry_image: E2B_TEST_IMAGE unset")
         return
-    user = os.environ["E2B_TEST_REGISTRY_USER"]
-    password = os.environ["E2B_TEST_REGISTRY_PASSWORD"]
     # Without the credentials the pull is refused: the SDK's build error, at the base step.
     try:
         Template.build(Template().from_image(image).run_cmd("true"), f"noauth-{RUN}")
@@ -228,6 +236,31 @@ def test_a_template_is_the_users_to_write():
             "echo x > /app/state.txt && echo y > /home/user/new.txt && touch /work/area/f && pwd && id -un"
         )
         assert r.stdout == "/work/area\nuser\n", repr(r.stdout)
+        assert sbx.files.read("/app/state.txt") == "x\n"
+    finally:
+        sbx.kill()
+    assert Sandbox.delete_snapshot(alias) is True
+
+
+def test_a_template_from_an_image_is_the_users_to_write():
+    # The first thing a new user tries: `from_image(...).copy(...).set_workdir(...)`, then a command
+    # writing there as the sandbox's default user. The image (a busybox with a `bash`, which
+    # `commands.run` starts; no `user` account) is the private registry's, as above.
+    image, user, password = private_image("E2B_TEST_BASH_IMAGE")
+    if not image:
+        return
+    template = (
+        Template(file_context_path=context_dir())
+        .from_image(image, username=user, password=password)
+        .copy("tool.sh", "/app/")
+        .set_workdir("/app")
+    )
+    alias = f"image-as-user-{RUN}"
+    Template.build(template, alias)
+    sbx = new_sandbox(alias)
+    try:
+        r = sbx.commands.run("echo x > /app/state.txt && pwd && id -un && sh /app/tool.sh")
+        assert r.stdout == "/app\nuser\ntool ran\n", repr(r.stdout)
         assert sbx.files.read("/app/state.txt") == "x\n"
     finally:
         sbx.kill()

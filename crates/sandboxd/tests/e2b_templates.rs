@@ -69,7 +69,9 @@ fn js_sdk_snapshots_and_builds_templates() {
 
 /// `from_image(<ref>, username, password)`: a busybox image from a registry asking for basic auth is
 /// pulled with `fromImageRegistry`'s credentials, for that build only (the same image without them
-/// fails at the base step); RUN as root and WORKDIR apply; sandboxes from it have its files.
+/// fails at the base step); RUN as root and WORKDIR apply; sandboxes from it have its files. And a
+/// template from that image (with a `bash` added) that copies a file and sets its workdir is the
+/// default user's to write in, though the image has no such user.
 #[test]
 fn python_sdk_builds_from_a_private_registry_image() {
     if !require_tools(REGISTRY_TOOLS) {
@@ -80,6 +82,14 @@ fn python_sdk_builds_from_a_private_registry_image() {
         let registry = TestRegistry::start_with_basic_auth("puller", "s3cret");
         registry.push(&ImageBuilder::busybox().build(), "private/busybox:1");
         let image = registry.image_ref("private/busybox:1");
+        // The same with a `bash`, which the SDK's `commands.run` starts (Debian's static one).
+        let with_bash = ImageBuilder::busybox()
+            .layer(|root| {
+                std::fs::copy("/bin/bash-static", root.join("bin/bash")).unwrap();
+            })
+            .build();
+        registry.push(&with_bash, "private/bash:1");
+        let bash_image = registry.image_ref("private/bash:1");
         let daemon = e2b_support::start().await;
         run_script(
             &daemon,
@@ -87,9 +97,11 @@ fn python_sdk_builds_from_a_private_registry_image() {
             &[
                 "tests/e2b/test_templates.py",
                 "test_from_a_private_registry_image",
+                "test_a_template_from_an_image_is_the_users_to_write",
             ],
             &[
                 ("E2B_TEST_IMAGE", image.as_str()),
+                ("E2B_TEST_BASH_IMAGE", bash_image.as_str()),
                 ("E2B_TEST_REGISTRY_USER", "puller"),
                 ("E2B_TEST_REGISTRY_PASSWORD", "s3cret"),
             ],

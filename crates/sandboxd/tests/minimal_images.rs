@@ -7,7 +7,8 @@
 //!   session's shell is answered at once (a clear error), never a wait.
 //!   A language server the image lacks is refused at once (409, naming the program and its
 //!   package), and a call on one never started is a 404 that says to start it.
-//! - An image whose `WorkingDir` is missing from its files: commands start there all the same.
+//! - An image whose `WorkingDir` is missing from its files: commands start there all the same, in
+//!   its sandboxes, in a Dockerfile build `FROM` it and in a snapshot of one of its sandboxes.
 
 mod common;
 mod e2b_support;
@@ -141,7 +142,8 @@ fn sessions_run_in_an_image_without_the_tools_of_a_distribution() {
 
 /// An image whose configuration names a `WorkingDir` it does not hold (as `umoci config
 /// --workingdir` leaves it): commands start there, made as Docker and runc make it at start (root's,
-/// 0755).
+/// 0755); so do a Dockerfile build's `RUN`s `FROM` it, sandboxes of that template, and sandboxes of
+/// a snapshot of a sandbox of it.
 #[test]
 fn a_working_directory_the_image_lacks_is_made_at_start() {
     if !require_tools(REGISTRY_TOOLS) {
@@ -156,7 +158,35 @@ fn a_working_directory_the_image_lacks_is_made_at_start() {
         let pwd = within("pwd", d.exec(&id, &["sh", "-c", "pwd; stat -c '%a %u' ."])).await;
         assert_eq!(pwd.exit_code, 0, "{pwd:?}");
         assert_eq!(pwd.stdout, "/srv/app\n755 0\n", "{pwd:?}");
-        let (status, _) = call(&d, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
-        assert!(status < 300, "delete: {status}");
+
+        // A build `FROM` it runs its steps there, and so do the template's sandboxes.
+        let dockerfile = "FROM team/nowork:v1\nRUN pwd > /built-in\n";
+        let body = json!({ "name": "nowork-built", "dockerfile": dockerfile });
+        let (status, answer) = call(&d, Method::POST, "/v1/templates", Some(body)).await;
+        assert_eq!(status, 202, "{answer}");
+        let template = within("the build", common::built(&d, "nowork-built")).await;
+        assert_eq!(template["state"], "ready", "{template}");
+        let built = common::id_of(&d.create(json!({ "template": "nowork-built" })).await);
+        let out = within("pwd", d.exec(&built, &["sh", "-c", "cat /built-in; pwd"])).await;
+        assert_eq!(out.stdout, "/srv/app\n/srv/app\n", "{out:?}");
+
+        // A snapshot of a sandbox of it, and a sandbox of the snapshot.
+        let snapshot = format!("/v1/sandboxes/{id}/snapshot");
+        let (status, answer) = call(
+            &d,
+            Method::POST,
+            &snapshot,
+            Some(json!({"name": "nowork-snap"})),
+        )
+        .await;
+        assert_eq!(status, 201, "{answer}");
+        let snap = common::id_of(&d.create(json!({ "template": "nowork-snap" })).await);
+        let pwd = within("pwd", d.exec(&snap, &["pwd"])).await;
+        assert_eq!(pwd.stdout, "/srv/app\n", "{pwd:?}");
+
+        for id in [id, built, snap] {
+            let (status, _) = call(&d, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await;
+            assert!(status < 300, "delete: {status}");
+        }
     });
 }
