@@ -291,12 +291,19 @@ const plausible = (sample) => {
   assert.ok(sample.memUsed > 0 && sample.memUsed <= sample.memTotal, JSON.stringify(sample))
   assert.ok(Math.abs(Date.now() - new Date(sample.timestamp).getTime()) < 60000, String(sample.timestamp))
 }
+let latest
 works('Sandbox.getMetricsLatest', 'a sample taken now: CPUs, CPU share, memory in use under its limit',
-  async () => plausible(await sbx().getMetricsLatest()))
-works('Sandbox.getMetrics', 'one sample, taken now (sandboxd keeps no history)', async () => {
+  async () => plausible(latest = await sbx().getMetricsLatest()))
+works('Sandbox.getMetrics', 'its history since its creation, oldest first: the latest sample is kept, and one'
+  + ' taken now ends it; a range that ended an hour ago is empty', async () => {
   const samples = await sbx().getMetrics()
-  assert.equal(samples.length, 1, JSON.stringify(samples))
-  plausible(samples[0])
+  assert.ok(samples.length >= 2, JSON.stringify(samples))
+  const times = samples.map((s) => new Date(s.timestamp).getTime())
+  assert.deepEqual(times, [...times].sort((a, b) => a - b))
+  assert.ok(times.includes(new Date(latest.timestamp).getTime()), JSON.stringify({ latest, samples }))
+  plausible(samples[samples.length - 1])
+  const hourAgo = new Date(Date.now() - 3600_000)
+  assert.deepEqual(await sbx().getMetrics(new Date(hourAgo.getTime() - 300_000), hourAgo), [])
 })
 
 // FileSystem ------------------------------------------------------------------------------------

@@ -482,14 +482,20 @@ def _plausible(sample):
 
 @works("Sandbox.get_metrics_latest", "a sample taken now: CPUs, CPU share, memory in use under its limit")
 def _():
-    _plausible(sbx().get_metrics_latest())
+    CTX["latest"] = sbx().get_metrics_latest()
+    _plausible(CTX["latest"])
 
 
-@works("Sandbox.get_metrics", "one sample, taken now (sandboxd keeps no history)")
+@works("Sandbox.get_metrics", "its history since its creation, oldest first: the latest sample is kept, and "
+       "one taken now ends it; a range that ended an hour ago is empty")
 def _():
     samples = sbx().get_metrics()
-    assert len(samples) == 1, samples
-    _plausible(samples[0])
+    assert len(samples) >= 2, samples
+    assert [s.timestamp for s in samples] == sorted(s.timestamp for s in samples), samples
+    assert CTX["latest"].timestamp in [s.timestamp for s in samples], (CTX["latest"], samples)
+    _plausible(samples[-1])
+    hour_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    assert sbx().get_metrics(hour_ago - datetime.timedelta(minutes=5), hour_ago) == []
 
 
 # FileSystem --------------------------------------------------------------------------------
@@ -676,10 +682,10 @@ refused("Process.get_entrypoint_session", lambda: sbx().process.get_entrypoint_s
         "the entrypoint session is not kept")
 refused("Process.get_entrypoint_logs", lambda: sbx().process.get_entrypoint_logs(),
         "the entrypoint session is not kept")
-# A refused WebSocket upgrade: the SDK shows the status only.
+# A refused WebSocket upgrade: the SDK shows the status line only, whose reason phrase is our message.
 refused("Process.get_entrypoint_logs_async",
         lambda: asyncio.run(sbx().process.get_entrypoint_logs_async(print, print)),
-        "501 Not Implemented")
+        "501 the entrypoint session is not kept")
 
 
 @works("Process.create_pty_session", "a PTY with its size runs a shell")
@@ -1066,8 +1072,9 @@ for name, call in {
     "Accessibility.invoke_node": lambda: cu().accessibility.invoke_node("n"),
     "Accessibility.set_node_value": lambda: cu().accessibility.set_node_value("n", "v"),
 }.items():
-    # The download streams with httpx, whose error shows the status only.
-    refused(name, call, "501 Not Implemented" if name == "RecordingService.download" else CU)
+    # The download streams with httpx, whose error shows the status line only, whose reason phrase
+    # is our message.
+    refused(name, call, CU)
 
 
 # Snapshots, volumes, secrets, warm pools ---------------------------------------------------

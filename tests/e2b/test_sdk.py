@@ -165,8 +165,8 @@ def test_set_timeout_and_metrics():
         sbx.set_timeout(120)
         assert sbx.get_info().end_at < after
         metrics = sbx.get_metrics()
-        assert len(metrics) == 1, metrics
-        m = metrics[0]
+        assert len(metrics) >= 1, metrics
+        m = metrics[-1]
         assert m.cpu_count >= 1 and m.mem_total > 0 and m.mem_used > 0, m
     finally:
         sbx.kill()

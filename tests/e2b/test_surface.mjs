@@ -128,9 +128,16 @@ works('Sandbox.getInfo', 'the same sandbox by id; an unknown id is SandboxNotFou
 works('Sandbox.getFullInfo', 'the sandbox by id, with its metadata', async () => {
   assert.equal((await Sandbox.getFullInfo(c.sbx.sandboxId)).metadata.run, RUN)
 })
-works('Sandbox#getMetrics', 'a sample with cpuCount >= 1 and memory used and total', async () => {
+works('Sandbox#getMetrics', 'its history: a sample with cpuCount >= 1 and memory used and total, kept, so the'
+  + ' next call has it and one newer; a range that ended an hour ago is empty', async () => {
   const m = await c.sbx.getMetrics()
-  assert(m.length >= 1 && m[0].cpuCount >= 1 && m[0].memTotal > 0 && m[0].memUsed > 0, JSON.stringify(m))
+  const last = m[m.length - 1]
+  assert(m.length >= 1 && last.cpuCount >= 1 && last.memTotal > 0 && last.memUsed > 0, JSON.stringify(m))
+  const later = await c.sbx.getMetrics()
+  assert(later.length >= 2, JSON.stringify(later))
+  assert.equal(later[later.length - 2].timestamp.getTime(), last.timestamp.getTime())
+  assert(later[later.length - 1].timestamp >= later[later.length - 2].timestamp, JSON.stringify(later))
+  assert.deepEqual(await c.sbx.getMetrics({ end: new Date(Date.now() - 3600_000) }), [])
 })
 works('Sandbox.getMetrics', 'the same by id; an unknown id is SandboxNotFoundError', async () => {
   await rejects(Sandbox.getMetrics(UNKNOWN), e2b.SandboxNotFoundError, UNKNOWN)

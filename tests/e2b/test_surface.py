@@ -24,6 +24,7 @@ compared with the checked-in one: on a difference the run fails and writes `<tab
 """
 
 import concurrent.futures
+import datetime
 import inspect
 import os
 import re
@@ -245,12 +246,18 @@ def _(c):
     assert info.started_at < info.end_at, info
 
 
-@works("Sandbox.get_metrics", "one sample with cpu_count >= 1 and memory used and total; an unknown id is "
+@works("Sandbox.get_metrics", "its history: a sample with cpu_count >= 1 and memory used and total, kept, "
+       "so the next call has it and one newer; a range that ended an hour ago is empty; an unknown id is "
        "SandboxNotFoundException")
 def _(c):
     raises(e2b.SandboxNotFoundException, UNKNOWN, lambda: Sandbox.get_metrics(UNKNOWN))
     m = c.sbx.get_metrics()
-    assert len(m) >= 1 and m[0].cpu_count >= 1 and m[0].mem_total > 0 and m[0].mem_used > 0, m
+    assert len(m) >= 1 and m[-1].cpu_count >= 1 and m[-1].mem_total > 0 and m[-1].mem_used > 0, m
+    later = c.sbx.get_metrics()
+    assert len(later) >= 2 and later[-2].timestamp == m[-1].timestamp, (m, later)
+    assert later[-1].timestamp >= later[-2].timestamp, later
+    hour_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    assert c.sbx.get_metrics(end=hour_ago) == [], "a range in the past"
 
 
 @works("Sandbox.set_timeout", "end_at moves out, then back in; an unknown id is SandboxNotFoundException")

@@ -4,8 +4,9 @@
 //! - `GET /api/toolbox/{id}/system/metrics` (`get_metrics_latest`) → `{cpuCount, cpuUsedPct,
 //!   memUsed, memTotal, memCache, diskUsed, diskTotal, diskFree, timestamp, timestampUnix}`.
 //! - `GET /api/sandbox/{key}/telemetry/metrics?from&to&metricNames` (`get_metrics`) → `{series:
-//!   [{metricName, dataPoints: [{timestamp, value}]}]}`. sandboxd keeps no history: each series
-//!   holds the sample taken now, whatever the range asked. The names are Daytona's
+//!   [{metricName, dataPoints: [{timestamp, value}]}]}`: the sandbox's usage history within
+//!   `from..=to` (RFC 3339, each optional), a point per sample, the last taken now unless `to` is
+//!   past ([`Service::usage_history`]). The names are Daytona's
 //!   (`daytona.sandbox.cpu.utilization`, …); `metricNames` picks some (comma-separated or
 //!   repeated), unknown names are a 400.
 //! - `GET /api/config`, which the SDK reads first to learn whether a separate analytics service
@@ -18,6 +19,7 @@ use super::error::DaytonaError;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::Json;
+use sandboxd_service::e2b::parse_timestamp;
 use sandboxd_service::pause::UsageSample;
 use sandboxd_service::sandboxes::rfc3339;
 use sandboxd_service::Service;
@@ -50,10 +52,30 @@ pub async fn latest(
     Ok(Json(latest))
 }
 
-/// The metric names a query asks for (all when it names none); an unknown one is refused.
-fn asked(query: Option<&str>) -> Result<Vec<&'static str>, DaytonaError> {
-    let mut names = Vec::new();
+/// What a series query asks for: its metric names (all when it names none; an unknown one is
+/// refused) and its range.
+#[derive(Debug)]
+struct Asked {
+    names: Vec<&'static str>,
+    from: Option<i64>,
+    to: Option<i64>,
+}
+
+/// The query's `from` or `to`, Unix milliseconds.
+fn instant(key: &str, value: &str) -> Result<i64, DaytonaError> {
+    parse_timestamp(value).ok_or_else(|| {
+        DaytonaError::bad_request(format!("{key} must be an RFC 3339 time, not {value:?}"))
+    })
+}
+
+fn asked(query: Option<&str>) -> Result<Asked, DaytonaError> {
+    let (mut names, mut from, mut to) = (Vec::new(), None, None);
     for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match key.as_ref() {
+            "from" => from = Some(instant(&key, &value)?),
+            "to" => to = Some(instant(&key, &value)?),
+            _ => {}
+        }
         if key != "metricNames" {
             continue;
         }
@@ -72,7 +94,10 @@ fn asked(query: Option<&str>) -> Result<Vec<&'static str>, DaytonaError> {
     if names.is_empty() {
         names = METRICS.map(|(m, _)| m).to_vec();
     }
-    Ok(names)
+    if from.zip(to).is_some_and(|(from, to)| from > to) {
+        return Err(DaytonaError::bad_request("from must not be after to"));
+    }
+    Ok(Asked { names, from, to })
 }
 
 /// `GET /api/sandbox/{key}/telemetry/metrics`.
@@ -81,17 +106,17 @@ pub async fn series(
     Path(key): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Value>, DaytonaError> {
-    let names = asked(query.as_deref())?;
-    let sample = service.usage_sample(&key).await?;
-    let at = rfc3339(sample.at_ms);
+    let asked = asked(query.as_deref())?;
+    let samples = service.usage_history(&key, asked.from, asked.to).await?;
     let series: Vec<Value> = METRICS
         .iter()
-        .filter(|(name, _)| names.contains(name))
+        .filter(|(name, _)| asked.names.contains(name))
         .map(|(name, value)| {
-            json!({
-                "metricName": name,
-                "dataPoints": [{ "timestamp": at, "value": value(&sample) }],
-            })
+            let points: Vec<Value> = samples
+                .iter()
+                .map(|s| json!({ "timestamp": rfc3339(s.at_ms), "value": value(s) }))
+                .collect();
+            json!({ "metricName": name, "dataPoints": points })
         })
         .collect();
     Ok(Json(json!({ "series": series })))
@@ -126,19 +151,36 @@ mod tests {
 
     #[test]
     fn a_query_picks_metrics_by_name_and_refuses_unknown_ones() {
-        assert_eq!(asked(None).unwrap().len(), METRICS.len());
+        assert_eq!(asked(None).unwrap().names.len(), METRICS.len());
         let picked = asked(Some(
-            "from=x&metricNames=daytona.sandbox.cpu.limit%2Cdaytona.sandbox.memory.usage\
+            "metricNames=daytona.sandbox.cpu.limit%2Cdaytona.sandbox.memory.usage\
              &metricNames=daytona.sandbox.cpu.limit",
         ))
         .unwrap();
         assert_eq!(
-            picked,
+            picked.names,
             ["daytona.sandbox.cpu.limit", "daytona.sandbox.memory.usage"]
         );
         let refused = asked(Some("metricNames=cpu")).unwrap_err();
         assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST);
         assert!(refused.message.contains("\"cpu\""), "{}", refused.message);
+    }
+
+    #[test]
+    fn a_query_names_its_range_in_rfc3339_and_a_bad_one_is_refused() {
+        let range = asked(Some(
+            "from=1970-01-01T00%3A00%3A01%2B00%3A00&to=1970-01-01T00:00:02.500Z",
+        ))
+        .unwrap();
+        assert_eq!((range.from, range.to), (Some(1000), Some(2500)));
+        for bad in [
+            "from=x",
+            "to=2026-13-01T00:00:00Z",
+            "from=1970-01-01T00:00:03Z&to=1970-01-01T00:00:02Z",
+        ] {
+            let refused = asked(Some(bad)).unwrap_err();
+            assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST, "{bad}");
+        }
     }
 
     #[test]

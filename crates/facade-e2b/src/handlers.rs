@@ -319,18 +319,45 @@ pub async fn resume(
     Ok((StatusCode::CREATED, Json(detail(&service, &sandbox))).into_response())
 }
 
-/// `GET /sandboxes/{id}/metrics`: one sample of the sandbox's cgroup, now.
+/// `GET /sandboxes/{id}/metrics?start&end`: the sandbox's usage samples within `start..=end` (Unix
+/// seconds, each optional), oldest first, ending with one taken now unless `end` is past
+/// ([`Service::usage_history`]).
 pub async fn metrics(
     State(service): State<Service>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Json<Vec<Metric>>> {
+    let (mut start, mut end) = (None, None);
+    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        let slot = match key.as_ref() {
+            "start" => &mut start,
+            "end" => &mut end,
+            _ => continue,
+        };
+        let seconds: i64 = value.parse().map_err(|_| {
+            E2bError::bad_request(format!(
+                "{key} must be a Unix time in seconds, not {value:?}"
+            ))
+        })?;
+        *slot = Some(seconds.saturating_mul(1000));
+    }
+    if let (Some(start), Some(end)) = (start, end) {
+        if start > end {
+            return Err(E2bError::bad_request("start must not be after end"));
+        }
+    }
     visible(&service, &id).await?;
-    let sample = service.usage_sample(&id).await?;
-    Ok(Json(vec![Metric {
-        timestamp: rfc3339(sample.at_ms),
-        timestamp_unix: sample.at_ms / 1000,
-        sample,
-    }]))
+    let samples = service.usage_history(&id, start, end).await?;
+    Ok(Json(
+        samples
+            .into_iter()
+            .map(|sample| Metric {
+                timestamp: rfc3339(sample.at_ms),
+                timestamp_unix: sample.at_ms / 1000,
+                sample,
+            })
+            .collect(),
+    ))
 }
 
 /// `GET /v2/sandboxes`: one page of running and paused sandboxes, the next page's token in

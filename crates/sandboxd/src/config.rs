@@ -177,6 +177,11 @@ pub struct ServeConfig {
     /// How often expired sandboxes are swept, milliseconds.
     #[arg(long, env = "SB_SWEEP_INTERVAL_MS", default_value_t = 1000)]
     pub sweep_interval_ms: u64,
+    /// How often the usage of sandboxes in use is sampled into their metrics history (E2B's
+    /// `get_metrics`, Daytona's metric series), milliseconds; 0: no history, a sample taken at
+    /// each request only. Sandboxes nobody uses are not sampled.
+    #[arg(long, env = "SB_METRICS_INTERVAL_MS", default_value_t = 5000)]
+    pub metrics_interval_ms: u64,
     /// How often the reconcilers sweep for records stuck in a transitional state, seconds (0: only at
     /// start-up and on `POST /v1/admin/reconcile`).
     #[arg(long, env = "SB_RECONCILE_INTERVAL_SECS", default_value_t = 30)]

@@ -388,6 +388,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             image_cache_max_mb: config.image_cache_max_mb,
             ready_cmd_timeout: Duration::from_secs(config.ready_cmd_timeout_secs),
             default_isolation: config.default_isolation,
+            usage_sample_every: Duration::from_millis(config.metrics_interval_ms.max(1)),
             key_limits: sandboxd_service::per_key::KeyLimits {
                 max_sandboxes: config.max_sandboxes_per_key,
                 max_concurrent_creates: config.max_concurrent_creates_per_key,
@@ -466,6 +467,12 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         service.clone(),
         Duration::from_millis(config.sweep_interval_ms),
     ));
+    let usage_sampler = (config.metrics_interval_ms > 0).then(|| {
+        tokio::spawn(record_usage(
+            service.clone(),
+            Duration::from_millis(config.metrics_interval_ms),
+        ))
+    });
     let reconciler = (config.reconcile_interval_secs > 0).then(|| {
         tokio::spawn(reconcile(
             service.clone(),
@@ -502,6 +509,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     callbacks.abort();
     egress.abort();
     warm_pools.abort();
+    if let Some(sampler) = usage_sampler {
+        sampler.abort();
+    }
     if let Some(reconciler) = reconciler {
         reconciler.abort();
     }
@@ -534,6 +544,16 @@ async fn sweep(service: Service, every: Duration) {
         if let Err(e) = service.sweep_expired().await {
             tracing::warn!(error = %sandboxd_service::error::chain(&e), "expiry sweep failed");
         }
+    }
+}
+
+/// Samples the usage of sandboxes in use every `every` (`Service::record_usage`).
+async fn record_usage(service: Service, every: Duration) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        service.record_usage().await;
     }
 }
 

@@ -64,6 +64,7 @@ impl Service {
         crate::failpoints::hold("delete.after-mark").await;
         self.forget_endpoint(&id);
         self.inner.egress_audit.forget(&id);
+        self.inner.usage_history.forget(&id);
         self.runtime().halt(&id).await?;
         let svc = self.clone();
         tokio::spawn(async move {
@@ -123,6 +124,7 @@ impl Service {
             .await?;
         // A request that read the sandbox before the claim may have cached its endpoint since.
         self.forget_endpoint(id);
+        self.inner.usage_history.forget(id);
         Ok(deleted.map(|ev| self.publish([ev])).is_some())
     }
 }

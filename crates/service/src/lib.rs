@@ -61,6 +61,7 @@ pub mod terminal;
 #[cfg(test)]
 mod test_support;
 pub mod timing;
+pub mod usage_history;
 mod validate;
 pub mod volumes;
 pub mod warm_pool;
@@ -133,6 +134,8 @@ pub struct ServiceConfig {
     pub secrets_key: Option<sandboxd_secrets::SecretKey>,
     /// The egress gateway ([`egress`]); `None`: creates that use secrets or rules are refused.
     pub egress_gateway: Option<egress::GatewaySettings>,
+    /// How often awake sandboxes' usage is sampled into their history ([`usage_history`]).
+    pub usage_sample_every: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -164,6 +167,7 @@ impl Default for ServiceConfig {
             ready_cmd_timeout: templates::READY_CMD_TIMEOUT,
             key_limits: Default::default(),
             default_isolation: sandboxd_runtime::Isolation::Namespace,
+            usage_sample_every: usage_history::SAMPLE_EVERY,
         }
     }
 }
@@ -194,6 +198,7 @@ struct Inner {
     pending: pending::Pending,
     egress_audit: egress::AuditLog,
     warm_pools: warm_pool::WarmPools,
+    usage_history: usage_history::UsageHistory,
 }
 
 impl Service {
@@ -225,6 +230,7 @@ impl Service {
                 pending: Default::default(),
                 egress_audit: Default::default(),
                 warm_pools: Default::default(),
+                usage_history: Default::default(),
             }),
         }
     }

@@ -123,7 +123,9 @@ impl Service {
         let sandbox = self.get(key).await?;
         match sandbox.state {
             SandboxState::Running => {
-                self.inner.activity.touch(&sandbox.id, unix_millis_now());
+                let now = unix_millis_now();
+                self.inner.activity.touch(&sandbox.id, now);
+                self.inner.usage_history.touch(&sandbox.id, now);
                 Ok(sandbox)
             }
             SandboxState::Paused if sandbox.lifecycle.auto_resume => {
@@ -266,34 +268,6 @@ impl Service {
         Ok((sandbox, stats))
     }
 
-    /// One sample of running sandbox `key`'s usage: its cgroup read twice [`CPU_SAMPLE_INTERVAL`]
-    /// apart for the CPU share, and its writable layer (the E2B and Daytona metrics).
-    pub async fn usage_sample(&self, key: &str) -> Result<UsageSample, ServiceError> {
-        let (_, before) = self.usage(key).await?;
-        let started = std::time::Instant::now();
-        tokio::time::sleep(CPU_SAMPLE_INTERVAL).await;
-        let (sandbox, after) = self.usage(key).await?;
-        let elapsed_usec = started.elapsed().as_micros().max(1) as f64;
-        let cpus = f64::from(sandbox.cpu_millis.max(1)) / 1000.0;
-        let used_usec = after.cpu_usage_usec.saturating_sub(before.cpu_usage_usec) as f64;
-        let cpu_used_pct = (used_usec / (elapsed_usec * cpus) * 100.0).clamp(0.0, 100.0);
-        let disk = self.disk_usage(&sandbox.id).await?;
-        Ok(UsageSample {
-            at_ms: sandboxd_store::unix_millis_now(),
-            cpu_count: sandbox.cpu_millis.div_ceil(1000).max(1),
-            cpu_used_pct: (cpu_used_pct * 100.0).round() / 100.0,
-            mem_used: after
-                .memory_usage_bytes
-                .saturating_sub(after.memory_file_bytes),
-            mem_total: after
-                .memory_limit_bytes
-                .unwrap_or(u64::from(sandbox.memory_mb) * 1024 * 1024),
-            mem_cache: after.memory_file_bytes,
-            disk_used: disk.map_or(0, |d| d.used_bytes),
-            disk_total: disk.and_then(|d| d.limit_bytes).unwrap_or(0),
-        })
-    }
-
     /// What sandbox `key`'s writable layer holds and may hold; `None` where the runtime cannot tell.
     pub async fn disk_usage(&self, key: &str) -> Result<Option<DiskUsage>, ServiceError> {
         let sandbox = self.get(key).await?;
@@ -305,7 +279,7 @@ impl Service {
     }
 }
 
-/// How long [`Service::usage_sample`] watches the CPU.
+/// How long [`Service::usage_sample`] watches the CPU when the sandbox has no recent reading.
 pub const CPU_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A sandbox's usage at one moment ([`Service::usage_sample`]); serialized as E2B's and Daytona's

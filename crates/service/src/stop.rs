@@ -72,6 +72,8 @@ impl Service {
     pub(crate) async fn finish_stop(&self, id: &str) -> Result<Sandbox, ServiceError> {
         // Nothing may reach the old processes' addresses through a cached endpoint meanwhile.
         self.forget_endpoint(id);
+        // Their usage history ends with them.
+        self.inner.usage_history.forget(id);
         self.runtime().stop(id).await?;
         self.transition(
             id,

@@ -16,7 +16,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// A runtime that keeps sandboxes in a map; tests stop or plant sandboxes behind the service's back.
 /// Knobs: `delay` before each create finishes, `fail` to make creates fail, `gvisor` to offer that
-/// tier; `creates`, `inspects`, `pauses` and `resumes` count calls.
+/// tier, `cpu_usec` as every sandbox's CPU time; `creates`, `inspects`, `pauses` and `resumes`
+/// count calls.
 /// Its sandboxes' "agents" call home through [`call_home_for_tests`] once started.
 #[derive(Default)]
 pub(crate) struct InMemoryRuntimeForTests {
@@ -31,6 +32,8 @@ pub(crate) struct InMemoryRuntimeForTests {
     pub(crate) gvisor: bool,
     pub(crate) gvisor_gone: AtomicBool,
     pub(crate) started: Mutex<Option<UnboundedSender<(String, String)>>>,
+    /// The CPU time `stats` reports for every sandbox, microseconds.
+    pub(crate) cpu_usec: std::sync::atomic::AtomicU64,
 }
 
 /// Plays the agents of `runtime`'s sandboxes: each started sandbox reports `environment-ready` to `svc`
@@ -146,6 +149,16 @@ impl Runtime for InMemoryRuntimeForTests {
         self.sandboxes.lock().unwrap().remove(id);
         Ok(())
     }
+    async fn stats(&self, id: &str) -> Result<sandboxd_runtime::cgroup::CgroupStats, RuntimeError> {
+        self.known(id)?;
+        Ok(sandboxd_runtime::cgroup::CgroupStats {
+            memory_usage_bytes: 3 << 20,
+            memory_file_bytes: 1 << 20,
+            cpu_usage_usec: self.cpu_usec.load(Ordering::SeqCst),
+            ..Default::default()
+        })
+    }
+
     async fn inspect(&self, id: &str) -> Result<Option<SandboxInfo>, RuntimeError> {
         self.inspects.fetch_add(1, Ordering::SeqCst);
         Ok(self.sandboxes.lock().unwrap().get(id).cloned())
