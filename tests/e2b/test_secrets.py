@@ -13,7 +13,7 @@ import os
 import sys
 import uuid
 
-from e2b import Sandbox, Secret
+from e2b import Sandbox, SandboxException, Secret
 
 RUN = uuid.uuid4().hex[:12]
 IP = os.environ["GATEWAY_HOST_IP"]
@@ -47,6 +47,30 @@ def main():
         env = sbx.commands.run("env").stdout
         assert value not in env, "the sandbox holds the value"
         print("PASS  Secret.create, envs with Secret.fill, network.rules through the gateway")
+
+        # The rules change while it runs: the next connections meet the new ones. The rule moves
+        # to other.test (whose TLS the gateway now ends, with the CA the sandbox trusts: no -k)
+        # with another header; api.test's TLS then passes through untouched.
+        moved = {"transform": {"headers": {"Authorization": "Token " + Secret.fill(name)}}}
+        sbx.update_network({"allow_out": [IP], "rules": {"other.test": [moved]}})
+        got = sbx.commands.run(curl.format(h="other.test")).stdout
+        assert got == digest(f"Token {value}"), got
+        got = sbx.commands.run(curl.format(h="api.test") + " -k").stdout
+        assert got == digest(""), got
+        # A rule on a port that does not pass the gateway is refused and changes nothing. The
+        # sandbox names a secret in its environment too, so it may drop its rules: the gateway
+        # stays in its path for the secret.
+        try:
+            sbx.update_network({"allow_out": [IP], "rules": {"other.test:9443": [moved]}})
+            raise AssertionError("a rule on a port outside the gateway was taken")
+        except SandboxException as e:
+            assert "may not name port 9443" in str(e), e
+        got = sbx.commands.run(curl.format(h="other.test")).stdout
+        assert got == digest(f"Token {value}"), got
+        sbx.update_network({"allow_out": [IP]})
+        got = sbx.commands.run(curl.format(h="other.test") + " -k").stdout
+        assert got == digest(""), got
+        print("PASS  update_network changes the gateway's rules of a running sandbox")
     finally:
         if sbx is not None:
             sbx.kill()

@@ -215,12 +215,13 @@ works('Sandbox#updateNetwork', "a name in `allowOut` makes the sandbox's own for
   await c.sbx.updateNetwork({})
   assert.equal(await resolver(), before)
 })
-works('Sandbox.updateNetwork', 'the same by id; new `rules` are refused (SandboxError)', async () => {
+works('Sandbox.updateNetwork', 'the same by id; `rules` are not added to a sandbox created without secrets or'
+  + ' rules (SandboxError)', async () => {
   const before = await resolver()
   await Sandbox.updateNetwork(c.sbx.sandboxId, { allowOut: ['example.com'] })
   assert.notEqual(await resolver(), before)
   await rejects(Sandbox.updateNetwork(c.sbx.sandboxId, { rules: { 'example.com': [{ transform: { headers: { X: 'y' } } }] } }),
-    e2b.SandboxError, 'rules of a running sandbox cannot change')
+    e2b.SandboxError, 'do not pass the egress gateway')
   await Sandbox.updateNetwork(c.sbx.sandboxId, {})
   assert.equal(await resolver(), before)
 })

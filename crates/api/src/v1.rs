@@ -347,12 +347,12 @@ pub async fn stop(
 
 /// Replace a running sandbox's egress: `egress` (the default for destinations in neither list) and
 /// both lists, whole, as a create's `network` sets them; what its new connections meet from the
-/// answer on (those open stay). `rules` must be those it has; `allowPublicTraffic` changes only
-/// when given.
+/// answer on (those open stay). `rules` replace its egress gateway's rules where the gateway is in
+/// its path (its create named secrets or rules); `allowPublicTraffic` changes only when given.
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/network", params(("id" = String, Path, description = "id or name")),
     request_body = api::NetworkPolicy,
     responses((status = 200, body = api::Sandbox), (status = 404, body = api::ApiError),
-              (status = 400, description = "a list entry that cannot be enforced, other rules, or a tier that cannot change it", body = api::ApiError),
+              (status = 400, description = "a list entry that cannot be enforced, rules the sandbox cannot take while it runs, or a tier that cannot change it", body = api::ApiError),
               (status = 409, description = "not running", body = api::ApiError)))]
 pub async fn update_network(
     State(service): State<Service>,

@@ -291,8 +291,8 @@ async fn behind_gvisor(d: &Daemon, ip: Ipv4Addr, value: &str, ip_value: &str, se
     assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
 }
 
-/// The vendors' SDKs, unmodified: E2B's `Secret` with `Secret.fill` in `envs` and `network.rules`
-/// (`tests/e2b/test_secrets.py`), Daytona's `secret` with `secrets=` on create and Python's own TLS
+/// The vendors' SDKs, unmodified: E2B's `Secret` with `Secret.fill` in `envs` and `network.rules`,
+/// and `update_network` moving a rule on the running sandbox (`tests/e2b/test_secrets.py`), Daytona's `secret` with `secrets=` on create and Python's own TLS
 /// in the sandbox (`tests/daytona/test_secrets.py`). Each script checks what reached the servers
 /// by the digest they answer; the servers' own record is checked here.
 #[test]
@@ -324,15 +324,18 @@ fn the_sdks_put_secrets_in_through_the_gateway() {
         )
         .await;
         let seen = seen.lock().unwrap().clone();
-        let with_value = seen
-            .iter()
-            .filter(|(h, a)| h == "api.test" && a.contains("-secret"))
-            .count();
+        let with_value = |host: &str| {
+            seen.iter()
+                .filter(|(h, a)| h == host && a.contains("-secret"))
+                .count()
+        };
         // E2B's, Daytona's at create, and Daytona's after update_secrets swapped it.
-        assert_eq!(with_value, 3, "{seen:?}");
+        assert_eq!(with_value("api.test"), 3, "{seen:?}");
+        // E2B's after update_network moved its rule there, before and after a refused update.
+        assert_eq!(with_value("other.test"), 2, "{seen:?}");
         assert!(
             seen.iter()
-                .all(|(h, a)| h == "api.test" || !a.contains("-secret")),
+                .all(|(h, a)| h == "api.test" || h == "other.test" || !a.contains("-secret")),
             "{seen:?}"
         );
     });

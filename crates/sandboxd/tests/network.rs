@@ -200,8 +200,9 @@ fn names_resolve_through_the_forwarder_and_survive_a_daemon_restart() {
 
 /// `PUT /v1/sandboxes/{id}/network` changes a running sandbox's lists at once: names added give it
 /// its own forwarder (the name resolves and its address is admitted), which a daemon killed with
-/// SIGKILL and restarted starts again from the changed record; an update that would change the
-/// gateway's rules, or one of a stopped sandbox, is refused and changes nothing; lists taken away
+/// SIGKILL and restarted starts again from the changed record; an update that would give the
+/// gateway rules to a sandbox created without (the gateway is not in its path), or one of a stopped
+/// sandbox, is refused and changes nothing; lists taken away
 /// give it the host's resolver back and leave no set behind.
 #[test]
 fn a_running_sandboxs_network_changes_and_the_change_survives_a_restart() {
@@ -233,7 +234,8 @@ fn a_running_sandboxs_network_changes_and_the_change_survives_a_restart() {
         let set = allowed_now(&own).expect("the sandbox has its allow set now");
         assert!(set.contains(&ALLOWED_AT.to_string()), "{set}");
 
-        // Refused, and nothing changes: new rules, an entry that cannot be enforced.
+        // Refused, and nothing changes: rules for a sandbox the gateway is not in the path of, an
+        // entry that cannot be enforced.
         for body in [
             json!({"egress": true, "allowOut": ["allowed.test"],
                 "rules": {"allowed.test": [{"transform": {"headers": {"X": "y"}}}]}}),

@@ -4,16 +4,24 @@
 //! Contract:
 //! - The update replaces the egress default and both lists whole; what it does not name is
 //!   cleared, as E2B documents. The lists are checked as a create's are ([`crate::network`]).
-//! - The egress gateway's `rules` cannot change on a running sandbox: an update must carry the
-//!   rules the sandbox has (none for one without), else it is refused and changes nothing.
-//!   Whether its ports are public changes only when the update says (`public`).
+//! - The egress gateway's `rules` change with the update on a sandbox the gateway is in the path of,
+//!   and its next connections meet them (the gateway reads a sandbox's rules as each connection
+//!   arrives). The gateway is in a sandbox's path from its create on when the create names secrets
+//!   or rules, and only then; an update changes which rules apply, never whether the gateway is
+//!   there. So rules cannot be added to a sandbox created without secrets or rules, and an update
+//!   may not leave one that has the gateway with neither (both refused, changing nothing); the
+//!   secrets the new rules name must exist, as at a create, and they may name only the ports that
+//!   pass the gateway (80, 443 and those its rules name now). Whether its ports are public changes
+//!   only when the update says (`public`).
 //! - Only a running sandbox is changed (409 otherwise); in a tier that cannot change a running
 //!   sandbox's egress it is a 400 naming the tier. The runtime puts the new rules in place in one
 //!   transaction first; the record follows, so a failure leaves the sandbox as it was.
 //! - Its connections already open are not cut; what it starts from then on meets the new lists.
 
+use crate::egress::{self, rules::HostRules};
 use crate::{network, Service, ServiceError};
 use sandboxd_api_types as api;
+use sandboxd_egress::Policy;
 use sandboxd_runtime::EgressLists;
 use sandboxd_store::{unix_millis_now, Sandbox, SandboxState};
 
@@ -24,7 +32,7 @@ pub struct EgressUpdate {
     pub egress: Option<bool>,
     pub allow_out: Vec<String>,
     pub deny_out: Vec<String>,
-    /// The egress gateway's rules, which must be those the sandbox has.
+    /// The egress gateway's rules, replacing the sandbox's (see the module docs).
     pub rules: std::collections::BTreeMap<String, Vec<api::NetworkRule>>,
     /// Whether anyone may reach its ports through the proxy; `None` keeps what it has.
     pub public: Option<bool>,
@@ -56,14 +64,7 @@ impl Service {
             rules: update.rules,
         };
         let policy = network::policy(Some(&asked))?;
-        let had = crate::egress::rules::from_stored(&sandbox.network);
-        if crate::egress::rules::to_json(&policy.rules) != crate::egress::rules::to_json(&had) {
-            return Err(ServiceError::InvalidRequest(
-                "the egress gateway's rules of a running sandbox cannot change: send the rules it \
-                 has with every update (none if it has none), or create a sandbox with the new ones"
-                    .into(),
-            ));
-        }
+        self.check_rules_change(&sandbox, &policy.rules).await?;
         let stored = policy.to_json();
         let lists = EgressLists {
             egress: policy.egress,
@@ -81,5 +82,123 @@ impl Service {
         self.evict_endpoint(&id);
         tracing::info!(sandbox_id = %id, "sandbox egress updated");
         self.get(&id).await
+    }
+
+    /// Whether running `sandbox` may have the gateway's `rules` instead of its own (see the module
+    /// docs); the same rules always may.
+    async fn check_rules_change(
+        &self,
+        sandbox: &Sandbox,
+        rules: &[HostRules],
+    ) -> Result<(), ServiceError> {
+        let had = egress::rules::from_stored(&sandbox.network);
+        if egress::rules::to_json(rules) == egress::rules::to_json(&had) {
+            return Ok(());
+        }
+        let env_secrets = !egress::secrets_used(&sandbox.env, &[]).is_empty();
+        if !env_secrets && had.is_empty() {
+            return Err(ServiceError::InvalidRequest(format!(
+                "sandbox {}'s connections do not pass the egress gateway (it was created without \
+                 secrets or network rules), so rules cannot be added to it; create a sandbox with \
+                 its rules, and it can change them later",
+                sandbox.id
+            )));
+        }
+        if !env_secrets && rules.is_empty() {
+            return Err(ServiceError::InvalidRequest(format!(
+                "the egress gateway stays in the path of sandbox {}, created with rules: an update \
+                 may change its rules but not remove the last of them",
+                sandbox.id
+            )));
+        }
+        // Which ports pass the gateway was fixed at the create: 80, 443 and its rules' own.
+        let sent = Policy::ports(&had);
+        let unsent: Vec<String> = Policy::ports(rules)
+            .into_iter()
+            .filter(|p| !sent.contains(p))
+            .map(|p| p.to_string())
+            .collect();
+        if !unsent.is_empty() {
+            return Err(ServiceError::InvalidRequest(format!(
+                "sandbox {}'s connections pass the egress gateway on ports 80, 443{} only (fixed \
+                 at its create); a rule may not name port {} while it runs",
+                sandbox.id,
+                sent.iter().map(|p| format!(", {p}")).collect::<String>(),
+                unsent.join(", ")
+            )));
+        }
+        self.gateway_for(&[], rules)?;
+        self.check_secret_uses(&sandbox.env, rules).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egress::GatewaySettings;
+    use crate::test_support::{InMemoryRuntimeForTests, TestService};
+    use crate::ServiceConfig;
+    use serde_json::{json, Value};
+
+    fn network(rules: Value) -> api::NetworkPolicy {
+        serde_json::from_value(json!({ "egress": true, "rules": rules })).unwrap()
+    }
+
+    fn rules_of(rules: Value) -> Vec<HostRules> {
+        network::policy(Some(&network(rules))).unwrap().rules
+    }
+
+    fn header(value: &str) -> Value {
+        json!([{ "transform": { "headers": { "X-Key": value } } }])
+    }
+
+    async fn refused(t: &TestService, sandbox: &Sandbox, rules: &[HostRules], says: &str) {
+        match t.svc.check_rules_change(sandbox, rules).await {
+            Err(ServiceError::InvalidRequest(why)) => assert!(why.contains(says), "{why}"),
+            other => panic!("{rules:?} on {}: {other:?}", sandbox.id),
+        }
+    }
+
+    /// Invariant: an update changes which rules the gateway applies to a sandbox, never whether
+    /// the gateway is in its path, nor which ports pass it; the secrets it names exist.
+    #[tokio::test]
+    async fn rules_change_where_the_gateway_is_and_it_stays_there() {
+        let gateway = GatewaySettings {
+            port: 9,
+            bundle_in_sandbox: "/bundle.pem".into(),
+            ca_in_sandbox: "/ca.pem".into(),
+        };
+        let config = ServiceConfig {
+            egress_gateway: Some(gateway),
+            ..Default::default()
+        };
+        let t = TestService::new(config, InMemoryRuntimeForTests::default());
+        let created = json!({ "api.test": header("1"), "api.test:8443": header("2") });
+        let ruled = t
+            .svc
+            .create(api::CreateSandbox {
+                network: Some(network(created.clone())),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let plain = t.svc.create(api::CreateSandbox::default()).await.unwrap();
+
+        let moved = rules_of(json!({ "other.test": header("3"), "other.test:8443": header("4") }));
+        t.svc
+            .check_rules_change(&ruled, &rules_of(created))
+            .await
+            .unwrap();
+        t.svc.check_rules_change(&ruled, &moved).await.unwrap();
+        t.svc.check_rules_change(&plain, &[]).await.unwrap();
+
+        refused(&t, &plain, &moved, "do not pass the egress gateway").await;
+        refused(&t, &ruled, &[], "not remove the last of them").await;
+        let port = rules_of(json!({ "api.test:9443": header("5") }));
+        refused(&t, &ruled, &port, "may not name port 9443").await;
+        let secret = header(&sandboxd_secrets::placeholder("nosuch"));
+        let secret = rules_of(json!({ "api.test": secret }));
+        refused(&t, &ruled, &secret, "unknown secrets: nosuch").await;
     }
 }
