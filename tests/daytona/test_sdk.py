@@ -46,12 +46,18 @@ IDLE = {}
 
 
 def test_idle_sandboxes_start_their_clocks():
-    """Made first, checked by test_an_idle_sandbox_is_stopped_then_deleted near the end: auto-stop
-    and auto-delete are whole minutes, so their clocks run while the other tests do."""
+    """Made first, checked by test_an_idle_sandbox_is_stopped_then_deleted near the end: auto-stop,
+    auto-pause and auto-delete are whole minutes, so their clocks run while the other tests do."""
     common = dict(snapshot="base", auto_stop_interval=1, labels={"idle": RUN})
     IDLE["idle"] = DAYTONA.create(CreateSandboxFromSnapshotParams(auto_delete_interval=1, **common))
     IDLE["busy"] = DAYTONA.create(CreateSandboxFromSnapshotParams(**common))
+    # Auto-pause instead of auto-stop: its processes are kept, frozen, until a start.
+    IDLE["pausing"] = DAYTONA.create(CreateSandboxFromSnapshotParams(
+        snapshot="base", auto_pause_interval=1, labels={"idle": RUN}))
     IDLE["since"] = time.monotonic()
+    pausing = IDLE["pausing"]
+    assert (pausing.auto_pause_interval, pausing.auto_stop_interval) == (1, 0), pausing.auto_stop_interval
+    IDLE["pid"] = pausing.process.exec("sleep 600 >/dev/null 2>&1 & echo $!").result.strip()
     assert IDLE["idle"].auto_stop_interval == 1 and IDLE["idle"].auto_delete_interval == 1
     assert IDLE["busy"].auto_delete_interval == -1, "never, by default"
     assert IDLE["busy"].process.exec("touch /home/user/busy").exit_code == 0
@@ -456,6 +462,15 @@ def test_an_idle_sandbox_is_stopped_then_deleted():
             assert time.monotonic() < deadline + 90, "a stopped sandbox was not deleted"
             time.sleep(1)
         assert time.monotonic() - IDLE["since"] >= 110, "deleted before its minute stopped"
+        # The pausing one was paused at its minute (long since), not stopped; a start resumes it
+        # with its processes.
+        pausing = IDLE["pausing"]
+        assert DAYTONA.get(pausing.id).state == "paused", DAYTONA.get(pausing.id).state
+        pausing.start()
+        assert DAYTONA.get(pausing.id).state == "started"
+        alive = pausing.process.exec(f"kill -0 {IDLE['pid']} && echo alive")
+        assert alive.result.strip() == "alive", alive.result
+        DAYTONA.delete(pausing)
         # Its intervals can be changed: never stop it, delete it at its next stop.
         busy.set_autostop_interval(0)
         busy.set_auto_delete_interval(0)

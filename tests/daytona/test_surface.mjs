@@ -170,6 +170,16 @@ works('Sandbox.setAutostopInterval', 'the record says 30 minutes; a negative one
   await sbx().setAutostopInterval(30)
   assert.equal(sbx().autoStopInterval, 30)
 })
+works('Sandbox.setAutoPauseInterval', 'the record says 10 minutes and auto-stop off (one or the other); 0 turns'
+  + ' it off; a negative one is `DaytonaError`', async () => {
+  await rejects(sbx().setAutoPauseInterval(-1), DaytonaError)
+  await sbx().setAutoPauseInterval(10)
+  await sbx().refreshData()
+  assert.deepEqual([sbx().autoPauseInterval, sbx().autoStopInterval], [10, 0])
+  await sbx().setAutoPauseInterval(0)
+  await sbx().refreshData()
+  assert.equal(sbx().autoPauseInterval, 0)
+})
 works('Sandbox.setAutoArchiveInterval', 'the record says 60 minutes', async () => {
   await sbx().setAutoArchiveInterval(60)
   assert.equal(sbx().autoArchiveInterval, 60)
@@ -260,7 +270,6 @@ works('Daytona.fork', 'a new sandbox with the files of the first', async () => {
 
 refused('Sandbox.archive', () => sbx().archive(), 'archiving is not supported')
 refused('Sandbox.recover', () => sbx().recover(30), 'recover is not supported')
-refused('Sandbox.setAutoPauseInterval', () => sbx().setAutoPauseInterval(10), 'auto-pause is not supported')
 works('Sandbox.setTtl', '`autoDestroyAt` is that many minutes from now; 0 drops it', async () => {
   await sbx().setTtl(600)
   await sbx().refreshData()

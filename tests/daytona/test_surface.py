@@ -297,13 +297,21 @@ def _():
 
 @works("Sandbox.set_autostop_interval", "the record says 30 minutes; a negative one is `DaytonaError`")
 def _():
-    try:
-        sbx().set_autostop_interval(-1)
-        raise AssertionError("a negative interval was taken")
-    except DaytonaError:
-        pass
+    raises(lambda: sbx().set_autostop_interval(-1), DaytonaError, "a negative interval")
     sbx().set_autostop_interval(30)
     assert sbx().auto_stop_interval == 30
+
+
+@works("Sandbox.set_auto_pause_interval", "the record says 10 minutes and auto-stop off (one or the other); 0 "
+       "turns it off; a negative one is `DaytonaError`")
+def _():
+    raises(lambda: sbx().set_auto_pause_interval(-1), DaytonaError, "a negative interval")
+    sbx().set_auto_pause_interval(10)
+    sbx().refresh_data()
+    assert (sbx().auto_pause_interval, sbx().auto_stop_interval) == (10, 0), sbx().auto_pause_interval
+    sbx().set_auto_pause_interval(0)
+    sbx().refresh_data()
+    assert sbx().auto_pause_interval == 0
 
 
 @works("Sandbox.set_auto_archive_interval", "the record says 60 minutes")
@@ -440,8 +448,6 @@ def _():
 
 refused("Sandbox.archive", lambda: sbx().archive(), "archiving is not supported")
 refused("Sandbox.recover", lambda: sbx().recover(timeout=DEADLINE), "recover is not supported")
-refused("Sandbox.set_auto_pause_interval", lambda: sbx().set_auto_pause_interval(10),
-        "auto-pause is not supported")
 refused("Sandbox.create_ssh_access", lambda: sbx().create_ssh_access(), "SSH access is not supported")
 refused("Sandbox.revoke_ssh_access", lambda: sbx().revoke_ssh_access("token"), "SSH access is not supported")
 refused("Sandbox.validate_ssh_access", lambda: sbx().validate_ssh_access("token"), "SSH access is not supported")

@@ -126,11 +126,12 @@ pub async fn create(
         }
         (None, None) => (Some(DEFAULT_SNAPSHOT.to_string()), None),
     };
-    let idle = super::lifecycle::policy_of(
-        req.auto_stop_interval,
-        req.auto_delete_interval,
-        req.auto_archive_interval,
-    )?;
+    let idle = super::lifecycle::policy_of(super::lifecycle::Intervals {
+        stop: req.auto_stop_interval,
+        pause: req.auto_pause_interval,
+        delete: req.auto_delete_interval,
+        archive: req.auto_archive_interval,
+    })?;
     let mut labels = req.labels.clone().unwrap_or_default();
     labels
         .entry(LANGUAGE_LABEL.to_string())

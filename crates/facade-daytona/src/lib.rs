@@ -10,7 +10,7 @@
 //! - Control ([`control`]): `POST /api/sandbox`, `GET /api/sandbox` (`{items, nextCursor}`,
 //!   `labels` filter), `GET|DELETE /api/sandbox/{idOrName}`, `POST …/start`, `POST …/stop`,
 //!   `GET …/toolbox-proxy-url`, `POST …/resize`, `POST …/pause`; creates waiting for their build ([`pending`]:
-//!   `pending_build`, `building_snapshot`, `…/build-logs-url`, `…/build-logs`); inactivity ([`lifecycle`]: `autostop`, `autodelete`,
+//!   `pending_build`, `building_snapshot`, `…/build-logs-url`, `…/build-logs`); inactivity ([`lifecycle`]: `autostop`, `autopause`, `autodelete`,
 //!   `autoarchive`, `last-activity`); snapshots ([`snapshots`]: the daemon's templates, create,
 //!   list, get, delete, activate, build logs); previews ([`previews`]: preview and signed links, `public`);
 //!   a running sandbox's secrets and environment ([`env`]: `PUT …/secrets`, the toolbox's `/env`).
@@ -161,6 +161,10 @@ pub fn router(service: Service, auth: Auth) -> Router {
         )
         .route("/api/sandbox/{key}/ttl/{minutes}", post(lifecycle::ttl))
         .route("/api/sandbox/{key}/network-settings", post(network::update))
+        .route(
+            "/api/sandbox/{key}/autopause/{minutes}",
+            post(lifecycle::autopause),
+        )
         .route(
             "/api/sandbox/{key}/autodelete/{minutes}",
             post(lifecycle::autodelete),

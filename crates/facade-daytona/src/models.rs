@@ -49,6 +49,8 @@ pub struct DaytonaSandbox {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_stop_interval: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_pause_interval: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_archive_interval: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_delete_interval: Option<i64>,
@@ -131,6 +133,7 @@ impl DaytonaSandbox {
             updated_at: sandboxd_service::sandboxes::rfc3339(s.updated_at),
             toolbox_proxy_url: toolbox_url.to_string(),
             auto_stop_interval: None,
+            auto_pause_interval: None,
             auto_archive_interval: None,
             auto_delete_interval: None,
             auto_destroy_at: s.expires_at.map(sandboxd_service::sandboxes::rfc3339),
@@ -142,6 +145,7 @@ impl DaytonaSandbox {
     pub fn with_idle(mut self, policy: Option<IdlePolicy>) -> DaytonaSandbox {
         if let Some(p) = policy {
             self.auto_stop_interval = Some(minutes(p.stop_after_ms));
+            self.auto_pause_interval = Some(minutes(p.pause_after_ms));
             self.auto_archive_interval = Some(minutes(p.archive_after_ms));
             self.auto_delete_interval = Some(minutes(p.delete_after_ms));
         }
@@ -192,9 +196,12 @@ pub struct CreateSandbox {
     pub memory: Option<u64>,
     #[serde(default)]
     pub disk: Option<u64>,
-    /// Minutes idle before a stop (0: never; default 15).
+    /// Minutes idle before a stop (0: never; default 15, or 0 for a sandbox that pauses).
     #[serde(default)]
     pub auto_stop_interval: Option<i64>,
+    /// Minutes idle before a pause that keeps its memory (0: never, the default).
+    #[serde(default)]
+    pub auto_pause_interval: Option<i64>,
     /// Minutes stopped before a delete (negative: never, the default; 0: at the stop).
     #[serde(default)]
     pub auto_delete_interval: Option<i64>,

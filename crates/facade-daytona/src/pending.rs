@@ -63,6 +63,7 @@ pub fn describe(p: &PendingCreate, toolbox_url: &str, just_made: bool) -> Dayton
         updated_at: at,
         toolbox_proxy_url: toolbox_url.to_string(),
         auto_stop_interval: None,
+        auto_pause_interval: None,
         auto_archive_interval: None,
         auto_delete_interval: None,
         auto_destroy_at: None,

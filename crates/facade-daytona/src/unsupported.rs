@@ -28,9 +28,6 @@ const ARCHIVE: &str = "archiving is not supported by sandboxd: a stopped sandbox
 /// `Sandbox.recover`.
 const RECOVER: &str = "recover is not supported by sandboxd: it has no recoverable error state; \
      delete the sandbox and create it again";
-/// `Sandbox.set_auto_pause_interval`.
-const AUTO_PAUSE: &str = "auto-pause is not supported by sandboxd's Daytona API; use \
-     set_autostop_interval (a stopped sandbox keeps its files) or pause";
 /// `Sandbox.create_ssh_access`, `revoke_ssh_access`, `validate_ssh_access`.
 const SSH: &str = "SSH access is not supported by sandboxd; use process.create_pty_session for a \
      terminal, or process.exec";
@@ -66,10 +63,6 @@ pub fn router() -> Router<Service> {
     Router::new()
         .route(&format!("{s}/archive"), post(|| async { refusal(ARCHIVE) }))
         .route(&format!("{s}/recover"), post(|| async { refusal(RECOVER) }))
-        .route(
-            &format!("{s}/autopause/{{minutes}}"),
-            post(|| async { refusal(AUTO_PAUSE) }),
-        )
         .route(&format!("{s}/ssh-access"), refuse(SSH))
         .route(
             "/api/sandbox/ssh-access/validate",
@@ -107,7 +100,7 @@ mod tests {
 
     #[test]
     fn every_message_can_be_a_reason_phrase() {
-        for message in [ARCHIVE, RECOVER, AUTO_PAUSE, SSH, ENTRYPOINT, COMPUTER_USE] {
+        for message in [ARCHIVE, RECOVER, SSH, ENTRYPOINT, COMPUTER_USE] {
             assert!(
                 ReasonPhrase::try_from(message.as_bytes()).is_ok(),
                 "{message}"

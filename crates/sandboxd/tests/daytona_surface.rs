@@ -33,7 +33,6 @@ fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
         let refused = [
             (M::POST, format!("{s}/archive")),
             (M::POST, format!("{s}/recover")),
-            (M::POST, format!("{s}/autopause/5")),
             (M::POST, format!("{s}/ssh-access")),
             (M::DELETE, format!("{s}/ssh-access?token=x")),
             (
@@ -62,6 +61,7 @@ fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
         // What works now: an unknown sandbox is not found, the configuration is served.
         for (method, path) in [
             (M::POST, format!("{s}/ttl/5")),
+            (M::POST, format!("{s}/autopause/5")),
             (M::POST, format!("{s}/network-settings")),
             (M::GET, format!("{s}/telemetry/metrics")),
             (M::GET, format!("{t}/system/metrics")),

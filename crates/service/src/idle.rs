@@ -1,6 +1,7 @@
-//! Inactivity: a sandbox with an idle policy ([`IdlePolicy`]: Daytona's auto-stop, auto-delete and
-//! auto-archive intervals) is stopped once it has been idle for its stop interval and, once
-//! stopped, deleted when it has been stopped for its delete interval.
+//! Inactivity: a sandbox with an idle policy ([`IdlePolicy`]: Daytona's auto-stop, auto-pause,
+//! auto-delete and auto-archive intervals) is stopped once it has been idle for its stop interval,
+//! or paused (its memory kept) once idle for its pause interval, and, once stopped, deleted when it
+//! has been stopped for its delete interval. A policy stops or pauses, never both.
 //!
 //! Guarantees:
 //! - **Activity** is every call that reaches the sandbox's agent or its ports ([`Service::awake`]:
@@ -10,8 +11,9 @@
 //!   [`PERSIST_AFTER`] newer than the stored one, so a busy sandbox costs no write per call and a
 //!   daemon restart forgets at most that much of it.
 //! - **The sweep acts with the ordinary flows**: a stop is [`Service::stop`] (intent first: its
-//!   processes end, its filesystem stays) and a delete is [`Service::delete`]; a sandbox that
-//!   changed state meanwhile is left to the next pass. Auto-archive is kept and reported only: a
+//!   processes end, its filesystem stays), a pause is [`Service::pause`] (a start or resume
+//!   continues it) and a delete is [`Service::delete`]; a sandbox that changed state meanwhile is
+//!   left to the next pass. A paused sandbox is not deleted for being idle: only a stopped one. Auto-archive is kept and reported only: a
 //!   stopped sandbox's filesystem stays where it is.
 //! - A sandbox without a policy is never stopped or deleted for being idle (its deadline, if it
 //!   has one, is [`Service::sweep_expired`]'s).
@@ -53,6 +55,8 @@ impl Activity {
 pub struct IdleSweep {
     /// Running sandboxes stopped for being idle.
     pub stopped: usize,
+    /// Running sandboxes paused for being idle.
+    pub paused: usize,
     /// Stopped sandboxes deleted for being stopped long enough.
     pub deleted: usize,
 }
@@ -64,9 +68,16 @@ impl Service {
         key: &str,
         policy: IdlePolicy,
     ) -> Result<Sandbox, ServiceError> {
-        if policy.stop_after_ms < 0 || policy.archive_after_ms < 0 {
+        if policy.stop_after_ms < 0 || policy.pause_after_ms < 0 || policy.archive_after_ms < 0 {
             return Err(ServiceError::InvalidRequest(
-                "the auto-stop and auto-archive intervals cannot be negative".into(),
+                "the auto-stop, auto-pause and auto-archive intervals cannot be negative".into(),
+            ));
+        }
+        if policy.stop_after_ms > 0 && policy.pause_after_ms > 0 {
+            return Err(ServiceError::InvalidRequest(
+                "a sandbox is stopped or paused when idle, not both: set the auto-stop or the \
+                 auto-pause interval to 0"
+                    .into(),
             ));
         }
         let sandbox = self.get(key).await?;
@@ -123,6 +134,20 @@ impl Service {
                         }
                     }
                 }
+                SandboxState::Running
+                    if row.policy.pause_after_ms > 0 && idle_for >= row.policy.pause_after_ms =>
+                {
+                    match self.pause(&id).await {
+                        Ok(_) => {
+                            tracing::info!(sandbox_id = %id, idle_ms = idle_for, "paused an idle sandbox");
+                            done.paused += 1;
+                        }
+                        Err(ServiceError::NotFound(_) | ServiceError::Conflict(_)) => {}
+                        Err(e) => {
+                            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "auto-pause failed")
+                        }
+                    }
+                }
                 SandboxState::Running => {
                     if let Some(seen) = seen.filter(|s| *s >= row.active_at + PERSIST_AFTER) {
                         self.writer()
@@ -176,6 +201,7 @@ mod tests {
     fn policy(stop: i64, delete: i64) -> IdlePolicy {
         IdlePolicy {
             stop_after_ms: stop,
+            pause_after_ms: 0,
             delete_after_ms: delete,
             archive_after_ms: 0,
         }
@@ -208,7 +234,7 @@ mod tests {
             swept,
             IdleSweep {
                 stopped: 1,
-                deleted: 0
+                ..Default::default()
             },
             "only the idle one"
         );
@@ -226,7 +252,8 @@ mod tests {
             swept,
             IdleSweep {
                 stopped: 1,
-                deleted: 1
+                deleted: 1,
+                ..Default::default()
             },
             "busy is idle by now too"
         );
@@ -278,5 +305,54 @@ mod tests {
             matches!(unknown, Err(ServiceError::NotFound(_))),
             "{unknown:?}"
         );
+    }
+
+    /// Invariant: a policy stops or pauses an idle sandbox, never both. One with a pause interval
+    /// is paused (its memory kept) once idle that long, activity postponing it, and is not deleted
+    /// for being idle while paused; a policy with both intervals is refused.
+    #[tokio::test]
+    async fn an_idle_sandbox_with_a_pause_interval_is_paused_not_stopped() {
+        let t = service();
+        let svc = &t.svc;
+        let idle = running(&t).await;
+        let busy = running(&t).await;
+        let pausing = IdlePolicy {
+            stop_after_ms: 0,
+            pause_after_ms: MINUTE,
+            delete_after_ms: 0,
+            archive_after_ms: 0,
+        };
+        for id in [&idle, &busy] {
+            svc.set_idle_policy(id, pausing).await.unwrap();
+        }
+        let both = svc
+            .set_idle_policy(
+                &idle,
+                IdlePolicy {
+                    stop_after_ms: MINUTE,
+                    ..pausing
+                },
+            )
+            .await;
+        assert!(
+            matches!(both, Err(ServiceError::InvalidRequest(_))),
+            "{both:?}"
+        );
+
+        let start = unix_millis_now();
+        svc.inner.activity.touch(&busy, start + 50_000);
+        let swept = svc.sweep_idle(start + MINUTE + 1_000).await.unwrap();
+        let expected = IdleSweep {
+            paused: 1,
+            ..Default::default()
+        };
+        assert_eq!(swept, expected, "only the idle one");
+        assert_eq!(svc.get(&idle).await.unwrap().state, SandboxState::Paused);
+        assert_eq!(svc.get(&busy).await.unwrap().state, SandboxState::Running);
+        assert_eq!(t.rt.pauses.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Paused, it stays: not deleted (its delete interval is for a stopped one), not paused again.
+        let later = svc.sweep_idle(start + 90 * MINUTE).await.unwrap();
+        assert_eq!(later, expected, "the busy one, idle by now");
+        assert_eq!(svc.get(&idle).await.unwrap().state, SandboxState::Paused);
     }
 }

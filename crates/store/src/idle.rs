@@ -1,14 +1,14 @@
-//! Idle policies: what a sandbox's inactivity does (Daytona's auto-stop, auto-delete and
-//! auto-archive intervals).
+//! Idle policies: what a sandbox's inactivity does (Daytona's auto-stop, auto-pause, auto-delete
+//! and auto-archive intervals).
 //!
 //! Contract:
 //! - A policy is a row of `idle_policies`, at most one per sandbox (its primary key), removed with
-//!   its sandbox (`ON DELETE CASCADE`). A sandbox without one is never stopped or deleted for
-//!   being idle.
+//!   its sandbox (`ON DELETE CASCADE`). A sandbox without one is never stopped, paused or deleted
+//!   for being idle.
 //! - The idle clock of a sandbox is the later of its recorded activity (`active_at`, which only
 //!   moves forward: [`WriteTx::touch_idle`]) and its row's last change (`sandboxes.updated_at`: a
 //!   stop, a start, a new label count as activity). [`ReadTx::idle_sandboxes`] answers it.
-//! - The store keeps the intervals; acting on them (stop, delete) is the service's.
+//! - The store keeps the intervals; acting on them (stop, pause, delete) is the service's.
 
 use rusqlite::{params, OptionalExtension};
 
@@ -20,6 +20,8 @@ use crate::{ReadTx, SandboxState, UnixMillis, WriteTx};
 pub struct IdlePolicy {
     /// A running sandbox idle this long is stopped; 0: never.
     pub stop_after_ms: i64,
+    /// A running sandbox idle this long is paused, its memory kept; 0: never.
+    pub pause_after_ms: i64,
     /// A stopped sandbox idle this long is deleted; negative: never, 0: as soon as it stops.
     pub delete_after_ms: i64,
     /// A stopped sandbox idle this long would be archived (kept and reported; sandboxd keeps a
@@ -43,14 +45,15 @@ impl ReadTx<'_> {
         Ok(self
             .conn()
             .prepare_cached(
-                "SELECT stop_after_ms, delete_after_ms, archive_after_ms FROM idle_policies
-                 WHERE sandbox_id = ?1",
+                "SELECT stop_after_ms, delete_after_ms, archive_after_ms, pause_after_ms
+                 FROM idle_policies WHERE sandbox_id = ?1",
             )?
             .query_row([id], |r| {
                 Ok(IdlePolicy {
                     stop_after_ms: r.get(0)?,
                     delete_after_ms: r.get(1)?,
                     archive_after_ms: r.get(2)?,
+                    pause_after_ms: r.get(3)?,
                 })
             })
             .optional()?)
@@ -60,7 +63,7 @@ impl ReadTx<'_> {
     pub fn idle_sandboxes(&self) -> Result<Vec<IdleSandbox>> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT s.id, s.state, p.stop_after_ms, p.delete_after_ms, p.archive_after_ms,
-                    MAX(p.active_at, s.updated_at) AS clock
+                    MAX(p.active_at, s.updated_at) AS clock, p.pause_after_ms
              FROM idle_policies p JOIN sandboxes s ON s.id = p.sandbox_id
              WHERE s.state IN ('running', 'stopped')
              ORDER BY clock, s.id",
@@ -75,6 +78,7 @@ impl ReadTx<'_> {
                         stop_after_ms: r.get(2)?,
                         delete_after_ms: r.get(3)?,
                         archive_after_ms: r.get(4)?,
+                        pause_after_ms: r.get(6)?,
                     },
                     active_at: r.get(5)?,
                 })
@@ -95,13 +99,14 @@ impl WriteTx<'_> {
     ) -> Result<()> {
         self.conn()
             .prepare_cached(
-                "INSERT INTO idle_policies
-                     (sandbox_id, stop_after_ms, delete_after_ms, archive_after_ms, active_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
+                "INSERT INTO idle_policies (sandbox_id, stop_after_ms, delete_after_ms,
+                     archive_after_ms, active_at, pause_after_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (sandbox_id) DO UPDATE SET
                      stop_after_ms = excluded.stop_after_ms,
                      delete_after_ms = excluded.delete_after_ms,
                      archive_after_ms = excluded.archive_after_ms,
+                     pause_after_ms = excluded.pause_after_ms,
                      active_at = MAX(active_at, excluded.active_at)",
             )?
             .execute(params![
@@ -109,7 +114,8 @@ impl WriteTx<'_> {
                 policy.stop_after_ms,
                 policy.delete_after_ms,
                 policy.archive_after_ms,
-                now
+                now,
+                policy.pause_after_ms
             ])
             .map_err(unknown_sandbox(id))?;
         Ok(())
@@ -136,6 +142,7 @@ mod tests {
 
     const POLICY: IdlePolicy = IdlePolicy {
         stop_after_ms: 60_000,
+        pause_after_ms: 0,
         delete_after_ms: -1,
         archive_after_ms: 0,
     };
@@ -161,6 +168,7 @@ mod tests {
                 "a",
                 &IdlePolicy {
                     delete_after_ms: 0,
+                    pause_after_ms: 30_000,
                     ..POLICY
                 },
                 8,
@@ -175,6 +183,7 @@ mod tests {
         );
         let policy = r.read(|tx| tx.idle_policy("a")).await.unwrap().unwrap();
         assert_eq!(policy.delete_after_ms, 0, "replaced");
+        assert_eq!(policy.pause_after_ms, 30_000, "replaced");
         assert_eq!(r.read(|tx| tx.idle_policy("b")).await.unwrap(), None);
 
         let idle = r.read(|tx| tx.idle_sandboxes()).await.unwrap();

@@ -116,7 +116,18 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "warm pools: sandboxes booted ahead, each claimed once",
         sql: SCHEMA_V18,
     },
+    Migration {
+        version: 19,
+        name: "idle policies pause a sandbox (Daytona's auto-pause)",
+        sql: SCHEMA_V19,
+    },
 ];
+
+/// An idle policy may pause a running sandbox, its memory kept (`idle`): after `pause_after_ms`
+/// idle, 0 never (every policy until now).
+const SCHEMA_V19: &str = "
+ALTER TABLE idle_policies ADD COLUMN pause_after_ms INTEGER NOT NULL DEFAULT 0;
+";
 
 /// Warm pools (`warm_pool`): sandboxes booted ahead of any create, each `warming` until its agent
 /// calls home, then `ready`. A create claims one by deleting its row (so it is claimed once), and
