@@ -71,6 +71,20 @@ def main():
         got = sbx.commands.run(curl.format(h="other.test") + " -k").stdout
         assert got == digest(""), got
         print("PASS  update_network changes the gateway's rules of a running sandbox")
+
+        # A sandbox behind the gateway for its rules alone keeps its egress when they all go: the
+        # gateway passes its connections through untouched (its TLS is the test CA's, hence -k).
+        ruled = Sandbox.create(network={"allow_out": [IP], "rules": {"api.test": [rule]}},
+                               metadata={"suite": "secrets", "run": RUN})
+        try:
+            got = ruled.commands.run(curl.format(h="api.test")).stdout
+            assert got == digest(f"Bearer {value}"), got
+            ruled.update_network({"allow_out": [IP]})
+            got = ruled.commands.run(curl.format(h="api.test") + " -k").stdout
+            assert got == digest(""), got
+        finally:
+            ruled.kill()
+        print("PASS  a sandbox whose rules all went keeps its egress through the gateway")
     finally:
         if sbx is not None:
             sbx.kill()

@@ -292,7 +292,8 @@ async fn behind_gvisor(d: &Daemon, ip: Ipv4Addr, value: &str, ip_value: &str, se
 }
 
 /// The vendors' SDKs, unmodified: E2B's `Secret` with `Secret.fill` in `envs` and `network.rules`,
-/// and `update_network` moving a rule on the running sandbox (`tests/e2b/test_secrets.py`), Daytona's `secret` with `secrets=` on create and Python's own TLS
+/// and `update_network` moving a rule on the running sandbox and removing them all from another
+/// (`tests/e2b/test_secrets.py`), Daytona's `secret` with `secrets=` on create and Python's own TLS
 /// in the sandbox (`tests/daytona/test_secrets.py`). Each script checks what reached the servers
 /// by the digest they answer; the servers' own record is checked here.
 #[test]
@@ -329,8 +330,9 @@ fn the_sdks_put_secrets_in_through_the_gateway() {
                 .filter(|(h, a)| h == host && a.contains("-secret"))
                 .count()
         };
-        // E2B's, Daytona's at create, and Daytona's after update_secrets swapped it.
-        assert_eq!(with_value("api.test"), 3, "{seen:?}");
+        // E2B's (its sandbox's and one with rules alone), Daytona's at create, and Daytona's
+        // after update_secrets swapped it.
+        assert_eq!(with_value("api.test"), 4, "{seen:?}");
         // E2B's after update_network moved its rule there, before and after a refused update.
         assert_eq!(with_value("other.test"), 2, "{seen:?}");
         assert!(

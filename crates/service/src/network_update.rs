@@ -6,13 +6,13 @@
 //!   cleared, as E2B documents. The lists are checked as a create's are ([`crate::network`]).
 //! - The egress gateway's `rules` change with the update on a sandbox the gateway is in the path of,
 //!   and its next connections meet them (the gateway reads a sandbox's rules as each connection
-//!   arrives). The gateway is in a sandbox's path from its create on when the create names secrets
-//!   or rules, and only then; an update changes which rules apply, never whether the gateway is
-//!   there. So rules cannot be added to a sandbox created without secrets or rules, and an update
-//!   may not leave one that has the gateway with neither (both refused, changing nothing); the
-//!   secrets the new rules name must exist, as at a create, and they may name only the ports that
-//!   pass the gateway (80, 443 and those its rules name now). Whether its ports are public changes
-//!   only when the update says (`public`).
+//!   arrives; with none, and no secrets, it passes them through untouched). The gateway is in a
+//!   sandbox's path, on ports 80, 443 and those its create's rules named, from its create on when
+//!   the create names secrets or rules, and only then: an update changes which rules apply, never
+//!   whether the gateway is there nor on which ports. So rules for a sandbox created without
+//!   secrets or rules, and a rule on a port that does not pass the gateway, are refused and change
+//!   nothing; the secrets the new rules name must exist, as at a create. Whether its ports are
+//!   public changes only when the update says (`public`).
 //! - Only a running sandbox is changed (409 otherwise); in a tier that cannot change a running
 //!   sandbox's egress it is a 400 naming the tier. The runtime puts the new rules in place in one
 //!   transaction first; the record follows, so a failure leaves the sandbox as it was.
@@ -85,7 +85,8 @@ impl Service {
     }
 
     /// Whether running `sandbox` may have the gateway's `rules` instead of its own (see the module
-    /// docs); the same rules always may.
+    /// docs); the same rules always may. Whether the gateway is in its path, and on which ports, is
+    /// what the runtime made it with.
     async fn check_rules_change(
         &self,
         sandbox: &Sandbox,
@@ -95,39 +96,37 @@ impl Service {
         if egress::rules::to_json(rules) == egress::rules::to_json(&had) {
             return Ok(());
         }
-        let env_secrets = !egress::secrets_used(&sandbox.env, &[]).is_empty();
-        if !env_secrets && had.is_empty() {
+        let id = &sandbox.id;
+        let spec = self
+            .runtime()
+            .inspect(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("sandbox {id} not found")))?
+            .spec;
+        if spec.egress_gateway.is_none() {
             return Err(ServiceError::InvalidRequest(format!(
-                "sandbox {}'s connections do not pass the egress gateway (it was created without \
-                 secrets or network rules), so rules cannot be added to it; create a sandbox with \
-                 its rules, and it can change them later",
-                sandbox.id
+                "sandbox {id}'s connections do not pass the egress gateway (it was created without \
+                 secrets or network rules), so its rules cannot change; create a sandbox with its \
+                 rules, and it can change them later"
             )));
         }
-        if !env_secrets && rules.is_empty() {
-            return Err(ServiceError::InvalidRequest(format!(
-                "the egress gateway stays in the path of sandbox {}, created with rules: an update \
-                 may change its rules but not remove the last of them",
-                sandbox.id
-            )));
-        }
-        // Which ports pass the gateway was fixed at the create: 80, 443 and its rules' own.
-        let sent = Policy::ports(&had);
         let unsent: Vec<String> = Policy::ports(rules)
             .into_iter()
-            .filter(|p| !sent.contains(p))
+            .filter(|p| !spec.egress_gateway_ports.contains(p))
             .map(|p| p.to_string())
             .collect();
         if !unsent.is_empty() {
+            let sent: String = spec
+                .egress_gateway_ports
+                .iter()
+                .map(|p| format!(", {p}"))
+                .collect();
             return Err(ServiceError::InvalidRequest(format!(
-                "sandbox {}'s connections pass the egress gateway on ports 80, 443{} only (fixed \
-                 at its create); a rule may not name port {} while it runs",
-                sandbox.id,
-                sent.iter().map(|p| format!(", {p}")).collect::<String>(),
+                "sandbox {id}'s connections pass the egress gateway on ports 80, 443{sent} only \
+                 (fixed at its create); a rule may not name port {} while it runs",
                 unsent.join(", ")
             )));
         }
-        self.gateway_for(&[], rules)?;
         self.check_secret_uses(&sandbox.env, rules).await?;
         Ok(())
     }
@@ -192,9 +191,10 @@ mod tests {
             .unwrap();
         t.svc.check_rules_change(&ruled, &moved).await.unwrap();
         t.svc.check_rules_change(&plain, &[]).await.unwrap();
+        // All of them may go: the gateway, still in its path, then passes it through.
+        t.svc.check_rules_change(&ruled, &[]).await.unwrap();
 
         refused(&t, &plain, &moved, "do not pass the egress gateway").await;
-        refused(&t, &ruled, &[], "not remove the last of them").await;
         let port = rules_of(json!({ "api.test:9443": header("5") }));
         refused(&t, &ruled, &port, "may not name port 9443").await;
         let secret = header(&sandboxd_secrets::placeholder("nosuch"));

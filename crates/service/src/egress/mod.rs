@@ -11,6 +11,8 @@
 //!   address it comes from (running, behind the gateway), its rules as stored, and the secrets its
 //!   environment and rules name, opened with the secrets key. A secret updated since the create is
 //!   used with its new value and hosts; one deleted is left out (its placeholder goes out as text).
+//!   A sandbox left with no rules and no secrets keeps the gateway in its path, which then passes
+//!   its connections through untouched.
 //! - Upstream connections are opened from the sandbox's own network, or for the gVisor tier on the
 //!   host marked as the sandbox's ([`sandboxd_runtime::Runtime::connect_from`]), so its egress
 //!   lists apply to them as to anything it sends.
@@ -147,11 +149,11 @@ impl Service {
         if found.state != SandboxState::Running {
             return None;
         }
+        // Only a sandbox made behind the gateway reaches it (its redirect, from its create). With
+        // no rules and no secrets left (all removed or detached since), its policy is empty: the
+        // gateway passes its connections through untouched rather than cut its egress.
         let host_rules = rules::from_stored(&found.network);
         let names = secrets_used(&found.env, &host_rules);
-        if names.is_empty() && host_rules.is_empty() {
-            return None;
-        }
         let secrets = self.secret_uses(names).await;
         Some(Route {
             sandbox: found.id.clone(),
