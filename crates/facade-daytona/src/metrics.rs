@@ -108,13 +108,16 @@ pub async fn series(
 ) -> Result<Json<Value>, DaytonaError> {
     let asked = asked(query.as_deref())?;
     let samples = service.usage_history(&key, asked.from, asked.to).await?;
+    // Each sample's time, rendered once for every series.
+    let times: Vec<String> = samples.iter().map(|s| rfc3339(s.at_ms)).collect();
     let series: Vec<Value> = METRICS
         .iter()
         .filter(|(name, _)| asked.names.contains(name))
         .map(|(name, value)| {
             let points: Vec<Value> = samples
                 .iter()
-                .map(|s| json!({ "timestamp": rfc3339(s.at_ms), "value": value(s) }))
+                .zip(&times)
+                .map(|(s, at)| json!({ "timestamp": at, "value": value(s) }))
                 .collect();
             json!({ "metricName": name, "dataPoints": points })
         })

@@ -152,8 +152,8 @@ pub async fn kill(State(service): State<Service>, Path(id): Path<String>) -> Res
 /// `PUT /sandboxes/{id}/network {allowOut?, denyOut?, rules?, allowInternetAccess?}` → 204: the
 /// running sandbox's egress lists replaced whole on the service's one flow
 /// ([`sandboxd_service::network_update`]): an omitted list is cleared, the rules are replaced where
-/// the egress gateway is in the sandbox's path, and `allowInternetAccess` (the default for destinations in neither list) and
-/// `allowPublicTraffic` are kept when omitted. The other keys of a create's `network` are refused
+/// the egress gateway is in the sandbox's path, and `allowInternetAccess` (the default for
+/// destinations in neither list) and `allowPublicTraffic` are kept when omitted. The other keys of a create's `network` are refused
 /// as there.
 pub async fn update_network(
     State(service): State<Service>,

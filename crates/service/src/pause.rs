@@ -268,9 +268,8 @@ impl Service {
         Ok((sandbox, stats))
     }
 
-    /// What sandbox `key`'s writable layer holds and may hold; `None` where the runtime cannot tell.
-    pub async fn disk_usage(&self, key: &str) -> Result<Option<DiskUsage>, ServiceError> {
-        let sandbox = self.get(key).await?;
+    /// What `sandbox`'s writable layer holds and may hold; `None` where the runtime cannot tell.
+    pub async fn disk_usage(&self, sandbox: &Sandbox) -> Result<Option<DiskUsage>, ServiceError> {
         match self.runtime().disk_usage(&sandbox.id).await {
             Ok(usage) => Ok(Some(usage)),
             Err(RuntimeError::Unsupported(_)) => Ok(None),

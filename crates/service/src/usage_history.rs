@@ -233,7 +233,8 @@ impl Service {
             let used_usec = stats.cpu_usage_usec.saturating_sub(usec) as f64;
             (used_usec / (elapsed_usec * cpus) * 100.0).clamp(0.0, 100.0)
         });
-        let disk = self.disk_usage(&sandbox.id).await?;
+        // The sandbox as just read: its layer's usage costs no second read of the store.
+        let disk = self.disk_usage(sandbox).await?;
         let sample = UsageSample {
             at_ms: unix_millis_now(),
             cpu_count: sandbox.cpu_millis.div_ceil(1000).max(1),
