@@ -65,7 +65,12 @@ pub async fn create(
                     Err(e) => return Err(e.into()),
                 }
             }
+            let mounts_none = plan.volumes.is_empty();
             let sandbox = service.create_with_id(id.clone(), plan).await?;
+            if mounts_none {
+                // Its mounts are the plan's: none to read back.
+                return Ok(to_api(&sandbox));
+            }
             with_volumes(&service, to_api(&sandbox)).await
         };
         json_response(StatusCode::CREATED, created.await)

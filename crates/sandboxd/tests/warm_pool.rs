@@ -239,35 +239,51 @@ fn kill9_while_the_pool_refills_rebuilds_it() {
     });
 }
 
-/// Invariant: a create killed after it claimed a pooled sandbox, before it adopted it, is a create
-/// that never finished: its row ends `failed` with its name free, the pooled sandbox is destroyed,
-/// and no one sees a half-claimed sandbox; a retry with the name succeeds from the pool.
+/// Invariant: a create killed after it adopted a pooled sandbox, before its one write, is a
+/// create that never happened: no row, its name free, the sandbox it adopted destroyed at the
+/// restart with the entry it came from, and no one sees a half-claimed sandbox; a retry with the
+/// name succeeds from the refilled pool.
 #[test]
-fn kill9_after_a_claim_leaves_no_half_claimed_sandbox() {
+fn kill9_after_an_adoption_leaves_no_half_claimed_sandbox() {
     e2e(|| async {
         let mut d = Daemon::start_with(
             &["--warm-pool", "base=1"],
-            &[("FAILPOINTS", "create.after-claim=return(60000)")],
+            &[("FAILPOINTS", "create.after-adopt=return(60000)")],
         )
         .await;
         await_pool(&d, 1).await;
         let claimed = entries(&d);
         let hung = create_in_background(&d, "claimed");
-        let half = wait_for_row(
-            &d,
-            "SELECT id FROM sandboxes WHERE name = 'claimed' AND state = 'creating'",
-        )
-        .await;
+        // The adopted sandbox is under the create's id, which nothing else knows yet.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let adopted = loop {
+            if let Some(id) = runtime_ids(&d).into_iter().find(|id| id.starts_with("sb")) {
+                break id;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no adoption:\n{}",
+                d.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            query(&d, "SELECT id FROM sandboxes").is_empty(),
+            "a row before the create's one write"
+        );
         d.kill9();
         assert!(
             hung.await.unwrap().is_err(),
             "the create cannot have answered"
         );
         restart_and_reconcile(&mut d).await;
-        let (_, row) = get(&d, &half).await;
-        assert_eq!(row["state"], "failed", "{row}");
+        assert!(query(&d, "SELECT id FROM sandboxes").is_empty());
         await_pool(&d, 1).await;
         assert!(entries(&d).is_disjoint(&claimed));
+        assert!(
+            !runtime_ids(&d).contains(&adopted),
+            "the adopted sandbox outlived the restart"
+        );
         assert_holdings(&d, &BTreeSet::new());
         let retry = d.create(json!({"name": "claimed"})).await;
         assert_eq!(base_pool(&d).await["hits"], 1);
@@ -412,8 +428,8 @@ fn server_timing(response: &reqwest::Response) -> Vec<String> {
 }
 
 /// A create names its steps in `Server-Timing` (`sandboxd_service::timing`): a cold one boots a
-/// sandbox (`runtime-create`, `start`, `ready`), one from the pool adopts one instead (`adopt`,
-/// `init`, `running`); an exec names its lookup and its agent call.
+/// sandbox (`runtime-create`, `start`, `ready`), one from the pool adopts one first (`adopt`,
+/// `init`) and then writes once (`admit`); an exec names its lookup and its agent call.
 #[test]
 fn creates_and_execs_name_their_steps_in_server_timing() {
     e2e(|| async {
@@ -431,7 +447,7 @@ fn creates_and_execs_name_their_steps_in_server_timing() {
         assert_eq!(pooled.status(), 201);
         assert_eq!(
             steps,
-            ["prepare", "admit", "adopt", "init", "running"],
+            ["prepare", "adopt", "init", "admit"],
             "a pooled create boots nothing"
         );
         let id = id_of(&pooled.json::<Value>().await.unwrap());

@@ -9,6 +9,7 @@ use futures::{Stream, StreamExt};
 use sandboxd_api_types as api;
 use sandboxd_envd::process::{DataEvent, EndEvent, ProcessConfig, ProcessEvent, StartRequest};
 use sandboxd_envd::{Code, EnvdClient, ExecOptions};
+use sandboxd_store::SandboxState;
 use std::time::Duration;
 
 /// Maps an agent failure to what the caller did wrong, when it was the caller.
@@ -86,8 +87,14 @@ impl Service {
         key: &str,
         user: Option<&str>,
     ) -> Result<(String, EnvdClient), ServiceError> {
-        let sandbox = self.awake(key).await?;
-        let endpoint = self.endpoint(&sandbox.id).await?;
+        let (sandbox, stored) = self.get_with_endpoint(key).await?;
+        let was_running = sandbox.state == SandboxState::Running;
+        let sandbox = self.wake(sandbox).await?;
+        // The endpoint read with the row, unless a resume may have moved it.
+        let endpoint = match stored.filter(|_| was_running) {
+            Some(stored) => self.endpoint_of(&sandbox, stored),
+            None => self.endpoint(&sandbox.id).await?,
+        };
         let client = EnvdClient::new(&endpoint.socket, &endpoint.token);
         let client = match user {
             Some(u) => {

@@ -4,7 +4,7 @@
 //! | failpoint | where the flow stands |
 //! |---|---|
 //! | `create.after-insert` | row `creating` and slot leased; the runtime has made nothing |
-//! | `create.after-claim` | row `creating` holding a warm pool's entry's slot and token, the entry deleted; the pooled sandbox not yet adopted |
+//! | `create.after-adopt` | a warm pool's sandbox adopted under the create's id and given its environment; no row written, the entry not yet claimed |
 //! | `pool.after-insert` | warm-pool entry `warming` with its slot; the runtime has made nothing |
 //! | `create.after-runtime` | row `starting`, the sandbox booted; its endpoint not yet stored |
 //! | `delete.after-mark` | row `deleting`; the runtime's sandbox not yet destroyed |

@@ -121,6 +121,11 @@ impl Service {
     /// not running is a conflict.
     pub(crate) async fn awake(&self, key: &str) -> Result<Sandbox, ServiceError> {
         let sandbox = self.get(key).await?;
+        self.wake(sandbox).await
+    }
+
+    /// [`Service::awake`] for a row already read.
+    pub(crate) async fn wake(&self, sandbox: Sandbox) -> Result<Sandbox, ServiceError> {
         match sandbox.state {
             SandboxState::Running => {
                 let now = unix_millis_now();

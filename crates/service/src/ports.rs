@@ -13,7 +13,8 @@ use sandboxd_api_types as api;
 use sandboxd_proxy::{port_is_listening, Resolver, RouteError, Target, Upstream};
 use sandboxd_runtime::SandboxInfo;
 use sandboxd_store::{
-    unix_millis_now, ExposedPort, HostPorts, PortState, Protocol, SandboxState, StoredEndpoint,
+    unix_millis_now, ExposedPort, HostPorts, PortState, Protocol, Sandbox, SandboxState,
+    StoredEndpoint,
 };
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -99,6 +100,28 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.to_string(), endpoint.clone());
         Ok(endpoint)
+    }
+
+    /// Where sandbox `sandbox`'s services are, `stored` being the store's copy read with its row:
+    /// the cached endpoint if there is one, else that copy (then cached).
+    pub(crate) fn endpoint_of(&self, sandbox: &Sandbox, stored: StoredEndpoint) -> Arc<Endpoint> {
+        let mut cache = self
+            .inner
+            .endpoints
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        cache
+            .entry(sandbox.id.clone())
+            .or_insert_with(|| {
+                Arc::new(Endpoint {
+                    socket: stored.agent_socket,
+                    token: sandbox.agent_token.clone(),
+                    address: stored.address,
+                    public: crate::previews::is_public(&sandbox.network),
+                })
+            })
+            .clone()
     }
 
     /// Stores the runtime's word on where sandbox `info` is (an upsert: racing writers converge). A

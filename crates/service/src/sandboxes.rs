@@ -20,6 +20,7 @@ use sandboxd_api_types as api;
 use sandboxd_runtime::Isolation;
 use sandboxd_store::{
     unix_millis_now, Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState, StoreError,
+    StoredEndpoint,
 };
 use std::collections::BTreeMap;
 
@@ -294,8 +295,24 @@ impl Service {
         };
         // Cluster mode: the name is the log's to give first (`crate::cluster`).
         self.reserve_placement(&new).await?;
+        if let Some(template) = &pool {
+            match self
+                .create_pooled(template, new.clone(), &plan, &prepared)
+                .await
+            {
+                Ok(Some(sandbox)) => {
+                    self.commit_placement(&id).await;
+                    return Ok(sandbox);
+                }
+                // None of its pool's is free: made cold.
+                Ok(None) => {}
+                Err(e) => {
+                    self.release_placement(&id).await;
+                    return Err(e);
+                }
+            }
+        }
         let slots = self.config().net_slots;
-        let pool_template = pool.clone();
         let admitted = step(
             "admit",
             self.writer().write(move |tx| {
@@ -312,24 +329,16 @@ impl Service {
                 for mount in &mounts {
                     tx.insert_mount(mount)?;
                 }
-                // A ready pooled sandbox of its template is claimed here, once; else a slot of its own.
-                let claimed = match &pool_template {
-                    Some(template) => tx.claim_pool_entry(template, &id, now)?,
-                    None => None,
-                };
-                let slot = match claimed.as_ref().and_then(|e| e.slot) {
-                    Some(slot) => slot,
-                    None => tx.lease_slot(&id, slots, now)?.slot,
-                };
+                let slot = tx.lease_slot(&id, slots, now)?.slot;
                 let data = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
                 let created = emit(tx, SANDBOX_CREATED, Some(&id), data.unwrap_or_default())?;
-                Ok(Ok((slot, claimed, created)))
+                Ok(Ok((slot, created)))
             }),
         )
         .await
         .map_err(ServiceError::from)
         .and_then(|admitted| admitted);
-        let (slot, claimed, created) = match admitted {
+        let (slot, created) = match admitted {
             Ok(admitted) => admitted,
             Err(e) => {
                 self.release_placement(&id).await;
@@ -338,21 +347,7 @@ impl Service {
         };
         self.publish([created]);
         if pool.is_some() {
-            self.count_pool_claim(&template, claimed.is_some());
-        }
-        if let Some(entry) = claimed {
-            crate::failpoints::hold("create.after-claim").await;
-            return match self.adopt_pooled(&id, &entry, &plan, &prepared).await {
-                Ok(sandbox) => {
-                    self.commit_placement(&id).await;
-                    Ok(sandbox)
-                }
-                Err(e) => {
-                    // Whichever id it answers to now, it goes with the row.
-                    let _ = self.runtime().destroy(&entry.id).await;
-                    Err(self.undo_create(&id, e).await)
-                }
-            };
+            self.count_pool_claim(&template, false);
         }
         crate::failpoints::hold("create.after-insert").await;
         let slot = match step("slot", self.free_slot(&id, slot)).await {
@@ -513,6 +508,25 @@ impl Service {
             .read(move |tx| tx.get_sandbox(&k))
             .await?
             .filter(|s| s.state != SandboxState::Deleting)
+            .ok_or_else(|| ServiceError::NotFound(self.not_found(key)))
+    }
+
+    /// [`Service::get`], with where the store says its services are, in one read.
+    pub(crate) async fn get_with_endpoint(
+        &self,
+        key: &str,
+    ) -> Result<(Sandbox, Option<StoredEndpoint>), ServiceError> {
+        let k = key.to_string();
+        self.reader()
+            .read(move |tx| {
+                let Some(sandbox) = tx.get_sandbox(&k)? else {
+                    return Ok(None);
+                };
+                let endpoint = tx.get_endpoint(&sandbox.id)?;
+                Ok(Some((sandbox, endpoint)))
+            })
+            .await?
+            .filter(|(s, _)| s.state != SandboxState::Deleting)
             .ok_or_else(|| ServiceError::NotFound(self.not_found(key)))
     }
 

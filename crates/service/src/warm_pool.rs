@@ -6,34 +6,41 @@
 //!   (`--warm-pool TEMPLATE=N`, `PUT /v1/warm-pools/{template}`, kept in the store). It boots one
 //!   sandbox at a time exactly as a create would ([`Service::prepare`], [`Service::spec`]) under an
 //!   id of its own (`wp…`), recorded as a `warming` entry holding its network slot; the entry is
-//!   `ready` once its agent calls home (`readiness::pooled_event`). An entry is no sandbox:
-//!   no list, count, event, webhook or timeout sees it.
+//!   `ready` once its agent calls home (`readiness::pooled_event`). The filler then runs `true` in
+//!   it once ([`Service::warm_up`]), so a create's first command does not pay for the agent's and
+//!   the root's first use, and offers it to creates ([`WarmPools::offer`]). An entry is no
+//!   sandbox: no list, count, event, webhook or timeout sees it.
 //! - **Claiming.** A create whose template has a pool, and that asks nothing a booted sandbox
 //!   cannot take afterwards ([`Service::pool_for`]: the template's own root and tier, the default
-//!   network and disk, no volumes, secrets or start commands), claims the oldest ready entry in the
-//!   very transaction that inserts its row (`sandboxd_store::warm_pool`: an entry is handed out
-//!   once, and its slot moves to the sandbox). The runtime then adopts the booted sandbox under the
-//!   create's id ([`sandboxd_runtime::Runtime::adopt`]), its CPU and memory become the create's,
-//!   its agent takes the create's environment (`POST /init`) and the row goes `running`. With none
-//!   ready the create is made cold, counted as a miss; either way the filler is woken, and boots
+//!   network and disk, no volumes, secrets or start commands), takes the oldest entry the filler
+//!   offered ([`WarmPools::take`]: each is taken once, by one). The runtime adopts the booted
+//!   sandbox under the create's id ([`sandboxd_runtime::Runtime::adopt`]), its CPU and memory
+//!   become the create's, and its agent takes the create's environment (`POST /init`). Then one
+//!   write inserts the row, claims the entry (`sandboxd_store::warm_pool`: an entry is handed out
+//!   once, and its slot moves to the sandbox) and marks it `running`: one commit, where a cold
+//!   create has two. With none ready (or one that could not be adopted, then destroyed) the create
+//!   is made cold, counted as a miss; either way the filler is woken, and boots
 //!   replacements once creates have paused for [`REFILL_QUIET`] (at most [`REFILL_MAX_DELAY`]
 //!   later), so a burst's creates do not compete with their replacements' boots.
 //! - **Crashes.** A daemon that starts discards every entry a previous one left (its sandbox is
 //!   destroyed, its row and slot freed) and fills the pools again: an entry's boot may have been cut
-//!   short anywhere. A claim cut short is a `creating` row like any create's, and the reconcilers
-//!   settle it; the pooled sandbox it had not adopted yet is then an orphan, destroyed.
+//!   short anywhere. A create cut short before its write left no row: the sandbox it had adopted
+//!   is an orphan, destroyed, and it answered nothing.
 //! - **Orphans.** The sandbox reconciler destroys runtime sandboxes with neither a row nor an entry.
-//!   It does so holding [`WarmPools::adopting`] exclusively, and claims adopt holding it shared, so
-//!   a sandbox being renamed is never taken for an orphan under its old id.
+//!   It does so holding [`WarmPools::adopting`] exclusively, and creates hold it shared from before
+//!   they rename a pooled sandbox until its row is written (or it is destroyed), so a sandbox being
+//!   adopted is never taken for an orphan, under its old id or its new one.
 
-use crate::events::{emit, sandbox_data, SANDBOX_RUNNING};
+use crate::events::{emit, sandbox_data, SANDBOX_CREATED, SANDBOX_RUNNING};
 use crate::sandboxes::{random_id, CreatePlan, Prepared};
 use crate::timing::step;
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
-use sandboxd_runtime::{Isolation, ResourceLimits};
-use sandboxd_store::{unix_millis_now, PoolEntry, PoolState, Sandbox, SandboxState};
-use std::collections::{BTreeMap, HashMap};
+use sandboxd_runtime::{Isolation, ResourceLimits, SandboxInfo};
+use sandboxd_store::{unix_millis_now, NewSandbox, PoolEntry, PoolState, Sandbox, SandboxState};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -49,6 +56,8 @@ const REFILL_BACKOFF: Duration = Duration::from_secs(1);
 const REFILL_QUIET: Duration = Duration::from_millis(100);
 /// ...but never later than this after it was first woken.
 const REFILL_MAX_DELAY: Duration = Duration::from_secs(1);
+/// How long a pooled sandbox's warm-up command may take ([`Service::warm_up`]).
+const WARM_UP_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The pools' state in this process: sizes asked for, counters, and the filler's wake-ups.
 #[derive(Default)]
@@ -63,6 +72,9 @@ pub(crate) struct WarmPools {
     ready: Notify,
     /// Held shared by adoptions, exclusively by the destruction of orphans (see the module docs).
     pub(crate) adopting: tokio::sync::RwLock<()>,
+    /// The entries this process booted and warmed up, ready to be taken, by template, oldest first.
+    /// Taking one removes it, so it is one create's (or the filler's, to discard it) alone.
+    ready_to_take: Mutex<HashMap<String, VecDeque<PoolEntry>>>,
 }
 
 impl WarmPools {
@@ -74,6 +86,21 @@ impl WarmPools {
     /// The counters, by template.
     fn stats(&self) -> HashMap<String, PoolStats> {
         self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Takes the oldest ready entry of `template`, for the caller alone.
+    fn take(&self, template: &str) -> Option<PoolEntry> {
+        let mut ready = self.ready_to_take.lock().unwrap_or_else(|p| p.into_inner());
+        ready.get_mut(template)?.pop_front()
+    }
+
+    /// Offers `entry`, booted and warmed up, to the creates of its template.
+    fn offer(&self, entry: PoolEntry) {
+        let mut ready = self.ready_to_take.lock().unwrap_or_else(|p| p.into_inner());
+        ready
+            .entry(entry.template.clone())
+            .or_default()
+            .push_back(entry);
     }
 }
 
@@ -164,20 +191,141 @@ impl Service {
         self.pools().refill.notify_one();
     }
 
-    /// Makes claimed `entry` sandbox `id` (whose `creating` row holds its slot and token): adopts
-    /// it under `id`, gives it the create's limits and environment, and moves the row to `running`.
-    pub(crate) async fn adopt_pooled(
+    /// Makes sandbox `new` from a ready sandbox of `template`'s pool, if one is free; `None` when
+    /// none is (or the one taken would not take the create), and the create is made cold.
+    ///
+    /// The booted sandbox is taken in this process first ([`WarmPools::take`]), adopted under the
+    /// create's id and given its limits and environment; then one write admits the create, inserts
+    /// its row, claims the entry ([`sandboxd_store::WriteTx::claim_pool_entry`]) and marks it
+    /// `running`. A create refused there (a per-key limit, its name taken) destroys what it adopted.
+    /// Until that write, the adopted sandbox has no row: [`WarmPools::adopting`] is held throughout,
+    /// so the reconciler does not take it for an orphan, and a daemon killed meanwhile leaves one,
+    /// destroyed at its restart.
+    pub(crate) async fn create_pooled(
+        &self,
+        template: &str,
+        new: NewSandbox,
+        plan: &CreatePlan,
+        prepared: &Prepared,
+    ) -> Result<Option<Sandbox>, ServiceError> {
+        let limits = self.config().key_limits;
+        // A create past its key's limit is refused before it takes a pooled sandbox.
+        if !new.owner.is_empty() {
+            let owner = new.owner.clone();
+            self.reader()
+                .read(move |tx| Ok(limits.admit(tx.key_usage(&owner)?)))
+                .await??;
+        }
+        let _adopting = self.pools().adopting.read().await;
+        let Some(entry) = self.pools().take(template) else {
+            return Ok(None);
+        };
+        let id = new.id.clone();
+        let made = match self.adopt_pooled(&id, &entry, plan, prepared).await {
+            Ok(made) => made,
+            Err(e) => {
+                tracing::warn!(sandbox_id = %id, pool_id = %entry.id, error = %crate::error::chain(&e), "a pooled sandbox could not be adopted; the create is made cold");
+                self.discard_adopted(&entry.id, &id).await;
+                return Ok(None);
+            }
+        };
+        crate::failpoints::hold("create.after-adopt").await;
+        let endpoint = crate::ports::observed_endpoint(&made);
+        let entry_id = entry.id.clone();
+        let written = step(
+            "admit",
+            self.writer().write(move |tx| {
+                if !new.owner.is_empty() {
+                    if let Err(refused) = limits.admit(tx.key_usage(&new.owner)?) {
+                        return Ok(Err(refused));
+                    }
+                }
+                let now = unix_millis_now();
+                let id = new.id.clone();
+                if let Some(image) = &new.image {
+                    tx.touch_image(image, now)?;
+                }
+                tx.insert_sandbox(new)?;
+                tx.claim_pool_entry(&entry_id, &id, now)?;
+                let created = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
+                let created = emit(tx, SANDBOX_CREATED, Some(&id), created.unwrap_or_default())?;
+                tx.set_state(
+                    &id,
+                    &[SandboxState::Creating],
+                    SandboxState::Running,
+                    None,
+                    now,
+                )?;
+                tx.upsert_endpoint(&endpoint)?;
+                let row =
+                    tx.get_sandbox_by_id(&id)?
+                        .ok_or(sandboxd_store::StoreError::NotFound {
+                            kind: "sandbox",
+                            key: id.clone(),
+                        })?;
+                let running = emit(tx, SANDBOX_RUNNING, Some(&id), sandbox_data(&row))?;
+                Ok(Ok((row, [created, running])))
+            }),
+        )
+        .await
+        .map_err(ServiceError::from)
+        .and_then(|written| written);
+        match written {
+            Ok((row, events)) => {
+                self.publish(events);
+                self.count_pool_claim(template, true);
+                Ok(Some(row))
+            }
+            Err(e) => {
+                self.discard_adopted(&entry.id, &id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives pooled sandbox `entry` (`ready`, taken) sandbox `id`'s name, limits and environment.
+    /// Its agent takes the environment while the runtime renames it: the agent is reached through
+    /// its socket's directory held open ([`path_across_renames`]), whatever that directory is named.
+    async fn adopt_pooled(
         &self,
         id: &str,
         entry: &PoolEntry,
         plan: &CreatePlan,
         prepared: &Prepared,
-    ) -> Result<Sandbox, ServiceError> {
-        let made = step("adopt", async {
-            let _adopting = self.pools().adopting.read().await;
-            self.runtime().adopt(&entry.id, id).await
-        })
-        .await?;
+    ) -> Result<SandboxInfo, ServiceError> {
+        let pooled =
+            self.runtime()
+                .inspect(&entry.id)
+                .await?
+                .ok_or_else(|| ServiceError::StartFailed {
+                    id: id.to_string(),
+                    reason: format!("its pooled sandbox {} is gone", entry.id),
+                })?;
+        let (dir, socket) =
+            path_across_renames(&pooled.agent.socket).map_err(|e| ServiceError::StartFailed {
+                id: id.to_string(),
+                reason: format!("its pooled agent's socket cannot be opened: {e}"),
+            })?;
+        let client = sandboxd_envd::EnvdClient::new(&socket, &pooled.agent.token);
+        let envs = prepared.envs.clone().into_iter().collect();
+        let init = async {
+            tokio::time::timeout(self.config().ready_deadline, client.init(envs))
+                .await
+                .map_err(|_| ServiceError::StartFailed {
+                    id: id.to_string(),
+                    reason: "its pooled agent did not take its environment in time".into(),
+                })?
+                .map_err(ServiceError::Agent)
+        };
+        // The agent's request first: it is on its way, served by the daemon's other threads, while
+        // the runtime's adoption (file writes, the hostname) blocks this one.
+        let (inited, made) = tokio::join!(
+            step("init", init),
+            step("adopt", self.runtime().adopt(&entry.id, id))
+        );
+        drop(dir);
+        let made = made?;
+        inited?;
         // Pooled sandboxes boot with the default policy, which sends nothing out.
         if plan.network.egress != crate::network::EgressPolicy::default().egress {
             // Its lists are the default's (`poolable`): empty.
@@ -196,49 +344,18 @@ impl Service {
             };
             step("resize", self.runtime().resize(id, &limits)).await?;
         }
-        let client = sandboxd_envd::EnvdClient::new(&made.agent.socket, &made.agent.token);
-        let envs = prepared.envs.clone().into_iter().collect();
-        step(
-            "init",
-            tokio::time::timeout(self.config().ready_deadline, client.init(envs)),
-        )
-        .await
-        .map_err(|_| ServiceError::StartFailed {
-            id: id.to_string(),
-            reason: "its pooled agent did not take its environment in time".into(),
-        })?
-        .map_err(ServiceError::Agent)?;
-        let endpoint = crate::ports::observed_endpoint(&made);
-        let rid = id.to_string();
-        let moved = step(
-            "running",
-            self.writer().write(move |tx| {
-                let now = unix_millis_now();
-                if !tx.set_state(
-                    &rid,
-                    &[SandboxState::Creating],
-                    SandboxState::Running,
-                    None,
-                    now,
-                )? {
-                    return Ok(None);
-                }
-                tx.upsert_endpoint(&endpoint)?;
-                let row = tx.get_sandbox_by_id(&rid)?;
-                let data = row.as_ref().map(sandbox_data).unwrap_or_default();
-                let running = emit(tx, SANDBOX_RUNNING, Some(&rid), data)?;
-                Ok(row.map(|row| (row, running)))
-            }),
-        )
-        .await?;
-        let Some((row, running)) = moved else {
-            return Err(ServiceError::StartFailed {
-                id: id.to_string(),
-                reason: "it was deleted while being created".into(),
-            });
-        };
-        self.publish([running]);
-        Ok(row)
+        Ok(made)
+    }
+
+    /// Destroys pooled sandbox `entry_id`, adopted (or half adopted) as `id`, and forgets its entry.
+    async fn discard_adopted(&self, entry_id: &str, id: &str) {
+        // Whichever id it answers to now, it goes with the entry.
+        if let Err(e) = self.runtime().destroy(id).await {
+            tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&ServiceError::from(e)), "cannot destroy an adopted pooled sandbox");
+        }
+        if let Err(e) = self.discard_pool_entry(entry_id).await {
+            tracing::warn!(pool_id = %entry_id, error = %crate::error::chain(&e), "cannot discard a pooled sandbox");
+        }
     }
 
     /// Every template's pool: those with a size, with sandboxes, or that served creates since the
@@ -399,7 +516,7 @@ impl Service {
     }
 
     /// Destroys pooled sandbox `id`, then forgets its entry (kept, for a later try, while its
-    /// sandbox cannot be destroyed).
+    /// sandbox cannot be destroyed). No create takes it: it was never offered, or the caller took it.
     async fn discard_pool_entry(&self, id: &str) -> Result<(), ServiceError> {
         self.runtime().destroy(id).await?;
         let rid = id.to_string();
@@ -415,10 +532,12 @@ impl Service {
         let entries = self.reader().read(|tx| tx.pool_entries()).await?;
         let sizes = self.pools().sizes();
         let held = |template: &str| entries.iter().filter(|e| e.template == template).count();
-        if let Some(extra) = entries.iter().find(|e| {
-            e.state == PoolState::Ready
-                && held(&e.template) > sizes.get(&e.template).copied().unwrap_or(0) as usize
-        }) {
+        // One offered over its pool's size, taken from the creates.
+        let over = entries
+            .iter()
+            .map(|e| e.template.as_str())
+            .filter(|t| held(t) > sizes.get(*t).copied().unwrap_or(0) as usize);
+        if let Some(extra) = over.into_iter().find_map(|t| self.pools().take(t)) {
             self.discard_pool_entry(&extra.id).await?;
             return Ok(true);
         }
@@ -458,6 +577,7 @@ impl Service {
             slot: None,
         };
         let slots = self.config().net_slots;
+        let mut offered = entry.clone();
         let slot = self
             .writer()
             .write(move |tx| {
@@ -473,7 +593,9 @@ impl Service {
             self.runtime().create(&spec).await?;
             self.runtime().start(&id).await?;
             self.await_pool_ready(&id, Instant::now() + self.config().ready_deadline)
-                .await
+                .await?;
+            self.warm_up(&id, &token).await;
+            Ok(())
         }
         .await;
         if let Err(e) = booted {
@@ -491,7 +613,28 @@ impl Service {
             .entry(template.to_string())
             .or_default()
             .last_refill_ms = Some(took);
+        (offered.state, offered.slot) = (PoolState::Ready, Some(slot));
+        self.pools().offer(offered);
         Ok(())
+    }
+
+    /// Runs `true` once in pooled sandbox `id`, whose agent's token is `token`, so the first command
+    /// of the create that takes it does not pay for first use: the agent's first spawn, the root's
+    /// first lookups. Best effort: a root without `true` only skips the warm-up.
+    async fn warm_up(&self, id: &str, token: &str) {
+        let info = match self.runtime().inspect(id).await {
+            Ok(Some(info)) => info,
+            _ => return,
+        };
+        let client = sandboxd_envd::EnvdClient::new(&info.agent.socket, token);
+        let opts = sandboxd_envd::ExecOptions {
+            timeout: Some(WARM_UP_DEADLINE),
+            ..Default::default()
+        };
+        let ran = tokio::time::timeout(WARM_UP_DEADLINE, client.exec(&["true".into()], opts)).await;
+        if !matches!(ran, Ok(Ok(ref out)) if out.exit_code == 0) {
+            tracing::debug!(pool_id = %id, outcome = ?ran, "a pooled sandbox's warm-up command did not run");
+        }
     }
 
     /// Waits until entry `id` is ready; an error once it is gone or at `deadline`.
@@ -547,6 +690,23 @@ impl Service {
     }
 }
 
+/// A path to unix socket `socket` that stays valid while its directory is renamed: through
+/// `/proc/self/fd` and the directory held open (the returned handle; the path is valid while it
+/// is).
+fn path_across_renames(socket: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
+    let (Some(dir), Some(name)) = (socket.parent(), socket.file_name()) else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} names no file in a directory", socket.display()),
+        ));
+    };
+    let held = std::fs::File::open(dir)?;
+    let path = Path::new("/proc/self/fd")
+        .join(held.as_raw_fd().to_string())
+        .join(name);
+    Ok((held, path))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,6 +715,24 @@ mod tests {
 
     fn service() -> TestService {
         TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default())
+    }
+
+    /// The path to a socket through its held directory reaches the socket after the directory
+    /// was renamed, where its own path no longer does.
+    #[tokio::test]
+    async fn a_socket_is_reached_across_its_directorys_rename() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (before, after) = (tmp.path().join("wp1"), tmp.path().join("sb1"));
+        std::fs::create_dir(&before).unwrap();
+        let socket = before.join("agent.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let (_held, via) = path_across_renames(&socket).unwrap();
+        std::fs::rename(&before, &after).unwrap();
+        assert!(tokio::net::UnixStream::connect(&socket).await.is_err());
+        let connected = tokio::net::UnixStream::connect(&via).await;
+        assert!(connected.is_ok(), "{connected:?} via {}", via.display());
+        assert!(listener.accept().await.is_ok());
+        assert!(path_across_renames(Path::new("/")).is_err());
     }
 
     /// A size past the limit is the caller's 400, an unknown template a 404, and neither is kept;

@@ -4,8 +4,8 @@
 //! - An entry is `warming` from its insert until its agent calls home, then `ready`
 //!   ([`WriteTx::mark_pool_entry_ready`], once: a duplicate report changes nothing).
 //! - A create claims a `ready` entry by deleting its row ([`WriteTx::claim_pool_entry`]), so an entry
-//!   is handed out once however many creates race: the single writer runs the claims one after the
-//!   other and the second finds no row. The entry's network slot moves to the creating sandbox in
+//!   is handed out once however many creates race for it: the single writer runs the claims one
+//!   after the other, the second finds no row and its write rolls back. The entry's network slot moves to the creating sandbox in
 //!   the same transaction, so the sandbox holds exactly the slot its booted processes use.
 //! - A slot is held by a sandbox or by an entry, never both, and an entry holds at most one
 //!   (`idx_network_slots_pool`); deleting an entry frees its slot (`ON DELETE SET NULL`).
@@ -13,7 +13,7 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::{ReadTx, UnixMillis, WriteTx};
 
 /// Where a warm-pool entry is.
@@ -155,27 +155,28 @@ impl WriteTx<'_> {
         Ok(n == 1)
     }
 
-    /// Claims the oldest `ready` entry of `template` for sandbox `sandbox_id` (whose row must exist):
-    /// deletes the entry, leases its slot to the sandbox and makes its agent's token the sandbox's.
-    /// `None` when the pool has none ready.
+    /// Claims `ready` entry `entry_id` for sandbox `sandbox_id` (whose row must exist): deletes the
+    /// entry, leases its slot to the sandbox and makes its agent's token the sandbox's.
+    /// [`StoreError::NotFound`] when it is no ready entry (claimed already, discarded, or still
+    /// warming), so the caller's savepoint rolls back whatever it wrote with the claim.
     pub fn claim_pool_entry(
         &mut self,
-        template: &str,
+        entry_id: &str,
         sandbox_id: &str,
         now: UnixMillis,
-    ) -> Result<Option<PoolEntry>> {
+    ) -> Result<PoolEntry> {
         let found = self
             .conn()
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM warm_pool w LEFT JOIN network_slots n ON n.pool_id = w.id
-                 WHERE w.template = ?1 AND w.state = 'ready'
-                 ORDER BY w.created_at, w.id LIMIT 1"
+                 WHERE w.id = ?1 AND w.state = 'ready'"
             ))?
-            .query_row([template], entry)
-            .optional()?;
-        let Some(found) = found else {
-            return Ok(None);
-        };
+            .query_row([entry_id], entry)
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "ready warm-pool entry",
+                key: entry_id.to_string(),
+            })?;
         // The delete is the claim; its slot's `pool_id` is cleared by the foreign key.
         self.delete_pool_entry(&found.id)?;
         if let Some(slot) = found.slot {
@@ -188,7 +189,7 @@ impl WriteTx<'_> {
         self.conn()
             .prepare_cached("UPDATE sandboxes SET net_slot = ?2, agent_token = ?3 WHERE id = ?1")?
             .execute(params![sandbox_id, found.slot, found.agent_token])?;
-        Ok(Some(found))
+        Ok(found)
     }
 
     /// Sets the pool size asked for `template` (0 removes it).
@@ -229,8 +230,9 @@ mod tests {
     }
 
     /// Invariant: a warm-pool entry is handed out once. Two hundred creates race for a pool of ten
-    /// ready entries: ten get one each, every entry once, each with the slot its entry held; the rest
-    /// get none and lease slots of their own, never one an entry or another sandbox holds.
+    /// entries, twenty for each ready one (a warming one is never handed out): one of each twenty
+    /// gets it, with the slot its entry held, and the others' writes roll back whole (no row); they
+    /// lease slots of their own, never one an entry or another sandbox holds.
     #[tokio::test]
     async fn an_entry_is_claimed_once_however_many_creates_race() {
         let (_dir, store, _t) = open_temp();
@@ -242,39 +244,64 @@ mod tests {
                     let id = format!("wp{i}");
                     tx.insert_pool_entry(&pooled(&id, i))?;
                     slots.push(tx.lease_pool_slot(&id, 1000, 1)?.slot);
-                    // Warming entries are not handed out.
                     if i % 2 == 0 {
                         assert!(tx.mark_pool_entry_ready(&id)?);
                         assert!(!tx.mark_pool_entry_ready(&id)?, "ready once");
                     }
                 }
-                for i in (1..10).step_by(2) {
-                    assert!(tx.mark_pool_entry_ready(&format!("wp{i}"))?);
-                }
                 Ok(slots)
             })
             .await
             .unwrap();
+        // Warming entries are not handed out.
+        let early = w
+            .write(|tx| {
+                tx.insert_sandbox(new_sandbox("sb-early", "", 2))?;
+                tx.claim_pool_entry("wp1", "sb-early", 2)
+            })
+            .await;
+        assert!(
+            matches!(early, Err(StoreError::NotFound { .. })),
+            "{early:?}"
+        );
+        w.write(|tx| {
+            for i in (1..10).step_by(2) {
+                assert!(tx.mark_pool_entry_ready(&format!("wp{i}"))?);
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
         let creates = (0..200).map(|i| {
             let w = w.clone();
             tokio::spawn(async move {
-                w.write(move |tx| {
-                    let id = format!("sb{i}");
-                    tx.insert_sandbox(new_sandbox(&id, "", 2))?;
-                    match tx.claim_pool_entry("base", &id, 3)? {
-                        Some(e) => {
-                            let row = tx.get_sandbox_by_id(&id)?.unwrap();
-                            assert_eq!(row.agent_token, e.agent_token, "the entry's agent's token");
-                            Ok((Some(e.id), e.slot.unwrap(), tx.slot_of(&id)?.unwrap()))
-                        }
-                        None => {
-                            let slot = tx.lease_slot(&id, 1000, 3)?.slot;
-                            Ok((None, slot, slot))
-                        }
+                let id = format!("sb{i}");
+                let entry = format!("wp{}", i % 10);
+                let (rid, eid) = (id.clone(), entry.clone());
+                let pooled = w
+                    .write(move |tx| {
+                        tx.insert_sandbox(new_sandbox(&rid, "", 2))?;
+                        let e = tx.claim_pool_entry(&eid, &rid, 3)?;
+                        let row = tx.get_sandbox_by_id(&rid)?.unwrap();
+                        assert_eq!(row.agent_token, e.agent_token, "the entry's agent's token");
+                        Ok((e.slot.unwrap(), tx.slot_of(&rid)?.unwrap()))
+                    })
+                    .await;
+                match pooled {
+                    Ok((entry_slot, slot)) => (Some(entry), entry_slot, slot),
+                    Err(StoreError::NotFound { .. }) => {
+                        let cold = w
+                            .write(move |tx| {
+                                assert!(tx.get_sandbox_by_id(&id)?.is_none(), "rolled back");
+                                tx.insert_sandbox(new_sandbox(&id, "", 2))?;
+                                Ok(tx.lease_slot(&id, 1000, 3)?.slot)
+                            })
+                            .await
+                            .unwrap();
+                        (None, cold, cold)
                     }
-                })
-                .await
-                .unwrap()
+                    Err(e) => panic!("{e}"),
+                }
             })
         });
         let mut claimed = Vec::new();

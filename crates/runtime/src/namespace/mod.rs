@@ -402,6 +402,46 @@ impl NamespaceRuntime {
 }
 
 impl NamespaceRuntime {
+    /// [`Runtime::adopt`], on this thread: renames sandbox `from` to `to` and gives it its new name
+    /// inside.
+    fn adopt_now(&self, from: &str, to: &str) -> Result<SandboxInfo, RuntimeError> {
+        validate_id(to)?;
+        let (source, p) = self.load(from)?;
+        if p.spec.isolation != Isolation::Namespace {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {from} runs in the {} tier, whose sandboxes cannot be adopted",
+                p.spec.isolation
+            )));
+        }
+        let target = self.paths(to);
+        // Making the directory is the claim on the new id, as in a create; the rename then replaces
+        // the empty directory in one step, and a record read before the rewrite below already
+        // names `to` ([`SandboxPaths::load`]).
+        match std::fs::create_dir(&target.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(RuntimeError::AlreadyExists(to.to_string()))
+            }
+            Err(e) => return Err(RuntimeError::io("create", &target.dir)(e)),
+        }
+        if let Err(e) = std::fs::rename(&source.dir, &target.dir) {
+            let _ = std::fs::remove_dir(&target.dir);
+            return Err(RuntimeError::io("rename", &source.dir)(e));
+        }
+        // The record is not rewritten: read under its new directory it already names `to`, its
+        // host resources under the name it was made with (a write and an fsync less per claim).
+        let (paths, p) = self.load(to)?;
+        self.forwarders.rename(from, to);
+        // Its name inside, as a create gives it: the files that name it and its UTS namespace's
+        // hostname. Its resolver is its slot's, unchanged.
+        let base = p.id_base.unwrap_or(self.config.id_map_base);
+        rootfs::write_names(&paths.upper(), to, base)?;
+        if let Some(pid) = p.live_pid() {
+            process::set_hostname(pid, to)?;
+        }
+        self.info(&p)
+    }
+
     /// The cgroup of sandbox `id`, whose init must be alive ([`RuntimeError::NotFound`] otherwise).
     fn running_cgroup(&self, id: &str) -> Result<crate::cgroup::SandboxCgroup, RuntimeError> {
         let (_, p) = self.load(id)?;
@@ -677,41 +717,14 @@ impl Runtime for NamespaceRuntime {
     }
 
     async fn adopt(&self, from: &str, to: &str) -> Result<SandboxInfo, RuntimeError> {
-        validate_id(to)?;
-        let (source, p) = self.load(from)?;
-        if p.spec.isolation != Isolation::Namespace {
-            return Err(RuntimeError::Unsupported(format!(
-                "sandbox {from} runs in the {} tier, whose sandboxes cannot be adopted",
-                p.spec.isolation
-            )));
-        }
-        let target = self.paths(to);
-        // Making the directory is the claim on the new id, as in a create; the rename then replaces
-        // the empty directory in one step, and a record read before the rewrite below already
-        // names `to` ([`SandboxPaths::load`]).
-        match std::fs::create_dir(&target.dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(RuntimeError::AlreadyExists(to.to_string()))
+        // Blocking file and namespace work, off the async worker where the runtime allows it: the
+        // worker's other tasks (the adopting create's call to the agent, say) go on meanwhile.
+        match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| self.adopt_now(from, to))
             }
-            Err(e) => return Err(RuntimeError::io("create", &target.dir)(e)),
+            _ => self.adopt_now(from, to),
         }
-        if let Err(e) = std::fs::rename(&source.dir, &target.dir) {
-            let _ = std::fs::remove_dir(&target.dir);
-            return Err(RuntimeError::io("rename", &source.dir)(e));
-        }
-        // The record is not rewritten: read under its new directory it already names `to`, its
-        // host resources under the name it was made with (a write and an fsync less per claim).
-        let (paths, p) = self.load(to)?;
-        self.forwarders.rename(from, to);
-        // Its name inside, as a create gives it: the files that name it and its UTS namespace's
-        // hostname. Its resolver is its slot's, unchanged.
-        let base = p.id_base.unwrap_or(self.config.id_map_base);
-        rootfs::write_names(&paths.upper(), to, base)?;
-        if let Some(pid) = p.live_pid() {
-            process::set_hostname(pid, to)?;
-        }
-        self.info(&p)
     }
 
     async fn set_envs(
