@@ -20,7 +20,7 @@ use sandboxd_api_types as api;
 use sandboxd_runtime::Isolation;
 use sandboxd_store::{
     unix_millis_now, Lifecycle, NewSandbox, Sandbox, SandboxFilter, SandboxState, StoreError,
-    StoredEndpoint,
+    StoredEndpoint, UnixMillis, WriteTx,
 };
 use std::collections::BTreeMap;
 
@@ -316,16 +316,10 @@ impl Service {
         let admitted = step(
             "admit",
             self.writer().write(move |tx| {
-                if !new.owner.is_empty() {
-                    if let Err(refused) = limits.admit(tx.key_usage(&new.owner)?) {
-                        return Ok(Err(refused));
-                    }
-                }
                 let id = new.id.clone();
-                if let Some(image) = &new.image {
-                    tx.touch_image(image, now)?;
+                if let Err(refused) = insert_admitted(tx, limits, new, now)? {
+                    return Ok(Err(refused));
                 }
-                tx.insert_sandbox(new)?;
                 for mount in &mounts {
                     tx.insert_mount(mount)?;
                 }
@@ -619,6 +613,26 @@ pub fn lifecycle_to_api(l: &Lifecycle) -> api::Lifecycle {
 pub fn rfc3339(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// In a create's write: sandbox `new` refused (the inner `Err`, nothing written) when its key holds
+/// its limit ([`crate::per_key`]), else its row inserted and its image marked used at `now`.
+pub(crate) fn insert_admitted(
+    tx: &mut WriteTx<'_>,
+    limits: crate::per_key::KeyLimits,
+    new: NewSandbox,
+    now: UnixMillis,
+) -> Result<Result<(), ServiceError>, StoreError> {
+    if !new.owner.is_empty() {
+        if let Err(refused) = limits.admit(tx.key_usage(&new.owner)?) {
+            return Ok(Err(refused));
+        }
+    }
+    if let Some(image) = &new.image {
+        tx.touch_image(image, now)?;
+    }
+    tx.insert_sandbox(new)?;
+    Ok(Ok(()))
 }
 
 #[cfg(test)]

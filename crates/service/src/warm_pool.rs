@@ -38,7 +38,7 @@ use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_runtime::{Isolation, ResourceLimits, SandboxInfo};
 use sandboxd_store::{unix_millis_now, NewSandbox, PoolEntry, PoolState, Sandbox, SandboxState};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -75,6 +75,9 @@ pub(crate) struct WarmPools {
     /// The entries this process booted and warmed up, ready to be taken, by template, oldest first.
     /// Taking one removes it, so it is one create's (or the filler's, to discard it) alone.
     ready_to_take: Mutex<HashMap<String, VecDeque<PoolEntry>>>,
+    /// The entries whose agents called home and which are being warmed up, not yet offered: the
+    /// store says `ready`, creates cannot take them yet.
+    warming_up: Mutex<HashSet<String>>,
 }
 
 impl WarmPools {
@@ -101,6 +104,24 @@ impl WarmPools {
             .entry(entry.template.clone())
             .or_default()
             .push_back(entry);
+    }
+
+    /// Notes that entry `id` called home and is being warmed up (`on`), or no longer is.
+    fn set_warming_up(&self, id: &str, on: bool) {
+        let mut warming_up = self.warming_up.lock().unwrap_or_else(|p| p.into_inner());
+        if on {
+            warming_up.insert(id.to_string());
+        } else {
+            warming_up.remove(id);
+        }
+    }
+
+    /// The entries that called home and are being warmed up, not yet offered.
+    fn warming_up(&self) -> HashSet<String> {
+        self.warming_up
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -235,17 +256,11 @@ impl Service {
         let written = step(
             "admit",
             self.writer().write(move |tx| {
-                if !new.owner.is_empty() {
-                    if let Err(refused) = limits.admit(tx.key_usage(&new.owner)?) {
-                        return Ok(Err(refused));
-                    }
-                }
                 let now = unix_millis_now();
                 let id = new.id.clone();
-                if let Some(image) = &new.image {
-                    tx.touch_image(image, now)?;
+                if let Err(refused) = crate::sandboxes::insert_admitted(tx, limits, new, now)? {
+                    return Ok(Err(refused));
                 }
-                tx.insert_sandbox(new)?;
                 tx.claim_pool_entry(&entry_id, &id, now)?;
                 let created = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
                 let created = emit(tx, SANDBOX_CREATED, Some(&id), created.unwrap_or_default())?;
@@ -363,6 +378,12 @@ impl Service {
     pub async fn warm_pools(&self) -> Result<Vec<api::WarmPool>, ServiceError> {
         let entries = self.reader().read(|tx| tx.pool_entries()).await?;
         let (sizes, stats) = (self.pools().sizes(), self.pools().stats());
+        // One called home but not yet warmed up and offered is still booting, as creates see it.
+        let warming_up = self.pools().warming_up();
+        let state = |e: &PoolEntry| match e.state {
+            PoolState::Ready if warming_up.contains(&e.id) => PoolState::Warming,
+            state => state,
+        };
         // Those with a size, with entries, or that served creates since the start.
         let mut templates: Vec<&String> = sizes.keys().chain(stats.keys()).collect();
         templates.extend(entries.iter().map(|e| &e.template));
@@ -371,10 +392,10 @@ impl Service {
         Ok(templates
             .into_iter()
             .map(|template| {
-                let of = |state| {
+                let of = |wanted| {
                     entries
                         .iter()
-                        .filter(|e| &e.template == template && e.state == state)
+                        .filter(|e| &e.template == template && state(e) == wanted)
                         .count() as u32
                 };
                 let stats = stats.get(template).copied().unwrap_or_default();
@@ -538,7 +559,12 @@ impl Service {
             .map(|e| e.template.as_str())
             .filter(|t| held(t) > sizes.get(*t).copied().unwrap_or(0) as usize);
         if let Some(extra) = over.into_iter().find_map(|t| self.pools().take(t)) {
-            self.discard_pool_entry(&extra.id).await?;
+            if let Err(e) = self.discard_pool_entry(&extra.id).await {
+                // Offered again, so the next pass retries it (a create that takes it meanwhile
+                // and cannot adopt it destroys it and is made cold).
+                self.pools().offer(extra);
+                return Err(e);
+            }
             return Ok(true);
         }
         let Some(short) = sizes
@@ -594,11 +620,13 @@ impl Service {
             self.runtime().start(&id).await?;
             self.await_pool_ready(&id, Instant::now() + self.config().ready_deadline)
                 .await?;
+            self.pools().set_warming_up(&id, true);
             self.warm_up(&id, &token).await;
             Ok(())
         }
         .await;
         if let Err(e) = booted {
+            self.pools().set_warming_up(&id, false);
             if let Err(d) = self.discard_pool_entry(&id).await {
                 tracing::warn!(pool_id = %id, error = %crate::error::chain(&d), "cannot discard a pooled sandbox that did not boot");
             }
@@ -615,6 +643,7 @@ impl Service {
             .last_refill_ms = Some(took);
         (offered.state, offered.slot) = (PoolState::Ready, Some(slot));
         self.pools().offer(offered);
+        self.pools().set_warming_up(&id, false);
         Ok(())
     }
 
