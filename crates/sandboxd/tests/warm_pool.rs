@@ -6,8 +6,8 @@ mod common;
 mod e2b_support;
 
 use common::{
-    create_in_background, e2e, get, id_of, query, restart_and_reconcile, runtime_ids, wait_for_row,
-    wait_gone, Daemon, Setup,
+    create_in_background, e2e, eventually, get, id_of, query, restart_and_reconcile, runtime_ids,
+    wait_for_row, wait_gone, Daemon, Setup,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -41,19 +41,12 @@ async fn set_pool(d: &Daemon, template: &str, size: u32) {
 
 /// Waits until `base`'s pool holds `ready` booted sandboxes and boots no more.
 async fn await_pool(d: &Daemon, ready: u64) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
+    let what = || format!("the pool never filled\n{}", d.log_tail(40));
+    eventually(what, Duration::from_secs(120), || async {
         let pool = base_pool(d).await;
-        if pool["ready"] == ready && pool["warming"] == 0 {
-            return pool;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the pool never filled: {pool}\n{}",
-            d.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (pool["ready"] == ready && pool["warming"] == 0).then_some(pool)
+    })
+    .await
 }
 
 /// The ids of the pool's entries, as the store holds them.
@@ -255,18 +248,11 @@ fn kill9_after_an_adoption_leaves_no_half_claimed_sandbox() {
         let claimed = entries(&d);
         let hung = create_in_background(&d, "claimed");
         // The adopted sandbox is under the create's id, which nothing else knows yet.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let adopted = loop {
-            if let Some(id) = runtime_ids(&d).into_iter().find(|id| id.starts_with("sb")) {
-                break id;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no adoption:\n{}",
-                d.log_tail(40)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let what = || format!("no adoption:\n{}", d.log_tail(40));
+        let adopted = eventually(what, Duration::from_secs(30), || async {
+            runtime_ids(&d).into_iter().find(|id| id.starts_with("sb"))
+        })
+        .await;
         assert!(
             query(&d, "SELECT id FROM sandboxes").is_empty(),
             "a row before the create's one write"

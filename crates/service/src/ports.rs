@@ -57,42 +57,31 @@ impl Service {
                 let Some(endpoint) = tx.get_endpoint(&rid)? else {
                     return Ok(None);
                 };
-                Ok(tx.get_sandbox_by_id(&rid)?.map(|s| {
-                    (
-                        endpoint,
-                        s.agent_token,
-                        crate::previews::is_public(&s.network),
-                    )
-                }))
+                Ok(tx.get_sandbox_by_id(&rid)?.map(|s| (s, endpoint)))
             })
             .await?;
-        let endpoint = match stored {
-            Some((e, token, public)) => Arc::new(Endpoint {
-                socket: e.agent_socket,
-                token,
-                address: e.address,
-                public,
-            }),
-            None => {
-                let info = self.runtime().inspect(id).await?.ok_or_else(|| {
-                    ServiceError::Conflict(format!("sandbox {id} has no runtime"))
-                })?;
-                tracing::debug!(sandbox_id = %id, "endpoint missing from the store; read-repaired from the runtime");
-                self.record_endpoint(&info).await;
-                let rid = id.to_string();
-                let public = self
-                    .reader()
-                    .read(move |tx| tx.get_sandbox_by_id(&rid))
-                    .await?
-                    .is_none_or(|s| crate::previews::is_public(&s.network));
-                Arc::new(Endpoint {
-                    socket: info.agent.socket,
-                    token: info.agent.token,
-                    address: info.net.sandbox,
-                    public,
-                })
-            }
-        };
+        if let Some((sandbox, stored)) = stored {
+            return Ok(self.endpoint_of(&sandbox, stored));
+        }
+        let info = self
+            .runtime()
+            .inspect(id)
+            .await?
+            .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} has no runtime")))?;
+        tracing::debug!(sandbox_id = %id, "endpoint missing from the store; read-repaired from the runtime");
+        self.record_endpoint(&info).await;
+        let rid = id.to_string();
+        let public = self
+            .reader()
+            .read(move |tx| tx.get_sandbox_by_id(&rid))
+            .await?
+            .is_none_or(|s| crate::previews::is_public(&s.network));
+        let endpoint = Arc::new(Endpoint {
+            socket: info.agent.socket,
+            token: info.agent.token,
+            address: info.net.sandbox,
+            public,
+        });
         self.inner
             .endpoints
             .0

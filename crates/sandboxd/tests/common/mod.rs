@@ -728,6 +728,23 @@ fn set_env_in(env: &mut Vec<(String, String)>, key: &str, value: &str) {
     env.push((key.to_string(), value.to_string()));
 }
 
+/// Polls `found` until it finds something, and returns that; panics with `what` (and the daemon's
+/// log tail, when it says so) once `within` has passed.
+pub async fn eventually<T, F, Fut>(what: impl Fn() -> String, within: Duration, mut found: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(found) = found().await {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{}", what());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls `left` (what of `what` is still on the host) until it is empty; panics saying what was
 /// left once `within` has passed.
 pub async fn wait_gone<T: std::fmt::Debug>(
