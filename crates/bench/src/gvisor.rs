@@ -33,7 +33,7 @@ const RESUME_TO_EXEC: Target = Target {
     p99_ms: None,
 };
 /// Pause/resume cycles timed on the sandbox holding memory.
-const MEMORY_CYCLES: usize = 3;
+const MEMORY_CYCLES: usize = 5;
 /// What the sandbox holds while it is paused, MiB.
 const HELD_MIB: usize = 256;
 /// Idle memory goal per sandbox, MiB.
@@ -72,8 +72,12 @@ pub struct Measured {
     pub idle_mib: f64,
     /// Pause with memory (checkpoint to disk, sandbox stopped) holding 256 MiB.
     pub pause_with_memory: Latency,
-    /// Restore of that sandbox and its first command.
+    /// Restore of that sandbox and its first command (`/bin/true`, as in every first-exec figure).
     pub resume_to_exec: Latency,
+    /// Its parts, p50 ms: the runtime's resume (the restore until the agent answers) and the
+    /// first command.
+    pub resume_p50_ms: f64,
+    pub resume_first_exec_p50_ms: f64,
     /// One fork call making ten copies of a running sandbox, until each has answered a command.
     pub fork_ten: Latency,
 }
@@ -106,6 +110,11 @@ impl GvisorFigures {
                 );
                 println!("{}", m.pause_with_memory.line("gVisor pause with 256 MiB"));
                 println!("{}", m.resume_to_exec.line("gVisor resume→first exec"));
+                println!(
+                    "  breakdown p50: resume {} ms  first exec {} ms",
+                    crate::report::ms(m.resume_p50_ms).trim(),
+                    crate::report::ms(m.resume_first_exec_p50_ms).trim()
+                );
                 println!("{}", m.fork_ten.line("gVisor fork ×10, all running"));
             }
         }
@@ -151,7 +160,7 @@ pub(crate) async fn measure(
     let rtt = crate::runtime::exec_round_trips(&client, execs).await?;
     let spawn_floor_ms = spawn_floor(&client).await?;
     let last_id = format!("bench-gv-{tag}-{n}");
-    let (pause, resume) = memory_cycles(fleet, &client, &last_id).await?;
+    let cycles = memory_cycles(fleet, &client, &last_id).await?;
     let fork_slots = first_slot + n as u32 + 1;
     let fork_ten = fork_rounds(fleet, &format!("bench-gv-{tag}-1"), fork_slots).await?;
     idle.sort_by(f64::total_cmp);
@@ -166,8 +175,14 @@ pub(crate) async fn measure(
         exec_round_trip: Latency::new("gVisor exec round trip", &rtt, Some(EXEC_RTT))?,
         spawn_floor_ms,
         idle_mib: idle.get(idle.len() / 2).copied().unwrap_or(0.0),
-        pause_with_memory: Latency::new("gVisor pause with memory", &pause, Some(PAUSE))?,
-        resume_to_exec: Latency::new("gVisor resume→first exec", &resume, Some(RESUME_TO_EXEC))?,
+        pause_with_memory: Latency::new("gVisor pause with memory", &cycles.pause, Some(PAUSE))?,
+        resume_to_exec: Latency::new(
+            "gVisor resume→first exec",
+            &cycles.resume_to_exec,
+            Some(RESUME_TO_EXEC),
+        )?,
+        resume_p50_ms: p50(&cycles.resume),
+        resume_first_exec_p50_ms: p50(&cycles.first_exec),
         fork_ten: Latency::new("gVisor fork ×10", &fork_ten, Some(FORK_ALL_RUNNING))?,
     })))
 }
@@ -247,13 +262,23 @@ async fn spawn_floor(client: &sandboxd_envd::EnvdClient) -> anyhow::Result<f64> 
         .with_context(|| format!("timing posix_spawn in the sandbox printed {text:?}"))
 }
 
+/// What [`memory_cycles`] timed, one entry per cycle.
+#[derive(Default)]
+struct MemoryCycles {
+    pause: Vec<Duration>,
+    resume_to_exec: Vec<Duration>,
+    resume: Vec<Duration>,
+    first_exec: Vec<Duration>,
+}
+
 /// Has the sandbox `id` hold [`HELD_MIB`] in a process, then times [`MEMORY_CYCLES`] pauses with
-/// memory and resume→first exec, checking each time that the process and its memory came back.
+/// memory and resume→first exec, checking after each (untimed) that the process and its memory
+/// came back.
 async fn memory_cycles(
     fleet: &Fleet,
     client: &sandboxd_envd::EnvdClient,
     id: &str,
-) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+) -> anyhow::Result<MemoryCycles> {
     let sh = |script: String| ["/bin/sh".to_string(), "-c".to_string(), script];
     let hold = format!(
         "nohup python3 -c 'import time; b = bytearray({HELD_MIB} << 20); b[::4096] = b\"x\" * len(b[::4096]); open(\"/tmp/held\", \"w\").write(\"ready\"); time.sleep(1e9)' >/dev/null 2>&1 &"
@@ -275,19 +300,25 @@ async fn memory_cycles(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (mut pause, mut resume) = (vec![], vec![]);
+    let mut cycles = MemoryCycles::default();
     let check = sh("pgrep -f bytearray >/dev/null && echo held".into());
+    let first = ["/bin/true".to_string()];
     for _ in 0..MEMORY_CYCLES {
         let t = Instant::now();
         fleet.rt.pause(id).await.context("pause with memory")?;
-        pause.push(t.elapsed());
+        cycles.pause.push(t.elapsed());
         let t = Instant::now();
         fleet.rt.resume(id).await.context("resume")?;
+        let resumed = t.elapsed();
+        let ran = client.exec(&first, ExecOptions::default()).await?;
+        let whole = t.elapsed();
+        cycles.resume.push(resumed);
+        cycles.first_exec.push(whole - resumed);
+        cycles.resume_to_exec.push(whole);
         let out = client.exec(&check, ExecOptions::default()).await?;
-        resume.push(t.elapsed());
-        if out.stdout != b"held\n" {
+        if ran.exit_code != 0 || out.stdout != b"held\n" {
             bail!("the memory holder did not come back in {id}");
         }
     }
-    Ok((pause, resume))
+    Ok(cycles)
 }

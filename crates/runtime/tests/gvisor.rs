@@ -369,8 +369,9 @@ async fn a_namespace_sandbox_refuses_to_fork_naming_the_tier() {
     tf.tiers.destroy(sb.info.id()).await.unwrap();
 }
 
-/// A daemon killed mid-pause or mid-fork leaves an unfinished image: the next runtime removes it
-/// (nothing was recorded from it) and never touches a whole checkpoint.
+/// A daemon killed mid-pause or mid-fork leaves an unfinished image, and one killed after a resume
+/// may leave the spent image it was removing: the next runtime removes them (nothing was recorded
+/// from them) and never touches a whole checkpoint.
 #[tokio::test]
 async fn unfinished_checkpoint_images_are_removed_at_start() {
     if !require_root() || !require_gvisor() {
@@ -378,13 +379,14 @@ async fn unfinished_checkpoint_images_are_removed_at_start() {
     }
     let tf = TieredFixture::new().await;
     let dir = tf.dir.path().join("runtime/checkpoints");
-    for name in ["a.partial", "b.fork-4242", "c"] {
+    for name in ["a.partial", "b.fork-4242", "d.spent-4242-0", "c"] {
         std::fs::create_dir_all(dir.join(name)).unwrap();
         std::fs::write(dir.join(name).join("checkpoint.img"), b"x").unwrap();
     }
     let _again = TieredFixture::reopen(&tf).await;
     assert!(!dir.join("a.partial").exists());
     assert!(!dir.join("b.fork-4242").exists());
+    assert!(!dir.join("d.spent-4242-0").exists());
     assert!(
         dir.join("c/checkpoint.img").is_file(),
         "a whole checkpoint stays"

@@ -46,7 +46,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use steps::{
-    answers, copy_layer, remove_dir, remove_file, run_to_end, sync_dir, touch, wait_for_agent,
+    answers, copy_layer, discard_image, remove_dir, remove_file, run_to_end, sync_dir, touch,
+    wait_for_agent, SPENT,
 };
 
 /// Where a gVisor sandbox sees its `shared/` directory (its agent's socket is made there).
@@ -86,9 +87,9 @@ impl GvisorRuntime {
         Ok(runtime)
     }
 
-    /// Removes the checkpoint images a killed daemon left half-written (`<id>.partial`, a pause's)
-    /// or unfinished (`<id>.fork-<pid>`, a fork's): nothing was recorded from them, and a whole
-    /// checkpoint (`<id>`) is never touched.
+    /// Removes the checkpoint images a killed daemon left half-written (`<id>.partial`, a pause's),
+    /// unfinished (`<id>.fork-<pid>`, a fork's) or spent and not yet removed (`…`[`SPENT`]`…`):
+    /// nothing was recorded from them, and a whole checkpoint (`<id>`) is never touched.
     fn clear_unfinished_images(&self) -> Result<(), RuntimeError> {
         let dir = self.host.config.state_dir.join("checkpoints");
         let entries = match std::fs::read_dir(&dir) {
@@ -99,7 +100,7 @@ impl GvisorRuntime {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.ends_with(".partial") || name.contains(".fork-") {
+            if name.ends_with(".partial") || name.contains(".fork-") || name.contains(SPENT) {
                 tracing::info!(image = %name, "removing an unfinished checkpoint image");
                 remove_dir(&entry.path())?;
             }
@@ -287,7 +288,7 @@ impl GvisorRuntime {
             .buffered(FORK_PARALLELISM)
             .collect::<Vec<_>>()
             .await;
-        remove_dir(&image)?;
+        discard_image(&image)?;
         Ok(made)
     }
 
@@ -422,6 +423,20 @@ impl GvisorRuntime {
             agent: &self.host.config.agent_binary,
             volumes: &volumes,
         };
+        if let Some(from) = &restore {
+            // The word to reopen the door, left before the restore begins so the restored init
+            // finds it on its first look; a fork's carries its new identity.
+            let word = from
+                .identity
+                .map(|id| serde_json::to_vec(id).unwrap_or_default())
+                .unwrap_or_default();
+            // Whole or absent: init acts on the marker as soon as it exists, and a word read half
+            // written would reopen a fork's door under its source's token.
+            let marker = paths.shared().join(RESUME_MARKER);
+            let written = marker.with_extension("new");
+            std::fs::write(&written, word).map_err(RuntimeError::io("write", &written))?;
+            std::fs::rename(&written, &marker).map_err(RuntimeError::io("rename", &marker))?;
+        }
         let mut child = launch::spawn(cmd, &cgroup.procs_files()?, &plan, log)?;
         let config = InitConfig {
             sandbox_id: spec.id.clone(),
@@ -448,19 +463,6 @@ impl GvisorRuntime {
                 stage: "runsc run".into(),
                 message: format!("runsc exited with {status}"),
             });
-        }
-        if let Some(from) = &restore {
-            // The word to reopen the door; a fork's carries its new identity.
-            let word = from
-                .identity
-                .map(|id| serde_json::to_vec(id).unwrap_or_default())
-                .unwrap_or_default();
-            // Whole or absent: init acts on the marker as soon as it exists, and a word read half
-            // written would reopen a fork's door under its source's token.
-            let marker = paths.shared().join(RESUME_MARKER);
-            let written = marker.with_extension("new");
-            std::fs::write(&written, word).map_err(RuntimeError::io("write", &written))?;
-            std::fs::rename(&written, &marker).map_err(RuntimeError::io("rename", &marker))?;
         }
         let pid: i32 = std::fs::read_to_string(&pid_file)
             .map_err(RuntimeError::io("read", &pid_file))?
@@ -528,7 +530,7 @@ impl Runtime for GvisorRuntime {
         }
         if restored {
             // The running sandbox owns its memory now; an older image must never be restored.
-            remove_dir(&checkpoint)?;
+            discard_image(&checkpoint)?;
         }
         self.host.info(&p)
     }
