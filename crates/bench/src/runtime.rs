@@ -43,6 +43,10 @@ const EXEC_RTT: Target = Target {
 };
 /// Execs run before the timed ones, to leave the first-call cost out of the round trip.
 const EXEC_WARMUP: usize = 10;
+/// Creates timed alone, each after [`QUIET`] in which nothing happens.
+const ALONE: usize = 8;
+/// The quiet before each create timed alone.
+const QUIET: Duration = Duration::from_millis(300);
 
 /// Options of `bench runtime`.
 #[derive(Debug, Clone, clap::Args)]
@@ -100,6 +104,12 @@ pub struct RuntimeReport {
     /// The sandboxes in between, on the one shared id range (as before per-sandbox ranges): the
     /// peer of `create_to_first_exec`, so the cost of ranges (idmapped layers) is read in one run.
     pub shared_range_create_to_first_exec: Latency,
+    /// [`ALONE`] creates→first exec, each after [`QUIET`]: what a user who creates a sandbox now and
+    /// then sees, which the back-to-back loop hides (the first taker of a kernel lock after a quiet
+    /// spell may wait out an RCU grace period).
+    pub alone_create_to_first_exec: Latency,
+    /// bwrap's floor after the same quiet, interleaved with those; `None` without bwrap.
+    pub alone_bwrap_floor: Option<Latency>,
     /// `create_to_first_exec` p50 − `shared_range_create_to_first_exec` p50, ms (target ±1).
     pub id_range_cost_ms: f64,
     pub exec_round_trip: Latency,
@@ -140,6 +150,18 @@ impl RuntimeReport {
             self.id_range_cost_ms,
             crate::report::verdict(self.id_range_cost_ms.abs() <= 1.0)
         );
+        println!(
+            "{}",
+            self.alone_create_to_first_exec
+                .line("  … alone (300 ms quiet)")
+        );
+        if let Some(bwrap) = &self.alone_bwrap_floor {
+            println!("{}", bwrap.line("  … bwrap alone"));
+            println!(
+                "  alone create→first-exec / bwrap alone p50 ratio {:.2}",
+                self.alone_create_to_first_exec.summary.p50_ms / bwrap.summary.p50_ms
+            );
+        }
         let b = &self.breakdown;
         println!(
             "  breakdown p50: create {} ms  start {} ms  first exec {} ms{}",
@@ -199,7 +221,7 @@ pub fn agent_binary(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 /// Runs `bench runtime`.
 pub async fn run(args: &RuntimeArgs, interrupt: Interrupt) -> anyhow::Result<RuntimeReport> {
-    let total = args.warmup + 2 * args.sandboxes + args.gvisor_sandboxes + 1;
+    let total = args.warmup + 2 * args.sandboxes + ALONE + args.gvisor_sandboxes + 1;
     if args.sandboxes == 0 || args.execs == 0 || args.resumes == 0 {
         bail!("--sandboxes, --execs and --resumes must be at least 1");
     }
@@ -258,6 +280,8 @@ async fn measure(
         }
         last = Some(client);
     }
+    let alone_slot = FIRST_SLOT + (args.warmup + 2 * args.sandboxes) as u32;
+    let (alone, alone_bwrap) = alone_creates(&fleet, &args, alone_slot).await?;
     let client = last.expect("at least one sandbox");
     let rtt = exec_round_trips(&client, args.execs).await?;
     let (pause, resume_to_exec) = pause_cycles(&fleet, &client, args.resumes).await?;
@@ -271,7 +295,7 @@ async fn measure(
     let gvisor = match args.gvisor_sandboxes {
         0 => None,
         n => {
-            let first = FIRST_SLOT + (args.warmup + 2 * args.sandboxes) as u32;
+            let first = alone_slot + ALONE as u32;
             Some(crate::gvisor::measure(&fleet, n, args.execs, first).await?)
         }
     };
@@ -285,6 +309,10 @@ async fn measure(
             &shared,
             None,
         )?,
+        alone_create_to_first_exec: Latency::new("alone create→first-exec", &alone, None)?,
+        alone_bwrap_floor: alone_bwrap
+            .map(|b| Latency::new("bwrap alone", &b, None))
+            .transpose()?,
         id_range_cost_ms: p50(&whole) - p50(&shared),
         exec_round_trip: Latency::new("exec round trip", &rtt, Some(EXEC_RTT))?,
         pause: Latency::new("pause", &pause, None)?,
@@ -384,6 +412,37 @@ pub(crate) async fn bwrap_floor(n: usize) -> anyhow::Result<Option<Vec<Duration>
         }
     }
     spawn_floor("bwrap", &args, n).await.map(Some)
+}
+
+/// [`ALONE`] creates→first exec on slots from `first_slot`, each after [`QUIET`], with one bwrap
+/// after the same quiet between them (`None` without bwrap).
+async fn alone_creates(
+    fleet: &Fleet,
+    args: &RuntimeArgs,
+    first_slot: u32,
+) -> anyhow::Result<(Vec<Duration>, Option<Vec<Duration>>)> {
+    let tag = std::process::id();
+    let mut bwrap = bwrap_floor(1).await?.map(|_| Vec::with_capacity(ALONE));
+    let mut ours = Vec::with_capacity(ALONE);
+    for i in 0..ALONE {
+        let slot = first_slot + i as u32;
+        let mut spec = SandboxSpec {
+            net_slot: slot,
+            id_range: Some(slot),
+            ..SandboxSpec::base(
+                format!("bench-{tag}-alone-{i}"),
+                format!("bench-token-{tag}-alone-{i}"),
+            )
+        };
+        spec.limits.disk_mb = args.disk_mb;
+        tokio::time::sleep(QUIET).await;
+        ours.push(fleet.boot(&spec).await?.0.whole());
+        if let Some(bwrap) = bwrap.as_mut() {
+            tokio::time::sleep(QUIET).await;
+            bwrap.extend(bwrap_floor(1).await?.unwrap_or_default());
+        }
+    }
+    Ok((ours, bwrap))
 }
 
 /// `n` timed spawns of `program args`, each of which must succeed.

@@ -40,6 +40,7 @@ tiers!(memory_hog: memory_hog_is_oom_killed_and_init_survives);
 tiers!(fork_bomb: fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive);
 tiers!(two_sandboxes: two_sandboxes_see_neither_files_nor_processes_of_each_other, two_sandboxes_see_neither_files_nor_processes_of_each_other_in_gvisor);
 tiers!(wrong_token: agent_refuses_calls_without_the_right_token, agent_refuses_calls_without_the_right_token_in_gvisor);
+tiers!(own_group: the_sandbox_is_in_its_own_cgroup_in_every_hierarchy, the_sandbox_is_in_its_own_cgroup_in_every_hierarchy_in_gvisor);
 
 /// The agent's command line and its name in `/proc/1/comm` on `tier`: the namespace tier runs the
 /// host's binary, gVisor the bound copy at `/.sandboxd/agent`.
@@ -332,5 +333,35 @@ async fn wrong_token(tier: Isolation) {
     assert!(empty.exec(&cmd, Default::default()).await.is_err());
     // Control: the right token works.
     assert_eq!(sb.sh("true").await.exit_code, 0);
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
+}
+
+/// A sandbox's first process joins its group itself before it runs anything (born in it on v2, its
+/// own thread moved through `tasks` on v1): it is in the sandbox's group in every hierarchy the
+/// runtime limits with.
+async fn own_group(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
+    let pid = sb.info.pid.expect("a running sandbox has a pid");
+    let ours = format!("/{}/{}", common::CGROUP_PARENT, sb.info.id());
+    let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"));
+    let limited = ["memory", "pids", "cpu", "freezer"];
+    let mut checked = 0;
+    for line in listed.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next(), fields.next(), fields.next());
+        let (controllers, path) = (controllers.unwrap_or_default(), path.unwrap_or_default());
+        let ours_to_check = match v2 {
+            true => controllers.is_empty(),
+            false => controllers.split(',').any(|c| limited.contains(&c)),
+        };
+        if ours_to_check {
+            assert_eq!(path, ours, "{line} in\n{listed}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= if v2 { 1 } else { 3 }, "{listed}");
     fx.tiers.destroy(sb.info.id()).await.unwrap();
 }

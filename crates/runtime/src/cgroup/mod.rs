@@ -321,7 +321,8 @@ impl SandboxCgroup {
         &self.id
     }
 
-    /// Moves process `pid` (all its threads) into the group: into every hierarchy on v1.
+    /// Moves process `pid` (all its threads) into the group: into every hierarchy on v1. Sandbox
+    /// processes are not put in this way: they join before they run ([`Self::self_join_files`]).
     pub fn add_pid(&self, pid: i32) -> Result<()> {
         self.check()?;
         match &self.group {
@@ -330,14 +331,29 @@ impl SandboxCgroup {
         }
     }
 
-    /// The `cgroup.procs` files a process writes `0` to to join the group itself (one per hierarchy
-    /// on v1): for a child that must be in the group before it runs anything (see
-    /// [`crate::gvisor`]'s launcher).
-    pub fn procs_files(&self) -> Result<Vec<std::path::PathBuf>> {
+    /// The files a new, still single-threaded process writes `0` to, to move itself into the group
+    /// before it runs anything: on v1 each hierarchy's `tasks`, on v2 `cgroup.procs`.
+    ///
+    /// Moving a process through `cgroup.procs` takes the kernel's global threadgroup lock for
+    /// writing, and the first writer after a quiet spell waits out an RCU grace period (5–14 ms
+    /// on these hosts): a create that comes alone would pay it. A thread that moves itself through
+    /// v1's `tasks` skips that lock. v2 has no such file for a domain group: there a child is born
+    /// in the group instead ([`Self::birth_directory`]), and `cgroup.procs` is the fallback.
+    pub fn self_join_files(&self) -> Result<Vec<std::path::PathBuf>> {
         self.check()?;
         Ok(match &self.group {
-            Group::V1(g) => g.procs_files(),
+            Group::V1(g) => g.tasks_files(),
             Group::V2(g) => vec![g.procs_file()],
+        })
+    }
+
+    /// v2: the group's directory, which `clone3(CLONE_INTO_CGROUP)` takes so that a child is born in
+    /// the group without any migration; `None` on v1.
+    pub fn birth_directory(&self) -> Result<Option<&Path>> {
+        self.check()?;
+        Ok(match &self.group {
+            Group::V1(_) => None,
+            Group::V2(g) => Some(g.dir()),
         })
     }
 

@@ -173,11 +173,9 @@ impl Group {
         write(&self.pids.join("pids.max"), &pids)
     }
 
-    pub(super) fn procs_files(&self) -> Vec<PathBuf> {
-        self.dirs
-            .iter()
-            .map(|dir| dir.join("cgroup.procs"))
-            .collect()
+    /// Each hierarchy's `tasks` file, through which a thread moves itself.
+    pub(super) fn tasks_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|dir| dir.join("tasks")).collect()
     }
 
     pub(super) fn add_pid(&self, pid: i32) -> Result<()> {

@@ -115,7 +115,7 @@ pub struct StagePlan<'a> {
 
 /// What the child needs, prepared before the fork.
 struct Prepared {
-    procs: Vec<CString>,
+    join: Vec<CString>,
     stage: CString,
     root: CString,
     overlay: CString,
@@ -144,12 +144,13 @@ fn path(what: &'static str, path: &Path) -> Result<CString, RuntimeError> {
     cstring(what, path.as_os_str().as_bytes())
 }
 
-/// Starts `cmd` (a `runsc run --detach`) in the cgroup whose `cgroup.procs` files are `procs`, in a
+/// Starts `cmd` (a `runsc run --detach`) in the cgroup the child joins by writing `0` to each of
+/// `join` (`SandboxCgroup::self_join_files`, before anything runs), in a
 /// private mount namespace with the stage `plan` describes. Standard input is a pipe (the agent's
 /// configuration goes there); standard output and error go to `log`.
 pub fn spawn(
     mut cmd: Command,
-    procs: &[PathBuf],
+    join: &[PathBuf],
     plan: &StagePlan<'_>,
     log: std::fs::File,
 ) -> Result<Child, RuntimeError> {
@@ -179,7 +180,7 @@ pub fn spawn(
         .map(|(n, tree)| Ok((tree.as_raw_fd(), path("", &Stage::volume(n))?)))
         .collect::<Result<_, RuntimeError>>()?;
     let prepared = Prepared {
-        procs: procs
+        join: join
             .iter()
             .map(|p| path("a cgroup path", p))
             .collect::<Result<_, _>>()?,
@@ -208,8 +209,8 @@ fn enter(p: &Prepared) -> std::io::Result<()> {
     let null = std::ptr::null::<libc::c_char>();
     // SAFETY: raw system calls on NUL-terminated strings that outlive the calls.
     unsafe {
-        for procs in &p.procs {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        for file in &p.join {
+            let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             if fd < 0 {
                 return fail();
             }

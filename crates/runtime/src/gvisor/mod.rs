@@ -437,7 +437,7 @@ impl GvisorRuntime {
             std::fs::write(&written, word).map_err(RuntimeError::io("write", &written))?;
             std::fs::rename(&written, &marker).map_err(RuntimeError::io("rename", &marker))?;
         }
-        let mut child = launch::spawn(cmd, &cgroup.procs_files()?, &plan, log)?;
+        let mut child = launch::spawn(cmd, &cgroup.self_join_files()?, &plan, log)?;
         let config = InitConfig {
             sandbox_id: spec.id.clone(),
             socket: Path::new(SHARED_DIR).join(AGENT_SOCKET),

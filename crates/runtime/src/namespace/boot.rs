@@ -12,7 +12,7 @@
 //! call home (see the namespace module docs). A daemon built with the `failpoints` feature can make the
 //! agent die right after its `Ready` (failpoint `agent.exit-before-ready`), before its first call home.
 
-use super::process::{clone_boot, reap, ChildFds, PidFd};
+use super::process::{clone_boot, reap, CgroupJoin, ChildFds, PidFd};
 use super::rootfs::AGENT_PATH;
 use super::state::SandboxPaths;
 use super::{limits, NamespaceRuntime};
@@ -57,15 +57,18 @@ impl NamespaceRuntime {
         let (ours, theirs) = UnixStream::pair().map_err(RuntimeError::Spawn)?;
         let theirs: OwnedFd = theirs.into();
         let cgroup = self.cgroups.create(&spec.id, &limits(spec))?;
-        let pid = match clone_boot(
-            &self.config.agent_binary,
-            ChildFds {
-                log: &log,
-                sync: &theirs,
-                listener: listener.as_raw_fd(),
-                idmap: idmap.as_ref().map(|ns| ns.as_raw_fd()),
-            },
-        ) {
+        let pid = match CgroupJoin::prepare(&cgroup).and_then(|join| {
+            clone_boot(
+                &self.config.agent_binary,
+                ChildFds {
+                    log: &log,
+                    sync: &theirs,
+                    listener: listener.as_raw_fd(),
+                    idmap: idmap.as_ref().map(|ns| ns.as_raw_fd()),
+                },
+                &join,
+            )
+        }) {
             Ok(pid) => pid,
             Err(e) => {
                 let _ = cgroup.remove();
@@ -78,7 +81,6 @@ impl NamespaceRuntime {
         // slot's interface may belong to a live sandbox if the caller handed out a leased slot).
         let attached = AtomicBool::new(false);
         let outcome = tokio::time::timeout(BOOT_TIMEOUT, async {
-            cgroup.add_pid(pid)?;
             let config = self.boot_config(paths, spec, id_base, idmap.is_some())?;
             self.handshake(pid, ours, config, spec, &attached).await
         })

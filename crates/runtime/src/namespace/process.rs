@@ -8,7 +8,7 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
@@ -42,8 +42,47 @@ fn dup_high(fd: RawFd) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
-/// Clones `agent boot` into fresh namespaces; returns its host pid.
-pub fn clone_boot(agent: &Path, fds: ChildFds<'_>) -> std::io::Result<i32> {
+/// `CLONE_INTO_CGROUP` (Linux 5.7): the child of `clone3` is born in the cgroup `clone_args.cgroup`
+/// names (libc's constant overflows its type).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// How the child of [`clone_boot`] enters its sandbox's cgroup before it runs anything, prepared
+/// before the clone (see `SandboxCgroup::self_join_files` for why neither way moves a process
+/// through `cgroup.procs` from outside).
+pub struct CgroupJoin {
+    /// v2: the group's directory, for `clone3(CLONE_INTO_CGROUP)`.
+    birth: Option<OwnedFd>,
+    /// The files the child writes `0` to itself: v1's `tasks`; on v2 `cgroup.procs`, used only when
+    /// `clone3` is refused (a kernel before 5.7, or a seccomp filter around the daemon).
+    files: Vec<CString>,
+}
+
+impl CgroupJoin {
+    /// The way into `cgroup`.
+    pub fn prepare(cgroup: &crate::cgroup::SandboxCgroup) -> std::io::Result<Self> {
+        let cgroup_error = |e: crate::cgroup::CgroupError| std::io::Error::other(e.to_string());
+        let birth = match cgroup.birth_directory().map_err(cgroup_error)? {
+            Some(dir) => Some(OwnedFd::from(std::fs::File::open(dir).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("{}: {e}", dir.display()))
+            })?)),
+            None => None,
+        };
+        let files = cgroup
+            .self_join_files()
+            .map_err(cgroup_error)?
+            .into_iter()
+            .map(|file| {
+                CString::new(file.into_os_string().into_vec())
+                    .map_err(|_| std::io::Error::other("a cgroup path contains NUL"))
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok(Self { birth, files })
+    }
+}
+
+/// Clones `agent boot` into fresh namespaces and into its sandbox's cgroup (`join`); returns its host
+/// pid.
+pub fn clone_boot(agent: &Path, fds: ChildFds<'_>, join: &CgroupJoin) -> std::io::Result<i32> {
     let program = CString::new(agent.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::other("agent path contains NUL"))?;
     // argv[0] names the agent without revealing where it lives on the host.
@@ -76,18 +115,9 @@ pub fn clone_boot(agent: &Path, fds: ChildFds<'_>) -> std::io::Result<i32> {
     let mut empty_set: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe { libc::sigemptyset(&mut empty_set) };
 
-    // SAFETY: clone without CLONE_VM behaves like fork. The child only makes async-signal-safe calls
-    // (setsid, dup2, sigaction, sigprocmask, execve, _exit) on memory prepared above.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (NAMESPACES | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
+    // SAFETY: the child only makes async-signal-safe calls (setsid, dup2, open, write, close,
+    // sigaction, sigprocmask, execve, _exit) on memory prepared above.
+    let (pid, born_in_group) = unsafe { fork_into(NAMESPACES, join) };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -104,6 +134,11 @@ pub fn clone_boot(agent: &Path, fds: ChildFds<'_>) -> std::io::Result<i32> {
             if !ok {
                 libc::_exit(126);
             }
+            if !born_in_group && !join_self(&join.files) {
+                let why = b"sandboxd: the sandbox's init could not join its cgroup\n";
+                libc::write(2, why.as_ptr().cast(), why.len());
+                libc::_exit(125);
+            }
             for sig in [
                 libc::SIGPIPE,
                 libc::SIGTERM,
@@ -119,6 +154,57 @@ pub fn clone_boot(agent: &Path, fds: ChildFds<'_>) -> std::io::Result<i32> {
         }
     }
     Ok(pid as i32)
+}
+
+/// Forks (into the new namespaces of `namespaces`) with the child born in `join`'s v2 group where it
+/// can be (`clone3` with `CLONE_INTO_CGROUP`); else a plain `clone`, whose child must then join by
+/// [`join_self`]. Returns `clone`'s result (0 in the child, -1 on failure) and whether the child was
+/// born in the group.
+///
+/// # Safety
+/// Like `fork` in a multi-threaded process: the child may only make async-signal-safe calls until it
+/// execs or exits.
+unsafe fn fork_into(namespaces: libc::c_int, join: &CgroupJoin) -> (libc::c_long, bool) {
+    if let Some(dir) = &join.birth {
+        let mut args: libc::clone_args = std::mem::zeroed();
+        args.flags = namespaces as u64 | CLONE_INTO_CGROUP;
+        args.exit_signal = libc::SIGCHLD as u64;
+        args.cgroup = dir.as_raw_fd() as u64;
+        let pid = libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut libc::clone_args,
+            std::mem::size_of::<libc::clone_args>(),
+        );
+        if pid >= 0 {
+            return (pid, true);
+        }
+    }
+    let pid = libc::syscall(
+        libc::SYS_clone,
+        (namespaces | libc::SIGCHLD) as libc::c_ulong,
+        0usize,
+        0usize,
+        0usize,
+        0usize,
+    );
+    (pid, false)
+}
+
+/// Writes `0` to each of `files`: the calling (single-threaded) process moves itself into the
+/// group. Only system calls, for the child of a clone.
+///
+/// # Safety
+/// `files` are NUL-terminated paths that outlive the call.
+unsafe fn join_self(files: &[CString]) -> bool {
+    files.iter().all(|file| {
+        let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+        libc::close(fd);
+        written == 1
+    })
 }
 
 /// The kernel's start time of `pid` (clock ticks since boot), which tells a live init from a recycled
@@ -228,6 +314,109 @@ pub fn reap_when_exited(pid: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child of [`fork_into`] that joins as [`clone_boot`]'s does, then waits to be killed; its
+    /// `/proc/<pid>/cgroup`.
+    fn cgroups_of_a_child(join: &CgroupJoin) -> String {
+        let mut joined = [0; 2];
+        // SAFETY: pipe fills the array it is given.
+        assert_eq!(unsafe { libc::pipe(joined.as_mut_ptr()) }, 0);
+        // SAFETY: the child makes only async-signal-safe calls (open, write, close, pause, _exit).
+        let (pid, born) = unsafe { fork_into(0, join) };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: see above.
+            unsafe {
+                if !born && !join_self(&join.files) {
+                    libc::_exit(125);
+                }
+                libc::write(joined[1], b"j".as_ptr().cast(), 1);
+                libc::pause();
+                libc::_exit(0);
+            }
+        }
+        let pid = pid as i32;
+        let mut byte = 0u8;
+        // SAFETY: reads one byte into `byte`; the descriptors are ours.
+        unsafe {
+            libc::close(joined[1]);
+            libc::read(joined[0], (&mut byte as *mut u8).cast(), 1);
+            libc::close(joined[0]);
+        }
+        assert_eq!(byte, b'j', "the child did not join");
+        let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup"));
+        // SAFETY: kill and waitpid on our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        listed.expect("the child's cgroups")
+    }
+
+    /// A group made for one test under `root` (a cgroup mount), removed when dropped.
+    struct TestGroup(std::path::PathBuf);
+    impl TestGroup {
+        fn new(root: &str) -> Option<Self> {
+            let dir = Path::new(root).join(format!("sandboxd-join-{}", std::process::id()));
+            std::fs::create_dir(&dir).ok().map(|()| TestGroup(dir))
+        }
+        fn cstring(&self, file: &str) -> CString {
+            CString::new(self.0.join(file).into_os_string().into_vec()).unwrap()
+        }
+    }
+    impl Drop for TestGroup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    /// On a v2 hierarchy the child is born in the group (a hierarchy without controllers, as the
+    /// hybrid hosts have, takes `CLONE_INTO_CGROUP` too).
+    #[test]
+    fn a_child_is_born_in_its_v2_group() {
+        let roots = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"];
+        let Some(group) = roots
+            .iter()
+            .filter(|root| Path::new(root).join("cgroup.procs").is_file())
+            .find_map(|root| TestGroup::new(root))
+        else {
+            eprintln!("skipped: no writable cgroup2 hierarchy");
+            return;
+        };
+        let join = CgroupJoin {
+            birth: Some(OwnedFd::from(std::fs::File::open(&group.0).unwrap())),
+            files: vec![],
+        };
+        let listed = cgroups_of_a_child(&join);
+        let name = group.0.file_name().unwrap().to_string_lossy().to_string();
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.starts_with("0::") && l.ends_with(&format!("/{name}"))),
+            "{listed}"
+        );
+    }
+
+    /// Without a v2 directory the child moves its own thread through v1's `tasks`.
+    #[test]
+    fn a_child_moves_itself_through_v1_tasks() {
+        let Some(group) = TestGroup::new("/sys/fs/cgroup/pids") else {
+            eprintln!("skipped: no writable v1 pids hierarchy");
+            return;
+        };
+        let join = CgroupJoin {
+            birth: None,
+            files: vec![group.cstring("tasks")],
+        };
+        let listed = cgroups_of_a_child(&join);
+        let name = group.0.file_name().unwrap().to_string_lossy().to_string();
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.contains(":pids:") && l.ends_with(&format!("/{name}"))),
+            "{listed}"
+        );
+    }
 
     #[test]
     fn start_time_identifies_live_processes_only() {
