@@ -16,7 +16,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use sandboxd_api_types as api;
 use sandboxd_envd::callback::{CallbackAnswer, CallbackEvent, EVENTS_PATH};
-use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::timestamps::rfc3339;
 use sandboxd_service::Service;
 
 /// The router of the callback socket.

@@ -10,7 +10,7 @@ use axum::Json;
 use futures::StreamExt;
 use sandboxd_api_types as api;
 use sandboxd_service::images::PruneReport;
-use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::timestamps::rfc3339;
 use sandboxd_service::Service;
 use sandboxd_store::ImageRecord;
 

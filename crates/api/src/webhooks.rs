@@ -20,7 +20,7 @@ use axum::response::Response;
 use axum::{Extension, Json};
 use futures::Stream;
 use sandboxd_api_types as api;
-use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::timestamps::rfc3339;
 use sandboxd_service::webhooks::V1_WEBHOOKS_SCOPE;
 use sandboxd_service::{Service, ServiceError};
 use sandboxd_store::{OutboxState, Webhook};

@@ -19,9 +19,9 @@ use super::error::DaytonaError;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use sandboxd_service::e2b::parse_timestamp;
 use sandboxd_service::pause::UsageSample;
-use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::timestamps::parse_timestamp;
+use sandboxd_service::timestamps::rfc3339;
 use sandboxd_service::Service;
 use serde_json::{json, Value};
 
@@ -93,9 +93,6 @@ fn asked(query: Option<&str>) -> Result<Asked, DaytonaError> {
     }
     if names.is_empty() {
         names = METRICS.map(|(m, _)| m).to_vec();
-    }
-    if from.zip(to).is_some_and(|(from, to)| from > to) {
-        return Err(DaytonaError::bad_request("from must not be after to"));
     }
     Ok(Asked { names, from, to })
 }
@@ -169,18 +166,15 @@ mod tests {
         assert!(refused.message.contains("\"cpu\""), "{}", refused.message);
     }
 
+    /// A range that starts after it ends is refused too, by the service, for every surface.
     #[test]
-    fn a_query_names_its_range_in_rfc3339_and_a_bad_one_is_refused() {
+    fn a_query_names_its_range_in_rfc3339_and_a_malformed_one_is_refused() {
         let range = asked(Some(
             "from=1970-01-01T00%3A00%3A01%2B00%3A00&to=1970-01-01T00:00:02.500Z",
         ))
         .unwrap();
         assert_eq!((range.from, range.to), (Some(1000), Some(2500)));
-        for bad in [
-            "from=x",
-            "to=2026-13-01T00:00:00Z",
-            "from=1970-01-01T00:00:03Z&to=1970-01-01T00:00:02Z",
-        ] {
+        for bad in ["from=x", "to=2026-13-01T00:00:00Z"] {
             let refused = asked(Some(bad)).unwrap_err();
             assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST, "{bad}");
         }

@@ -129,14 +129,14 @@ impl DaytonaSandbox {
             disk: gib(u64::from(s.disk_mb)),
             state: state_name(s.state),
             error_reason: s.failure_reason.clone(),
-            created_at: sandboxd_service::sandboxes::rfc3339(s.created_at),
-            updated_at: sandboxd_service::sandboxes::rfc3339(s.updated_at),
+            created_at: sandboxd_service::timestamps::rfc3339(s.created_at),
+            updated_at: sandboxd_service::timestamps::rfc3339(s.updated_at),
             toolbox_proxy_url: toolbox_url.to_string(),
             auto_stop_interval: None,
             auto_pause_interval: None,
             auto_archive_interval: None,
             auto_delete_interval: None,
-            auto_destroy_at: s.expires_at.map(sandboxd_service::sandboxes::rfc3339),
+            auto_destroy_at: s.expires_at.map(sandboxd_service::timestamps::rfc3339),
             isolation: Some(s.isolation.clone()),
         }
     }

@@ -34,7 +34,7 @@ pub fn describe(p: &PendingCreate, toolbox_url: &str, just_made: bool) -> Dayton
             Some(reason.clone()),
         ),
     };
-    let at = sandboxd_service::sandboxes::rfc3339(p.created_at);
+    let at = sandboxd_service::timestamps::rfc3339(p.created_at);
     DaytonaSandbox {
         id: p.id.clone(),
         organization_id: ORGANIZATION,

@@ -126,7 +126,7 @@ fn context_of(ctx: &Value) -> Value {
         "id": ctx["id"],
         "cwd": ctx["cwd"],
         "language": ctx["language"],
-        "createdAt": sandboxd_service::sandboxes::rfc3339(sandboxd_store::unix_millis_now()),
+        "createdAt": sandboxd_service::timestamps::rfc3339(sandboxd_store::unix_millis_now()),
         "active": true,
     })
 }

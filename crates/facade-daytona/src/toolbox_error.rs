@@ -62,7 +62,7 @@ impl ToolboxError {
             "code": self.code,
             "source": SOURCE,
             "path": self.path,
-            "timestamp": sandboxd_service::sandboxes::rfc3339(sandboxd_store::unix_millis_now()),
+            "timestamp": sandboxd_service::timestamps::rfc3339(sandboxd_store::unix_millis_now()),
         })
     }
 }

@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::timestamps::rfc3339;
 use sandboxd_service::Service;
 use sandboxd_store::VolumeRecord;
 use serde::{Deserialize, Serialize};

@@ -41,7 +41,7 @@ fn view(p: &api::WarmPool) -> Value {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let now = sandboxd_service::sandboxes::rfc3339(ms);
+    let now = sandboxd_service::timestamps::rfc3339(ms);
     json!({
         "id": p.template,
         "organizationId": ORGANIZATION,

@@ -10,10 +10,11 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use sandboxd_service::e2b::{parse_timestamp, CREATE_KEY_SCOPE};
+use sandboxd_service::e2b::CREATE_KEY_SCOPE;
 use sandboxd_service::idempotency::Replayable;
 use sandboxd_service::pause::PauseMode;
-use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::timestamps::parse_timestamp;
+use sandboxd_service::timestamps::rfc3339;
 use sandboxd_service::Service;
 use sandboxd_store::{Sandbox, SandboxFilter, SandboxState};
 use sandboxd_surface::auth::Caller;
@@ -340,11 +341,6 @@ pub async fn metrics(
             ))
         })?;
         *slot = Some(seconds.saturating_mul(1000));
-    }
-    if let (Some(start), Some(end)) = (start, end) {
-        if start > end {
-            return Err(E2bError::bad_request("start must not be after end"));
-        }
     }
     visible(&service, &id).await?;
     let samples = service.usage_history(&id, start, end).await?;

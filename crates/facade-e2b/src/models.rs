@@ -9,7 +9,7 @@
 
 use super::error::E2bError;
 use sandboxd_service::e2b::E2bCreate;
-use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::timestamps::rfc3339;
 use sandboxd_service::ServiceConfig;
 use sandboxd_store::{Sandbox, SandboxState};
 use serde::{Deserialize, Serialize};

@@ -17,7 +17,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::TryStreamExt;
-use sandboxd_service::sandboxes::rfc3339;
+use sandboxd_service::timestamps::rfc3339;
 use sandboxd_service::volumes::VolumeFiles;
 use sandboxd_service::Service;
 use sandboxd_store::VolumeRecord;

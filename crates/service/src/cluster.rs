@@ -28,7 +28,7 @@
 //! Without a cluster attached ([`Service::attach_cluster`]) every function here does nothing: the
 //! daemon is a single node.
 
-use crate::sandboxes::rfc3339;
+use crate::timestamps::rfc3339;
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_cluster::state::Placement;

@@ -77,7 +77,7 @@ impl Event {
     pub fn body(&self) -> Value {
         json!({
             "type": self.kind,
-            "timestamp": crate::sandboxes::rfc3339(self.at),
+            "timestamp": crate::timestamps::rfc3339(self.at),
             "data": self.data,
         })
     }

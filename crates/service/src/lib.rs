@@ -60,6 +60,7 @@ pub mod templates;
 pub mod terminal;
 #[cfg(test)]
 mod test_support;
+pub mod timestamps;
 pub mod timing;
 pub mod usage_history;
 mod validate;

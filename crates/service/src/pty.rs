@@ -110,7 +110,7 @@ impl Service {
                 .collect(),
             cols: req.cols,
             rows: req.rows,
-            created_at: crate::sandboxes::rfc3339(sandboxd_store::unix_millis_now()),
+            created_at: crate::timestamps::rfc3339(sandboxd_store::unix_millis_now()),
             lazy_start: req.lazy_start,
             active: false,
         };

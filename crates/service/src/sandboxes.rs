@@ -13,6 +13,7 @@
 
 use crate::events::{emit, sandbox_data, SANDBOX_CREATED, SANDBOX_FAILED};
 use crate::network::{self, EgressPolicy};
+use crate::timestamps::rfc3339;
 use crate::timing::step;
 use crate::{validate, Service, ServiceError};
 use rand::Rng;
@@ -609,12 +610,6 @@ pub fn lifecycle_to_api(l: &Lifecycle) -> api::Lifecycle {
     }
 }
 
-/// RFC 3339 in UTC with millisecond precision, from Unix milliseconds.
-pub fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
 /// In a create's write: sandbox `new` refused (the inner `Err`, nothing written) when its key holds
 /// its limit ([`crate::per_key`]), else its row inserted and its image marked used at `now`.
 pub(crate) fn insert_admitted(
@@ -638,13 +633,6 @@ pub(crate) fn insert_admitted(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_render_as_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_798_502_400_123), "2026-12-29T00:00:00.123Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
 
     /// A cursor no listing returned is the caller's mistake, named as such (the API answers 400
     /// `invalid_cursor`), never a store failure.

@@ -15,7 +15,8 @@
 //!   puts their values in on the way out.
 //! - Cluster mode: secrets are per node (each node's own store and key), like its sandboxes.
 
-use crate::sandboxes::{random_id, rfc3339};
+use crate::sandboxes::random_id;
+use crate::timestamps::rfc3339;
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_secrets::{SecretKey, SecretValue};

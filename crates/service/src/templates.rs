@@ -473,8 +473,8 @@ pub fn template_to_api(t: &TemplateRecord) -> api::Template {
         start_cmd: t.start_cmd.clone(),
         ready_cmd: t.ready_cmd.clone(),
         isolation: t.isolation.clone(),
-        created_at: crate::sandboxes::rfc3339(t.created_at),
-        updated_at: crate::sandboxes::rfc3339(t.updated_at),
+        created_at: crate::timestamps::rfc3339(t.created_at),
+        updated_at: crate::timestamps::rfc3339(t.updated_at),
     }
 }
 

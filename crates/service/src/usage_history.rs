@@ -170,12 +170,19 @@ impl Service {
 
     /// The kept samples of running sandbox `key` taken within `from..=to` (Unix milliseconds; `None`:
     /// its first sample, now), oldest first, ending with one taken now unless `to` is in the past.
+    /// A range that starts after it ends is the caller's mistake (every surface's range is checked
+    /// here).
     pub async fn usage_history(
         &self,
         key: &str,
         from: Option<UnixMillis>,
         to: Option<UnixMillis>,
     ) -> Result<Vec<UsageSample>, ServiceError> {
+        if let Some((from, to)) = from.zip(to).filter(|(from, to)| from > to) {
+            return Err(ServiceError::InvalidRequest(format!(
+                "the range starts after it ends ({from} ms > {to} ms since the epoch)"
+            )));
+        }
         let sandbox = self.get(key).await?;
         let now = match to {
             Some(to) if to < unix_millis_now() - OPEN_END => {
@@ -309,7 +316,8 @@ mod tests {
     }
 
     /// Invariant: a sandbox keeps at most [`KEEP`] samples, and a request gets those inside its
-    /// range, oldest first, ending with one taken now unless the range ended in the past.
+    /// range, oldest first, ending with one taken now unless the range ended in the past; a range
+    /// that starts after it ends is refused.
     #[tokio::test]
     async fn a_request_gets_its_range_oldest_first_ending_now() {
         let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
@@ -347,6 +355,11 @@ mod tests {
             "the first request's own sample, and this one's"
         );
 
+        let backwards = t.svc.usage_history(&sb.id, Some(2_000), Some(1_000)).await;
+        assert!(
+            matches!(backwards, Err(ServiceError::InvalidRequest(_))),
+            "{backwards:?}"
+        );
         let gone = t.svc.usage_history("sbx-none", None, None).await;
         assert!(matches!(gone, Err(ServiceError::NotFound(_))), "{gone:?}");
     }

@@ -18,7 +18,8 @@
 //! - The volume file API works on the directory from the host, through [`sandboxd_volumes::Volume`]:
 //!   no link a sandbox planted is ever followed.
 
-use crate::sandboxes::{random_id, rfc3339};
+use crate::sandboxes::random_id;
+use crate::timestamps::rfc3339;
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
 use sandboxd_runtime::VolumeBind;

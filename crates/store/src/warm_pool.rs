@@ -54,6 +54,10 @@ pub struct PoolEntry {
     pub slot: Option<u32>,
 }
 
+/// The `kind` of the [`StoreError::NotFound`] a claim of an entry that is gone or not ready
+/// returns ([`WriteTx::claim_pool_entry`]).
+pub const READY_POOL_ENTRY: &str = "ready warm-pool entry";
+
 const COLUMNS: &str = "w.id, w.template, w.state, w.agent_token, w.cpu_millis, w.memory_mb, \
                        w.disk_mb, w.created_at, n.slot";
 
@@ -174,7 +178,7 @@ impl WriteTx<'_> {
             .query_row([entry_id], entry)
             .optional()?
             .ok_or_else(|| StoreError::NotFound {
-                kind: "ready warm-pool entry",
+                kind: READY_POOL_ENTRY,
                 key: entry_id.to_string(),
             })?;
         // The delete is the claim; its slot's `pool_id` is cleared by the foreign key.

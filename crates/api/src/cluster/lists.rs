@@ -219,7 +219,7 @@ fn key_of(shape: ListShape, item: &Value) -> Key {
     let (at, id) = key_fields(shape);
     let ms = item[at]
         .as_str()
-        .and_then(sandboxd_service::e2b::parse_timestamp)
+        .and_then(sandboxd_service::timestamps::parse_timestamp)
         .unwrap_or(i64::MAX);
     (ms, item[id].as_str().unwrap_or_default().to_string())
 }
@@ -269,7 +269,7 @@ mod tests {
     }
 
     fn item(at_ms: i64, id: &str) -> Value {
-        json!({"createdAt": sandboxd_service::sandboxes::rfc3339(at_ms), "id": id})
+        json!({"createdAt": sandboxd_service::timestamps::rfc3339(at_ms), "id": id})
     }
 
     fn ids(page: &Page) -> Vec<&str> {
@@ -327,7 +327,7 @@ mod tests {
     fn lost(at_ms: i64, id: &str, team: &str) -> api::Sandbox {
         serde_json::from_value(json!({
             "id": id, "name": "", "state": "lost", "template": "base", "cpu": 1.0,
-            "memoryMB": 512, "createdAt": sandboxd_service::sandboxes::rfc3339(at_ms),
+            "memoryMB": 512, "createdAt": sandboxd_service::timestamps::rfc3339(at_ms),
             "metadata": {"team": team},
         }))
         .unwrap()

@@ -218,40 +218,6 @@ pub fn sandbox_id_for(fingerprint: &str, generation: i64, claimed_at: UnixMillis
     id
 }
 
-/// An RFC 3339 timestamp (`Z` or a `±HH:MM` offset; also `±HHMM`, as Python's `%z` writes it) in
-/// Unix milliseconds (E2B's `startedAfter`, Daytona's metric ranges).
-pub fn parse_timestamp(text: &str) -> Option<UnixMillis> {
-    let text = text.trim();
-    let offset = |len: usize| {
-        let i = text.len().checked_sub(len)?;
-        let (rest, off) = (text.get(..i)?, text.get(i..)?.as_bytes());
-        let sign = match off[0] {
-            b'+' => 1,
-            b'-' => -1,
-            _ => return None,
-        };
-        let digits: Vec<u8> = off[1..].iter().copied().filter(|b| *b != b':').collect();
-        if digits.len() != 4
-            || (len == 6 && off[3] != b':')
-            || !digits.iter().all(u8::is_ascii_digit)
-        {
-            return None;
-        }
-        let n = |d: &[u8]| i64::from(d[0] - b'0') * 10 + i64::from(d[1] - b'0');
-        Some((
-            rest,
-            sign * (n(&digits[..2]) * 60 + n(&digits[2..])) * 60_000,
-        ))
-    };
-    let (utc, offset_ms) = match offset(6).or_else(|| offset(5)) {
-        Some((rest, ms)) => (format!("{rest}Z"), ms),
-        None => (text.to_string(), 0),
-    };
-    let t = humantime::parse_rfc3339_weak(&utc).ok()?;
-    let ms = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
-    Some(i64::try_from(ms).ok()? - offset_ms)
-}
-
 /// What polling an in-flight create found.
 enum Awaited {
     /// The attempt completed and made this sandbox.

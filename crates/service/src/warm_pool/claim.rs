@@ -82,9 +82,20 @@ impl Service {
                 Ok(Ok((row, [created, running])))
             }),
         )
-        .await
-        .map_err(ServiceError::from)
-        .and_then(|written| written);
+        .await;
+        let written = match written {
+            // The entry was no longer there to claim (nothing in this process hands one entry to
+            // two creates, so no path is known to reach this): the write rolled back whole, and the
+            // create is made cold rather than answered with a store error.
+            Err(sandboxd_store::StoreError::NotFound { kind, .. })
+                if kind == sandboxd_store::warm_pool::READY_POOL_ENTRY =>
+            {
+                tracing::warn!(sandbox_id = %id, pool_id = %entry.id, "a taken warm-pool entry was gone at its claim; the create is made cold");
+                self.discard_adopted(&entry.id, &id).await;
+                return Ok(None);
+            }
+            written => written.map_err(ServiceError::from).and_then(|w| w),
+        };
         match written {
             Ok((row, events)) => {
                 self.publish(events);
