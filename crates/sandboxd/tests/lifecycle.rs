@@ -246,6 +246,10 @@ fn an_impossible_lifecycle_is_refused() {
 /// Traffic through the proxy resumes an auto-resuming sandbox too: the requests that wake it are
 /// answered by the server that was frozen. 20 of them at once resume it once (one
 /// `sandbox.resumed`).
+///
+/// A resume gives the sandbox its timeout again: 5 s, so that the 20 answers (a second or two of
+/// Python under emulation in the Debian VM) come before the next auto-pause. With 2 s, the VM once
+/// paused it again mid-answer.
 #[test]
 fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
     e2e(|| async {
@@ -253,7 +257,7 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
         register_outbox_webhook(&d, &["sandbox.resumed"]).await;
         let created = d
             .create(
-                json!({"timeoutSec": 2, "lifecycle": {"onTimeout": "pause", "autoResume": true}}),
+                json!({"timeoutSec": 5, "lifecycle": {"onTimeout": "pause", "autoResume": true}}),
             )
             .await;
         let id = id_of(&created);
@@ -280,7 +284,7 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
             assert!(Instant::now() < deadline, "the server never answered");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        wait_for_state(&d, &id, "paused", Duration::from_secs(6)).await;
+        wait_for_state(&d, &id, "paused", Duration::from_secs(12)).await;
         // Counted from here: on a slow machine the server may start listening only after the first
         // deadline, and the polling above then resumed the sandbox once already.
         let resumes = || {
