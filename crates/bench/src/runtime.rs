@@ -389,18 +389,20 @@ async fn pause_cycles(
 /// `n` spawns of `bwrap --unshare-all --ro-bind / / --proc /proc --dev /dev true`: a bare
 /// sandbox of a well-known tool (namespaces and a root, no cgroup, network or agent); `None` when
 /// bwrap is not installed.
+/// `bwrap`'s arguments for its floor: every namespace, the host's root read-only, `true`.
+const BWRAP_ARGS: [&str; 9] = [
+    "--unshare-all",
+    "--ro-bind",
+    "/",
+    "/",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "true",
+];
+
 pub(crate) async fn bwrap_floor(n: usize) -> anyhow::Result<Option<Vec<Duration>>> {
-    let args = [
-        "--unshare-all",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "true",
-    ];
     match tokio::process::Command::new("bwrap")
         .arg("--version")
         .output()
@@ -411,7 +413,7 @@ pub(crate) async fn bwrap_floor(n: usize) -> anyhow::Result<Option<Vec<Duration>
             other.context("running bwrap --version")?;
         }
     }
-    spawn_floor("bwrap", &args, n).await.map(Some)
+    spawn_floor("bwrap", &BWRAP_ARGS, n).await.map(Some)
 }
 
 /// [`ALONE`] creates→first exec on slots from `first_slot`, each after [`QUIET`], with one bwrap
@@ -439,7 +441,7 @@ async fn alone_creates(
         ours.push(fleet.boot(&spec).await?.0.whole());
         if let Some(bwrap) = bwrap.as_mut() {
             tokio::time::sleep(QUIET).await;
-            bwrap.extend(bwrap_floor(1).await?.unwrap_or_default());
+            bwrap.extend(spawn_floor("bwrap", &BWRAP_ARGS, 1).await?);
         }
     }
     Ok((ours, bwrap))

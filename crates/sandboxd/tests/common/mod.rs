@@ -752,16 +752,12 @@ pub async fn wait_gone<T: std::fmt::Debug>(
     within: Duration,
     left: impl Fn() -> Vec<T>,
 ) {
-    let deadline = Instant::now() + within;
-    loop {
-        let left = left();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} outlived its delete: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let last = std::cell::RefCell::new(String::new());
+    let said = || format!("{what} outlived its delete: {}", last.borrow());
+    eventually(said, within, || {
+        let now = left();
+        *last.borrow_mut() = format!("{now:?}");
+        std::future::ready(now.is_empty().then_some(()))
+    })
+    .await
 }
