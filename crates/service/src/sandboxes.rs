@@ -352,20 +352,24 @@ impl Service {
         let spec = self.spec(&id, &plan, &prepared, slot, &token);
         let started = async {
             let made = step("runtime-create", self.runtime().create(&spec)).await?;
-            // `starting` before the boot: the agent may call home as soon as it serves. Where the
-            // sandbox will be is the runtime's answer already; it is stored in the same write.
-            let moved = step(
-                "starting",
-                self.move_with_endpoint(&id, SandboxState::Starting, &made),
-            )
-            .await?;
-            if !moved {
+            // `starting` is queued before the boot, for the agent may call home as soon as it
+            // serves: the writer applies it before the call-home's write, which comes later. Its
+            // commit overlaps the boot. Where the sandbox will be is the runtime's answer already;
+            // it is stored in the same write.
+            let moved = self
+                .queue_move_with_endpoint(&id, SandboxState::Starting, &made)
+                .await?;
+            let (moved, booted) = tokio::join!(
+                step("starting", moved),
+                step("start", self.runtime().start(&spec.id))
+            );
+            if !moved? {
                 return Err(ServiceError::StartFailed {
                     id: id.clone(),
                     reason: "it was deleted while being created".into(),
                 });
             }
-            step("start", self.runtime().start(&spec.id)).await?;
+            booted?;
             Ok(())
         }
         .await;
@@ -411,11 +415,22 @@ impl Service {
         to: SandboxState,
         made: &sandboxd_runtime::SandboxInfo,
     ) -> Result<bool, ServiceError> {
+        self.queue_move_with_endpoint(id, to, made).await?.await
+    }
+
+    /// [`Service::move_with_endpoint`], returning once the write is queued, with the wait for its
+    /// commit (see [`sandboxd_store::StoreWriter::queue`]).
+    pub(crate) async fn queue_move_with_endpoint(
+        &self,
+        id: &str,
+        to: SandboxState,
+        made: &sandboxd_runtime::SandboxInfo,
+    ) -> Result<impl std::future::Future<Output = Result<bool, ServiceError>>, ServiceError> {
         let rid = id.to_string();
         let endpoint = crate::ports::observed_endpoint(made);
         let moved = self
             .writer()
-            .write(move |tx| {
+            .queue(move |tx| {
                 let now = unix_millis_now();
                 let moved = tx.set_state(&rid, &[SandboxState::Creating], to, None, now)?;
                 if moved {
@@ -424,7 +439,7 @@ impl Service {
                 Ok(moved)
             })
             .await?;
-        Ok(moved)
+        Ok(async move { Ok(moved.await?) })
     }
 
     /// The slot `id` leased, or — when the host holds that one for someone else (another daemon's

@@ -21,6 +21,7 @@
 //! each of them).
 
 use std::any::Any;
+use std::future::Future;
 use std::ops::Deref;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -120,6 +121,20 @@ impl StoreWriter {
         F: FnOnce(&mut WriteTx<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.queue(f).await?.await
+    }
+
+    /// Queues `f` for the writer and returns as soon as it is queued, with the wait for its commit.
+    ///
+    /// The queue is first in, first out, and a batch runs its requests in that order: a write queued
+    /// before the caller sets something else going is applied before any write that something
+    /// queues afterwards, so the caller may let the two overlap instead of waiting for the commit
+    /// first. Dropping the returned future does not take the write back.
+    pub async fn queue<T, F>(&self, f: F) -> Result<impl Future<Output = Result<T>> + use<T, F>>
+    where
+        F: FnOnce(&mut WriteTx<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(TypedJob {
             f: Some(f),
@@ -133,7 +148,7 @@ impl StoreWriter {
             .map_err(|_| StoreError::WriterGone)?;
         // From here the writer accounts for the request.
         depth.disarm();
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        Ok(async move { answer.await.map_err(|_| StoreError::WriterGone)? })
     }
 
     /// Number of requests waiting for the writer (queued or blocked on a full queue).
@@ -401,6 +416,31 @@ mod tests {
             "expected batching, got {batches} batches for 500 requests"
         );
         assert_eq!(after.queue_depth, 0);
+    }
+
+    /// Invariant: a write queued before another is applied before it, whether the two share a batch
+    /// or not, and whether or not its caller waits for its commit. The create flow relies on it to
+    /// let its `starting` write overlap the boot whose call-home writes next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_queued_write_is_applied_before_every_later_one() {
+        let (_dir, store, _thread) = open_temp();
+        let w = store.writer().clone();
+        for i in 0..200 {
+            let first = w
+                .queue(move |tx| tx.record_delivery(&format!("q-{i}"), "test", None, 1))
+                .await
+                .unwrap();
+            let later = w.write(move |tx| tx.delivery_seen(&format!("q-{i}")));
+            let seen = if i % 2 == 0 {
+                let (first, seen) = tokio::join!(first, later);
+                assert!(first.unwrap());
+                seen
+            } else {
+                drop(first);
+                later.await
+            };
+            assert!(seen.unwrap(), "write {i} ran after one queued behind it");
+        }
     }
 
     /// A panicking closure becomes an error for that request; the writer keeps serving.
