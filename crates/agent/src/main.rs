@@ -59,6 +59,12 @@ enum Command {
 }
 
 fn main() {
+    // A sandbox's PID 1 restarting small (`init::resume`): before anything else allocates.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(sandboxd_agent::init::SUPERVISE)) {
+        let (server, name) = (args.next(), args.next());
+        sandboxd_agent::init::resume(server.as_deref(), name.as_deref());
+    }
     let cli = Cli::parse();
     if let Command::Tool { op } = &cli.command {
         std::process::exit(sandboxd_agent::tool::run(op));
