@@ -87,6 +87,9 @@ pub struct DensityReport {
     pub target_mib_per_sandbox: f64,
     /// Mean `Pss` of a sampled sandbox's processes (its init, agent and what they run), MiB.
     pub sandbox_pss_mib: f64,
+    /// The kernel's share of that drop, KiB per sandbox, by `/proc/meminfo` field
+    /// ([`KERNEL_FIELDS`]): where the memory beyond the processes' goes.
+    pub kernel_kib_per_sandbox: Vec<(String, f64)>,
     /// The daemon's own resident memory at the top, MiB.
     pub daemon_rss_mib: f64,
     /// Tasks (processes and threads) on the host per live sandbox.
@@ -125,6 +128,12 @@ impl DensityReport {
             self.daemon_rss_mib,
             self.tasks_per_sandbox,
         );
+        let kernel: Vec<String> = self
+            .kernel_kib_per_sandbox
+            .iter()
+            .map(|(field, kib)| format!("{field} {kib:.0}"))
+            .collect();
+        println!("  the kernel's, KiB per sandbox: {}", kernel.join(", "));
         println!(
             "at the top: exec p50 {} ms p99 {} ms; list (one page) p50 {} ms p99 {} ms",
             ms(self.exec_at_top.p50_ms),
@@ -283,6 +292,14 @@ async fn measure(
         / 1024.0
         / reached as f64;
     let tasks_per_sandbox = top.tasks.saturating_sub(before.tasks) as f64 / reached as f64;
+    let kernel_kib_per_sandbox = KERNEL_FIELDS
+        .iter()
+        .zip(before.kernel_kib.iter().zip(&top.kernel_kib))
+        .map(|(field, (then, now))| {
+            let each = (*now as f64 - *then as f64) / reached as f64;
+            (field.trim_end_matches(':').to_string(), each)
+        })
+        .collect();
     let sandbox_pss_mib = sandbox_pss_mib(&runtime_dir, &live)?;
     let daemon_rss_mib = daemon_pid.map_or(Ok(0.0), rss_mib)?;
     let (exec_at_top, list_page_at_top) = at_the_top(&fleet, &live).await?;
@@ -296,6 +313,7 @@ async fn measure(
         mib_per_sandbox,
         target_mib_per_sandbox: TARGET_MIB_PER_SANDBOX,
         sandbox_pss_mib,
+        kernel_kib_per_sandbox,
         daemon_rss_mib,
         tasks_per_sandbox,
         exec_at_top,
@@ -373,10 +391,23 @@ async fn delete_all(
     Ok(n as f64 / t.elapsed().as_secs_f64().max(1e-6))
 }
 
+/// The `/proc/meminfo` fields of the kernel's own memory that a sandbox adds to: its objects
+/// (namespaces, cgroups, mounts, sockets), the page tables and kernel stacks of its tasks, and
+/// per-CPU data (a memory cgroup's statistics, say). A field this kernel lacks reads 0.
+const KERNEL_FIELDS: [&str; 5] = [
+    "SUnreclaim:",
+    "SReclaimable:",
+    "PageTables:",
+    "KernelStack:",
+    "Percpu:",
+];
+
 /// The host figures read before and at the top.
 struct Host {
     mem_total_kib: u64,
     mem_available_kib: u64,
+    /// [`KERNEL_FIELDS`], in that order.
+    kernel_kib: [u64; KERNEL_FIELDS.len()],
     /// Tasks (processes and threads) on the host.
     tasks: u64,
 }
@@ -388,6 +419,7 @@ impl Host {
         Ok(Host {
             mem_total_kib: field_kib(&meminfo, "MemTotal:").context("no MemTotal")?,
             mem_available_kib: field_kib(&meminfo, "MemAvailable:").context("no MemAvailable")?,
+            kernel_kib: KERNEL_FIELDS.map(|f| field_kib(&meminfo, f).unwrap_or(0)),
             // The fourth field is `running/total` scheduling entities.
             tasks: loadavg
                 .split_whitespace()
