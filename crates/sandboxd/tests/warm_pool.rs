@@ -7,7 +7,7 @@ mod e2b_support;
 
 use common::{
     create_in_background, e2e, eventually, get, id_of, query, restart_and_reconcile, runtime_ids,
-    wait_for_row, wait_gone, Daemon, Setup,
+    tamper, wait_for_row, wait_gone, Daemon, Setup,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -278,6 +278,50 @@ fn kill9_after_an_adoption_leaves_no_half_claimed_sandbox() {
     });
 }
 
+/// Invariant: a create whose pooled sandbox can no longer be claimed when it writes (its entry no
+/// longer `ready` in the store, which no path of the daemon's is known to leave) is made cold: it
+/// answers with a sandbox that runs, the one it had adopted is destroyed with its entry, the pool
+/// counts a miss, and nothing is leaked.
+#[test]
+fn a_create_whose_pooled_entry_is_gone_at_its_claim_is_made_cold() {
+    e2e(|| async {
+        let d = Daemon::start_with(
+            &["--warm-pool", "base=1"],
+            &[("FAILPOINTS", "create.after-adopt=1*return(3000)")],
+        )
+        .await;
+        await_pool(&d, 1).await;
+        let taken = entries(&d);
+        let entry = taken.iter().next().expect("one entry").clone();
+        let create = create_in_background(&d, "fallback");
+        let what = || format!("no adoption:\n{}", d.log_tail(40));
+        eventually(what, Duration::from_secs(30), || async {
+            runtime_ids(&d).into_iter().find(|id| id.starts_with("sb"))
+        })
+        .await;
+        // Held after its adoption: the entry stops being claimable under it.
+        tamper(
+            &d,
+            &format!("UPDATE warm_pool SET state = 'warming' WHERE id = '{entry}'"),
+        );
+        let made = create.await.unwrap().unwrap();
+        assert_eq!(made.status(), 201);
+        let id = id_of(&made.json::<Value>().await.unwrap());
+        assert_eq!(d.exec(&id, &["true"]).await.exit_code, 0);
+        let pool = await_pool(&d, 1).await;
+        assert_eq!(
+            (pool["hits"].as_u64(), pool["misses"].as_u64()),
+            (Some(0), Some(1)),
+            "{pool}"
+        );
+        assert!(
+            entries(&d).is_disjoint(&taken),
+            "the entry outlived its failed claim"
+        );
+        assert_holdings(&d, &BTreeSet::from([id]));
+    });
+}
+
 /// Daytona's `warm_pool` (the real SDK, `tests/daytona/test_warm_pool.py`) drives the shared pools:
 /// a pool for a snapshot fills, serves a create that takes the create's environment, is resized,
 /// refused twice for one snapshot, and deleted; the daemon counted that create as the pool's hit.
@@ -434,7 +478,8 @@ fn creates_and_execs_name_their_steps_in_server_timing() {
         assert_eq!(
             steps,
             ["prepare", "adopt", "init", "admit"],
-            "a pooled create boots nothing"
+            "a pooled create boots nothing\n{}",
+            d.log_tail(40)
         );
         let id = id_of(&pooled.json::<Value>().await.unwrap());
         let exec = d

@@ -26,8 +26,9 @@ pub fn query(d: &Daemon, sql: &str) -> Vec<String> {
     sqlite(d, "ro", sql)
 }
 
-/// Runs the write `sql` against the daemon's database — only while the daemon is down, to leave what
-/// a crash, an older build or a damaged copy would.
+/// Runs the write `sql` against the daemon's database: while the daemon is down, to leave what a
+/// crash, an older build or a damaged copy would; or under a flow a failpoint holds, to make a
+/// state no path of the daemon's is known to (SQLite's locking keeps the daemon's writes whole).
 pub fn tamper(d: &Daemon, sql: &str) {
     sqlite(d, "rw", sql);
 }
