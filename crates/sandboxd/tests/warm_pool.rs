@@ -503,6 +503,30 @@ fn creates_and_execs_name_their_steps_in_server_timing() {
     });
 }
 
+/// Invariant: a pool counts an entry `ready` only once a create can take it. Its agent's call home
+/// makes the store's entry `ready` before the filler has warmed it up and offered it; until then
+/// the pool says it is warming, so a client that waited for a ready pool is not made cold.
+#[test]
+fn a_pool_counts_ready_only_what_a_create_can_take() {
+    e2e(|| async {
+        let d = Daemon::start_with(
+            &["--warm-pool", "base=1"],
+            &[("FAILPOINTS", "pool.after-ready=1*return(3000)")],
+        )
+        .await;
+        wait_for_row(&d, "SELECT id FROM warm_pool WHERE state = 'ready'").await;
+        let pool = base_pool(&d).await;
+        assert_eq!(
+            (&pool["ready"], &pool["warming"]),
+            (&json!(0), &json!(1)),
+            "called home, not yet offered: {pool}"
+        );
+        await_pool(&d, 1).await;
+        d.create_id().await;
+        assert_eq!(base_pool(&d).await["hits"], 1, "the create took it");
+    });
+}
+
 /// A pooled sandbox boots with the default policy (nothing out); a create that asks for egress
 /// still takes it from the pool, and the adopted sandbox has its default route from its first
 /// command (`Runtime::set_egress_lists` on adoption), where one without egress has none.

@@ -6,6 +6,7 @@
 //! | `create.after-insert` | row `creating` and slot leased; the runtime has made nothing |
 //! | `create.after-adopt` | a warm pool's sandbox adopted under the create's id and given its environment; no row written, the entry not yet claimed |
 //! | `pool.after-insert` | warm-pool entry `warming` with its slot; the runtime has made nothing |
+//! | `pool.after-ready` | warm-pool entry `ready` (its agent called home); not yet warmed up or offered to creates |
 //! | `create.after-runtime` | row `starting` with its endpoint, the sandbox booted; its call home not yet awaited |
 //! | `delete.after-mark` | row `deleting`; the runtime's sandbox not yet destroyed |
 //! | `delete.teardown` | row `deleting`, the sandbox's processes ended and the delete answered; its cgroup, network, layer and row not yet removed |

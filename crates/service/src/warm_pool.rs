@@ -73,9 +73,9 @@ pub(crate) struct WarmPools {
     /// The entries this process booted and warmed up, ready to be taken, by template, oldest first.
     /// Taking one removes it, so it is one create's (or the filler's, to discard it) alone.
     ready_to_take: Mutex<HashMap<String, VecDeque<PoolEntry>>>,
-    /// The entries whose agents called home and which are being warmed up, not yet offered: the
-    /// store says `ready`, creates cannot take them yet.
-    warming_up: Mutex<HashSet<String>>,
+    /// The entries this process is booting or warming up, not yet offered: whatever the store
+    /// says (`ready` once the agent called home), creates cannot take them yet.
+    booting: Mutex<HashSet<String>>,
 }
 
 impl WarmPools {
@@ -104,19 +104,19 @@ impl WarmPools {
             .push_back(entry);
     }
 
-    /// Notes that entry `id` called home and is being warmed up (`on`), or no longer is.
-    fn set_warming_up(&self, id: &str, on: bool) {
-        let mut warming_up = self.warming_up.lock().unwrap_or_else(|p| p.into_inner());
+    /// Notes that entry `id` is being booted or warmed up (`on`), or no longer is.
+    fn set_booting(&self, id: &str, on: bool) {
+        let mut booting = self.booting.lock().unwrap_or_else(|p| p.into_inner());
         if on {
-            warming_up.insert(id.to_string());
+            booting.insert(id.to_string());
         } else {
-            warming_up.remove(id);
+            booting.remove(id);
         }
     }
 
-    /// The entries that called home and are being warmed up, not yet offered.
-    fn warming_up(&self) -> HashSet<String> {
-        self.warming_up
+    /// The entries being booted or warmed up, not yet offered.
+    fn booting(&self) -> HashSet<String> {
+        self.booting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -216,9 +216,9 @@ impl Service {
         let entries = self.reader().read(|tx| tx.pool_entries()).await?;
         let (sizes, stats) = (self.pools().sizes(), self.pools().stats());
         // One called home but not yet warmed up and offered is still booting, as creates see it.
-        let warming_up = self.pools().warming_up();
+        let booting = self.pools().booting();
         let state = |e: &PoolEntry| match e.state {
-            PoolState::Ready if warming_up.contains(&e.id) => PoolState::Warming,
+            PoolState::Ready if booting.contains(&e.id) => PoolState::Warming,
             state => state,
         };
         // Those with a size, with entries, or that served creates since the start.
@@ -441,6 +441,9 @@ impl Service {
         };
         let slots = self.config().net_slots;
         let mut offered = entry.clone();
+        // Marked before its row is written, so no reader ever counts it ready before it is
+        // offered: the store says `ready` as soon as its agent calls home.
+        self.pools().set_booting(&id, true);
         let slot = self
             .writer()
             .write(move |tx| {
@@ -449,7 +452,14 @@ impl Service {
                     .lease_pool_slot(&entry.id, slots, unix_millis_now())?
                     .slot)
             })
-            .await?;
+            .await;
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(e) => {
+                self.pools().set_booting(&id, false);
+                return Err(e.into());
+            }
+        };
         let booted = async {
             crate::failpoints::hold("pool.after-insert").await;
             let spec = self.spec(&id, &plan, &prepared, slot, &token);
@@ -457,13 +467,13 @@ impl Service {
             self.runtime().start(&id).await?;
             self.await_pool_ready(&id, Instant::now() + self.config().ready_deadline)
                 .await?;
-            self.pools().set_warming_up(&id, true);
+            crate::failpoints::hold("pool.after-ready").await;
             self.warm_up(&id, &token).await;
             Ok(())
         }
         .await;
         if let Err(e) = booted {
-            self.pools().set_warming_up(&id, false);
+            self.pools().set_booting(&id, false);
             if let Err(d) = self.discard_pool_entry(&id).await {
                 tracing::warn!(pool_id = %id, error = %crate::error::chain(&d), "cannot discard a pooled sandbox that did not boot");
             }
@@ -480,7 +490,7 @@ impl Service {
             .last_refill_ms = Some(took);
         (offered.state, offered.slot) = (PoolState::Ready, Some(slot));
         self.pools().offer(offered);
-        self.pools().set_warming_up(&id, false);
+        self.pools().set_booting(&id, false);
         Ok(())
     }
 
