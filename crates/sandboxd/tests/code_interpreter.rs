@@ -29,7 +29,7 @@ mod common;
 mod e2b_support;
 
 use common::{id_of, stderr, stdout, Daemon, Setup};
-use e2b_support::{e2b_test, run_script};
+use e2b_support::{e2b_test, run_script_beside};
 use sandboxd_test_support::workspace_root;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -120,38 +120,41 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
         let template = d.get_json(&format!("/v1/templates/{TEMPLATE}")).await;
         assert_eq!(template["state"], "ready", "{template}");
 
-        // The real SDKs.
+        // The real SDKs: E2B's scripts one after another, and beside them Daytona's, whose idle
+        // sandboxes' clocks (whole minutes) run while the others work.
         let python = workspace_root().join(".venv-e2b/bin/python");
-        run_script(&d, &python, &["tests/e2b/test_code_interpreter.py"], &[]).await;
-        // The code interpreter SDK's own surface against its table
-        // (`tests/e2b/surface/code-interpreter-python.md`).
-        run_script(
-            &d,
-            &python,
-            &["tests/e2b/test_surface.py", "code-interpreter"],
-            &[],
-        )
-        .await;
-        // Its AsyncSandbox (`tests/e2b/surface/code-interpreter-python-async.md`).
-        run_script(
-            &d,
-            &python,
-            &["tests/e2b/test_surface.py", "code-interpreter-async"],
-            &[],
-        )
-        .await;
         let node = std::env::var_os("E2B_NODE")
             .map(PathBuf::from)
             .unwrap_or_else(|| "node".into());
-        run_script(&d, &node, &["tests/e2b/test_code_interpreter.mjs"], &[]).await;
-        // Its JS twin (`tests/e2b/surface/code-interpreter-js.md`).
-        run_script(
-            &d,
-            &node,
-            &["tests/e2b/test_surface.mjs", "code-interpreter"],
-            &[],
-        )
-        .await;
+        let e2b = async {
+            run_script_beside(&d, &python, &["tests/e2b/test_code_interpreter.py"], &[]).await;
+            // The code interpreter SDK's own surface against its table
+            // (`tests/e2b/surface/code-interpreter-python.md`).
+            run_script_beside(
+                &d,
+                &python,
+                &["tests/e2b/test_surface.py", "code-interpreter"],
+                &[],
+            )
+            .await;
+            // Its AsyncSandbox (`tests/e2b/surface/code-interpreter-python-async.md`).
+            run_script_beside(
+                &d,
+                &python,
+                &["tests/e2b/test_surface.py", "code-interpreter-async"],
+                &[],
+            )
+            .await;
+            run_script_beside(&d, &node, &["tests/e2b/test_code_interpreter.mjs"], &[]).await;
+            // Its JS twin (`tests/e2b/surface/code-interpreter-js.md`).
+            run_script_beside(
+                &d,
+                &node,
+                &["tests/e2b/test_surface.mjs", "code-interpreter"],
+                &[],
+            )
+            .await;
+        };
         // The real Daytona SDK: its default snapshot is this template (code_run, code_interpreter).
         let daytona = workspace_root().join(".venv-daytona/bin/python");
         assert!(
@@ -163,7 +166,9 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
             ("DAYTONA_API_URL", api.as_str()),
             ("DAYTONA_API_KEY", e2b_support::API_KEY),
         ];
-        run_script(&d, &daytona, &["tests/daytona/test_sdk.py"], &env).await;
+        let daytona_sdk = run_script_beside(&d, &daytona, &["tests/daytona/test_sdk.py"], &env);
+        tokio::join!(e2b, daytona_sdk);
+        e2b_support::assert_nothing_left(&d).await;
 
         // /v1: the caller's mistakes, and a sandbox with no interpreter.
         let sandbox = d

@@ -74,6 +74,27 @@ pub fn python_sdks() -> (std::path::PathBuf, std::path::PathBuf) {
 /// Runs `program args` in the repository root against `daemon`; panics (with the output) unless it
 /// exits 0 and left no sandbox behind. `env` is added to the SDK's environment.
 pub async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(&str, &str)]) {
+    run_script_beside(daemon, program, args, env).await;
+    assert_nothing_left(daemon).await;
+}
+
+/// The daemon holds no sandbox: the scripts run against it deleted all they made.
+pub async fn assert_nothing_left(daemon: &Daemon) {
+    let left = daemon.list_all().await;
+    assert!(
+        left.is_empty(),
+        "the scripts left sandboxes behind: {left:?}"
+    );
+}
+
+/// [`run_script`] for a script that runs beside others against one daemon: it must exit 0; what
+/// they left is checked once all are done ([`assert_nothing_left`]).
+pub async fn run_script_beside(
+    daemon: &Daemon,
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .current_dir(workspace_root())
@@ -107,11 +128,6 @@ pub async fn run_script(daemon: &Daemon, program: &Path, args: &[&str], env: &[(
         program.display(),
         output.status.code(),
         daemon.log_tail(60)
-    );
-    let left = daemon.list_all().await;
-    assert!(
-        left.is_empty(),
-        "the script left sandboxes behind: {left:?}"
     );
 }
 
