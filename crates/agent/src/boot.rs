@@ -365,16 +365,8 @@ fn mount_kernel_filesystems(root: &Path, id_base: u32) -> Result<(), BootError> 
         none,
     )
     .map_err(fail("mount /sys"))?;
-    let root_owner = format!("uid={id_base},gid={id_base}");
     let dev = dir("dev")?;
-    mount(
-        Some("tmpfs"),
-        &dev,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some(format!("mode=755,size=64k,{root_owner}").as_str()),
-    )
-    .map_err(fail("mount /dev"))?;
+    dev_and_run(&dev, &dir("run")?, id_base)?;
     for node in ["null", "zero", "full", "random", "urandom", "tty"] {
         let target = dev.join(node);
         std::fs::File::create(&target).map_err(fail("create device node"))?;
@@ -397,14 +389,7 @@ fn mount_kernel_filesystems(root: &Path, id_base: u32) -> Result<(), BootError> 
         Some(format!("newinstance,ptmxmode=0666,mode=0620,gid={tty_gid}").as_str()),
     )
     .map_err(fail("mount /dev/pts"))?;
-    mount(
-        Some("shm"),
-        &dir("dev/shm")?,
-        Some("tmpfs"),
-        hardened,
-        Some(format!("mode=1777,size=64m,{root_owner}").as_str()),
-    )
-    .map_err(fail("mount /dev/shm"))?;
+    owned_dir(&dir("dev/shm")?, id_base, 0o1777)?;
     for (link, to) in [
         ("ptmx", "pts/ptmx"),
         ("fd", "/proc/self/fd"),
@@ -414,15 +399,64 @@ fn mount_kernel_filesystems(root: &Path, id_base: u32) -> Result<(), BootError> 
     ] {
         symlink(to, dev.join(link)).map_err(fail("create /dev link"))?;
     }
+    Ok(())
+}
+
+/// Room for the files of `/dev` (`/dev/shm` among them) and `/run`, together.
+const DEV_AND_RUN_SIZE: &str = "size=128m";
+
+/// Mounts one tmpfs at `dev` and `run` (directories of the new root): two directories of it, each
+/// attached at its place, its root nowhere. One superblock per sandbox where there were three (the
+/// kernel keeps per-cgroup state for every superblock's shrinker, which grows as cgroups ×
+/// superblocks). The tmpfs is mounted at `run` first, its two directories cloned from there
+/// (detached), and the staging mount detached before the clones are attached. `/dev` is `nosuid`
+/// and `noexec`, `/run` `nosuid` and `nodev`, as separate mounts had them; both are owned by the
+/// sandbox's root (host id `id_base`).
+fn dev_and_run(dev: &Path, run: &Path, id_base: u32) -> Result<(), BootError> {
+    let none: Option<&str> = None;
     mount(
         Some("tmpfs"),
-        &dir("run")?,
+        run,
         Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(format!("mode=755,size=64m,{root_owner}").as_str()),
+        MsFlags::MS_NOSUID,
+        Some(format!("mode=700,{DEV_AND_RUN_SIZE}").as_str()),
     )
-    .map_err(fail("mount /run"))?;
+    .map_err(fail("mount the tmpfs of /dev and /run"))?;
+    let trees = ["dev", "run"]
+        .into_iter()
+        .map(|name| {
+            let sub = run.join(name);
+            std::fs::create_dir(&sub).map_err(fail("create a directory of /dev and /run"))?;
+            owned_dir(&sub, id_base, 0o755)?;
+            sandboxd_idmap::detached_clone_of(&sub).map_err(fail("clone /dev or /run"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    umount2(run, MntFlags::MNT_DETACH).map_err(fail("detach the tmpfs of /dev and /run"))?;
+    let flags = [
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+    ];
+    for ((tree, target), flags) in trees.into_iter().zip([dev, run]).zip(flags) {
+        sandboxd_idmap::attach(tree, target).map_err(fail("attach /dev or /run"))?;
+        mount(
+            none,
+            target,
+            none,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
+            none,
+        )
+        .map_err(fail("remount /dev or /run"))?;
+    }
     Ok(())
+}
+
+/// Gives directory `path` to the sandbox's root (host id `id_base`), with permissions `mode`.
+fn owned_dir(path: &Path, id_base: u32, mode: u32) -> Result<(), BootError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, Some(id_base), Some(id_base))
+        .map_err(fail("give a directory to the sandbox's root"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(fail("set a directory's permissions"))
 }
 
 /// Becomes uid/gid 0 of the new user namespace (host ids `id_map_base`).

@@ -21,7 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
 
 /// The subcommand PID 1 re-executes itself with ([`resume`]).
-pub const SUPERVISE: &str = "supervise";
+pub const SUPERVISE: &CStr = c"supervise";
 
 /// How long after the fork PID 1 restarts small.
 const RESTART_AFTER: Duration = Duration::from_millis(200);
@@ -64,10 +64,9 @@ fn restart_small(server: libc::pid_t) {
     let name = CStr::from_bytes_until_nul(&name).unwrap_or(c"sandboxd-agent");
     // Digits only: no NUL inside.
     let pid = CString::new(server.to_string()).unwrap_or_default();
-    let subcommand = CString::new(SUPERVISE).unwrap_or_default();
     let argv = [
         c"sandboxd-agent".as_ptr(),
-        subcommand.as_ptr(),
+        SUPERVISE.as_ptr(),
         pid.as_ptr(),
         name.as_ptr(),
         std::ptr::null(),
@@ -86,7 +85,8 @@ pub fn resume(server: Option<&OsStr>, name: Option<&OsStr>) -> ! {
         .and_then(|s| s.parse::<libc::pid_t>().ok())
         .filter(|pid| *pid > 0);
     let Some(server) = server else {
-        eprintln!("sandboxd-agent {SUPERVISE}: usage: {SUPERVISE} SERVER-PID NAME");
+        let sub = SUPERVISE.to_string_lossy();
+        eprintln!("sandboxd-agent {sub}: usage: {sub} SERVER-PID NAME");
         std::process::exit(1);
     };
     if let Some(name) = name.and_then(|n| CString::new(n.as_bytes()).ok()) {

@@ -61,7 +61,9 @@ enum Command {
 fn main() {
     // A sandbox's PID 1 restarting small (`init::resume`): before anything else allocates.
     let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() == Some(std::ffi::OsStr::new(sandboxd_agent::init::SUPERVISE)) {
+    let first = args.next();
+    let first = first.as_deref().map(std::os::unix::ffi::OsStrExt::as_bytes);
+    if first == Some(sandboxd_agent::init::SUPERVISE.to_bytes()) {
         let (server, name) = (args.next(), args.next());
         sandboxd_agent::init::resume(server.as_deref(), name.as_deref());
     }

@@ -126,6 +126,12 @@ pub fn detached_clone(dir: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     )
 }
 
+/// A detached mount of directory `path` (its own mount, rooted there), owners as they are: a
+/// directory of a filesystem can be put in place ([`attach`]) without the filesystem's root.
+pub fn detached_clone_of(path: &Path) -> io::Result<OwnedFd> {
+    open_tree(libc::AT_FDCWD, &c_path(path)?, 0)
+}
+
 /// A detached mount of `dir` whose owners read through `userns` (see [`user_namespace`]).
 pub fn idmapped_clone(dir: &Path, userns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let tree = open_tree(libc::AT_FDCWD, &c_path(dir)?, 0)?;

@@ -38,6 +38,7 @@ tiers!(unreachable_host: host_services_are_unreachable, host_services_are_unreac
 tiers!(tracing: a_process_can_trace_its_child, a_process_can_trace_its_child_in_gvisor);
 tiers!(memory_hog: memory_hog_is_oom_killed_and_init_survives);
 tiers!(small_init: pid_one_restarts_small_and_still_reaps_and_forwards_signals);
+tiers!(dev_and_run: dev_and_run_are_one_tmpfs_each_mounted_with_its_own_flags);
 tiers!(fork_bomb: fork_bomb_hits_the_pids_limit_and_the_host_stays_responsive);
 tiers!(two_sandboxes: two_sandboxes_see_neither_files_nor_processes_of_each_other, two_sandboxes_see_neither_files_nor_processes_of_each_other_in_gvisor);
 tiers!(wrong_token: agent_refuses_calls_without_the_right_token, agent_refuses_calls_without_the_right_token_in_gvisor);
@@ -448,5 +449,67 @@ async fn small_init(tier: Isolation) {
         },
     )
     .await;
+    fx.tiers.destroy(sb.info.id()).await.unwrap();
+}
+
+/// Invariant (`sandboxd_agent::boot`, `dev_and_run`): a namespace sandbox's `/dev` (with
+/// `/dev/shm`) and `/run` are one tmpfs, one superblock where there were three, each mounted with
+/// the flags it had as a filesystem of its own: `/dev` `nosuid,noexec`, `/run` `nosuid,nodev`;
+/// `/dev/shm` is writable by anyone, `/run` by root, and the tmpfs's own root is mounted nowhere.
+async fn dev_and_run(tier: Isolation) {
+    let fx = TieredFixture::new().await;
+    let sb = fx.sandbox(tier, ResourceLimits::default()).await;
+    let script = "stat -c '%d %a %U' /dev /run /dev/shm; \
+        echo x > /dev/shm/mine && echo shm-written; echo x > /run/mine 2>/dev/null || echo run-refused";
+    let out = sb.sh(script).await;
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 5, "{lines:?} {}", text(&out.stderr));
+    let device = |line: &str| line.split(' ').next().unwrap_or_default().to_string();
+    assert!(
+        lines[..3].iter().all(|l| device(l) == device(&lines[0])),
+        "one filesystem: {lines:?}"
+    );
+    let modes: Vec<&str> = lines[..3]
+        .iter()
+        .map(|l| &l[l.find(' ').unwrap() + 1..])
+        .collect();
+    assert_eq!(modes, ["755 root", "755 root", "1777 root"], "{lines:?}");
+    assert_eq!(lines[3..], ["shm-written", "run-refused"], "{lines:?}");
+    let root = sb
+        .sh_as(Some("root"), "echo x > /run/root-file && echo run-written")
+        .await;
+    assert_eq!(
+        text(&root.stdout),
+        "run-written\n",
+        "{}",
+        text(&root.stderr)
+    );
+    let mounts = text(&sb.sh("cat /proc/self/mountinfo").await.stdout);
+    let options = |at: &str| -> String {
+        mounts
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .find(|f| f.get(4) == Some(&at))
+            .map(|f| format!("{} {}", f[3], f[5]))
+            .unwrap_or_else(|| panic!("{at} is not mounted: {mounts}"))
+    };
+    let (dev, run) = (options("/dev"), options("/run"));
+    assert!(
+        dev.starts_with("/dev ") && run.starts_with("/run "),
+        "{dev} | {run}"
+    );
+    for (mount, wanted, unwanted) in [(&dev, "noexec", "nodev"), (&run, "nodev", "noexec")] {
+        assert!(
+            mount.contains("nosuid") && mount.contains(wanted),
+            "{mount}"
+        );
+        assert!(!mount.contains(unwanted), "{mount}");
+    }
+    assert!(
+        !mounts
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some("/dev/shm")),
+        "/dev/shm is no mount of its own: {mounts}"
+    );
     fx.tiers.destroy(sb.info.id()).await.unwrap();
 }
