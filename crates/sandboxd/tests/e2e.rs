@@ -495,7 +495,7 @@ fn expired_sandbox_is_destroyed() {
     e2e(|| async {
         let daemon = Daemon::start().await;
         let created_at = Instant::now();
-        let sandbox = daemon.create(json!({ "timeoutSec": 2 })).await;
+        let sandbox = daemon.create(json!({ "timeoutSec": 4 })).await;
         let id = id_of(&sandbox);
         assert!(
             sandbox["expiresAt"].is_string(),
@@ -505,19 +505,19 @@ fn expired_sandbox_is_destroyed() {
         let status = || async { daemon.http().get(&url).send().await.unwrap().status() };
         assert_eq!(status().await, 200);
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        assert_eq!(status().await, 200, "expired before its 2 s were up");
+        assert_eq!(status().await, 200, "expired before its 4 s were up");
         assert!(daemon.sandbox_dir(&id).is_dir());
 
-        let deadline = created_at + Duration::from_secs(5);
+        let deadline = created_at + Duration::from_secs(8);
         while status().await != StatusCode::NOT_FOUND {
             assert!(
                 Instant::now() < deadline,
-                "a sandbox with timeoutSec 2 still exists after 5 s (sweep interval 1 s)"
+                "a sandbox with timeoutSec 4 still exists after 8 s (sweep interval 1 s)"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         eprintln!(
-            "timing: timeoutSec 2 sandbox gone after {:?}",
+            "timing: timeoutSec 4 sandbox gone after {:?}",
             created_at.elapsed()
         );
         daemon.wait_torn_down(&id).await;

@@ -58,8 +58,10 @@ fn a_timeout_pauses_in_place_and_a_command_resumes() {
     e2e(|| async {
         let d = Daemon::start().await;
         let lifecycle = json!({"onTimeout": "pause", "autoResume": true});
+        // Long enough for the sleeper to start first: a pause during that exec freezes it
+        // mid-command, and the exec waits until the client gives up (a slow VM saw it).
         let created = d
-            .create(json!({"timeoutSec": 2, "lifecycle": lifecycle}))
+            .create(json!({"timeoutSec": 4, "lifecycle": lifecycle}))
             .await;
         assert_eq!(created["lifecycle"], lifecycle, "{created}");
         let id = id_of(&created);
@@ -72,7 +74,7 @@ fn a_timeout_pauses_in_place_and_a_command_resumes() {
             &d,
             &id,
             "paused without a deadline",
-            Duration::from_secs(6),
+            Duration::from_secs(10),
             paused,
         )
         .await;
@@ -323,9 +325,10 @@ fn kill9_between_auto_pause_and_dropping_the_deadline_keeps_the_sandbox() {
     e2e(|| async {
         let mut d =
             Daemon::start_with(&[], &[("FAILPOINTS", "expiry.after-pause=return(60000)")]).await;
+        // Long enough for the sleeper to start first (see the test above).
         let created = d
             .create(
-                json!({"timeoutSec": 1, "lifecycle": {"onTimeout": "pause", "autoResume": true}}),
+                json!({"timeoutSec": 4, "lifecycle": {"onTimeout": "pause", "autoResume": true}}),
             )
             .await;
         let id = id_of(&created);
