@@ -73,9 +73,6 @@ pub(crate) struct WarmPools {
     /// The entries this process booted and warmed up, ready to be taken, by template, oldest first.
     /// Taking one removes it, so it is one create's (or the filler's, to discard it) alone.
     ready_to_take: Mutex<HashMap<String, VecDeque<PoolEntry>>>,
-    /// The entries this process is booting or warming up, not yet offered: whatever the store
-    /// says (`ready` once the agent called home), creates cannot take them yet.
-    booting: Mutex<HashSet<String>>,
 }
 
 impl WarmPools {
@@ -104,22 +101,10 @@ impl WarmPools {
             .push_back(entry);
     }
 
-    /// Notes that entry `id` is being booted or warmed up (`on`), or no longer is.
-    fn set_booting(&self, id: &str, on: bool) {
-        let mut booting = self.booting.lock().unwrap_or_else(|p| p.into_inner());
-        if on {
-            booting.insert(id.to_string());
-        } else {
-            booting.remove(id);
-        }
-    }
-
-    /// The entries being booted or warmed up, not yet offered.
-    fn booting(&self) -> HashSet<String> {
-        self.booting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// The ids of the entries offered now: those a create can take.
+    fn offered(&self) -> HashSet<String> {
+        let ready = self.ready_to_take.lock().unwrap_or_else(|p| p.into_inner());
+        ready.values().flatten().map(|e| e.id.clone()).collect()
     }
 }
 
@@ -215,10 +200,12 @@ impl Service {
     pub async fn warm_pools(&self) -> Result<Vec<api::WarmPool>, ServiceError> {
         let entries = self.reader().read(|tx| tx.pool_entries()).await?;
         let (sizes, stats) = (self.pools().sizes(), self.pools().stats());
-        // One called home but not yet warmed up and offered is still booting, as creates see it.
-        let booting = self.pools().booting();
+        // Ready is what a create can take: one the store calls ready (its agent called home) but
+        // not offered (being warmed up, or being adopted) is not. Read after the entries: an entry
+        // is offered only once the store says it is ready.
+        let offered = self.pools().offered();
         let state = |e: &PoolEntry| match e.state {
-            PoolState::Ready if booting.contains(&e.id) => PoolState::Warming,
+            PoolState::Ready if !offered.contains(&e.id) => PoolState::Warming,
             state => state,
         };
         // Those with a size, with entries, or that served creates since the start.
@@ -441,9 +428,6 @@ impl Service {
         };
         let slots = self.config().net_slots;
         let mut offered = entry.clone();
-        // Marked before its row is written, so no reader ever counts it ready before it is
-        // offered: the store says `ready` as soon as its agent calls home.
-        self.pools().set_booting(&id, true);
         let slot = self
             .writer()
             .write(move |tx| {
@@ -452,14 +436,7 @@ impl Service {
                     .lease_pool_slot(&entry.id, slots, unix_millis_now())?
                     .slot)
             })
-            .await;
-        let slot = match slot {
-            Ok(slot) => slot,
-            Err(e) => {
-                self.pools().set_booting(&id, false);
-                return Err(e.into());
-            }
-        };
+            .await?;
         let booted = async {
             crate::failpoints::hold("pool.after-insert").await;
             let spec = self.spec(&id, &plan, &prepared, slot, &token);
@@ -473,7 +450,6 @@ impl Service {
         }
         .await;
         if let Err(e) = booted {
-            self.pools().set_booting(&id, false);
             if let Err(d) = self.discard_pool_entry(&id).await {
                 tracing::warn!(pool_id = %id, error = %crate::error::chain(&d), "cannot discard a pooled sandbox that did not boot");
             }
@@ -490,7 +466,6 @@ impl Service {
             .last_refill_ms = Some(took);
         (offered.state, offered.slot) = (PoolState::Ready, Some(slot));
         self.pools().offer(offered);
-        self.pools().set_booting(&id, false);
         Ok(())
     }
 
