@@ -8,7 +8,9 @@
 //!
 //! Beyond the scripts: every refused route ([`sandboxd_facade_daytona::unsupported`]) answers 501
 //! in Daytona's error shape over plain HTTP, for any sandbox id, without a sandbox existing; and
-//! no request of a whole run answered a 5xx other than those 501s.
+//! no request of a whole run answered a 5xx other than those 501s. Each daemon starts with the code
+//! interpreter template (the default snapshot of `language="python"`) restored from the build's
+//! seed, not built again.
 
 mod common;
 mod e2b_support;
@@ -26,7 +28,7 @@ fn every_method_of_the_daytona_python_sdk_works_or_is_refused_at_once() {
     e2b_test(async {
         let python = e2b_support::daytona_python();
         let registry = e2b_support::registry_with_app_image(&["team/app:v1"]);
-        let d = e2b_support::start_with_mirror(&registry).await;
+        let d = e2b_support::start_seeded_with_mirror(&registry).await;
 
         use reqwest::Method as M;
         let (s, t) = ("/api/sandbox/nosuch", "/api/toolbox/nosuch");
@@ -119,7 +121,7 @@ fn every_method_of_the_daytona_typescript_sdk_works_or_is_refused_at_once() {
             "the Daytona TypeScript SDK is not installed: run scripts/daytona-sdks"
         );
         let registry = e2b_support::registry_with_app_image(&["team/app:v1"]);
-        let d = e2b_support::start_with_mirror(&registry).await;
+        let d = e2b_support::start_seeded_with_mirror(&registry).await;
         let api = format!("{}/api", d.url());
         let env = [
             ("DAYTONA_API_URL", api.as_str()),

@@ -12,13 +12,15 @@
 //! (`scripts/schemathesis` installs it, pinned); a missing one fails the test, saying how to install
 //! it. What the run leaves out and why is in `tests/openapi/schemathesis.toml`.
 //!
-//! The built-in template `code-interpreter-v1` is built before the run: a create naming it waits for
-//! its build (a pip install, minutes), longer than the fuzzer's request timeout, and the fuzzer does
-//! name it (a run of this seed did). Built, a create of it is an ordinary create.
+//! The built-in template `code-interpreter-v1` is ready before the run (restored from the build's
+//! seed, [`common::code_interpreter_seed`], itself built through `POST /v1/templates`): a create
+//! naming it would wait for its build (a pip install, a minute or more), longer than the fuzzer's
+//! request timeout, and the fuzzer does name it (a run of this seed did). Built, a create of it is
+//! an ordinary create.
 
 mod common;
 
-use common::{run_serially, Daemon};
+use common::{code_interpreter_seed, run_serially, Daemon, Setup};
 use sandboxd_test_support::workspace_root;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -52,30 +54,6 @@ fn closed_loopback_port() -> std::net::SocketAddr {
         .expect("a free loopback port")
 }
 
-/// Builds the built-in code-interpreter template on `daemon` and waits until it is ready.
-async fn build_code_interpreter(daemon: &Daemon) {
-    let name = "code-interpreter-v1";
-    let begun = daemon
-        .post_json("/v1/templates", &serde_json::json!({ "name": name }))
-        .await;
-    assert!(
-        begun.status().is_success(),
-        "building {name}: {}",
-        begun.status()
-    );
-    let deadline = Instant::now() + Duration::from_secs(420);
-    loop {
-        let template = daemon.get_json(&format!("/v1/templates/{name}")).await;
-        match template["state"].as_str() {
-            Some("ready") => return,
-            Some("building") if Instant::now() < deadline => {}
-            _ => panic!("{name} did not build: {template}"),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A schemathesis run over every `/v1` operation finds nothing.
 #[test]
 fn the_openapi_document_matches_what_the_daemon_does() {
     run_serially(
@@ -84,10 +62,14 @@ fn the_openapi_document_matches_what_the_daemon_does() {
         || async {
             let cli = schemathesis();
             let nowhere = format!("http://{}", closed_loopback_port());
+            let seed = code_interpreter_seed().await;
+            let mut setup = Setup::default();
+            setup.env = vec![
+                ("HTTP_PROXY".into(), nowhere.clone()),
+                ("HTTPS_PROXY".into(), nowhere),
+            ];
             let daemon =
-                Daemon::start_with(&[], &[("HTTP_PROXY", &nowhere), ("HTTPS_PROXY", &nowhere)])
-                    .await;
-            build_code_interpreter(&daemon).await;
+                Daemon::start_prepared(setup, |data_dir, _| seed.restore_into(data_dir)).await;
             let work = tempfile::tempdir().expect("tempdir");
             let started = Instant::now();
             let output = tokio::process::Command::new(&cli)

@@ -31,7 +31,7 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// The build's target directory (`CARGO_TARGET_DIR`, else `<workspace>/target`).
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"))

@@ -19,6 +19,7 @@
 mod checks;
 mod cleanup;
 mod crash;
+mod seed;
 mod setup;
 mod store;
 mod volumes;
@@ -29,6 +30,8 @@ use cleanup::raw_http;
 pub use cleanup::{cgroup_dirs_of, cgroup_dirs_under, kill_leftover_sandboxes};
 #[allow(unused_imports)] // each test binary uses a different part
 pub use crash::*;
+#[allow(unused_imports)] // each test binary uses a different part
+pub use seed::code_interpreter_seed;
 pub use setup::{Auth, Setup};
 #[allow(unused_imports)] // each test binary uses a different part
 pub use store::*;

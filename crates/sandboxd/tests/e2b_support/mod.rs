@@ -45,6 +45,17 @@ pub async fn start_with_mirror(registry: &sandboxd_test_support::registry::TestR
     Daemon::start_setup(setup).await
 }
 
+/// [`start_with_mirror`], on a data dir that holds the code interpreter template ready (the build's
+/// seed, [`crate::common::code_interpreter_seed`]).
+pub async fn start_seeded_with_mirror(
+    registry: &sandboxd_test_support::registry::TestRegistry,
+) -> Daemon {
+    let seed = crate::common::code_interpreter_seed().await;
+    let mut setup = setup();
+    setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
+    Daemon::start_prepared(setup, |data_dir, _| seed.restore_into(data_dir)).await
+}
+
 /// Runs one E2B test: serially with the other tests of its binary (two shared cores, and timing
 /// assertions that must not measure another test's load), on its own two-thread runtime. Skipped only
 /// when root tests are explicitly skipped; without root it panics.
