@@ -36,8 +36,10 @@ SBX = None
 def sandbox():
     global SBX
     if SBX is None:
+        # The default snapshot may still be building (the run starts beside its first build).
         SBX = DAYTONA.create(
-            CreateSandboxFromSnapshotParams(language="python", name=f"dt-{RUN}", labels={"suite": RUN})
+            CreateSandboxFromSnapshotParams(language="python", name=f"dt-{RUN}", labels={"suite": RUN}),
+            timeout=600,
         )
     return SBX
 

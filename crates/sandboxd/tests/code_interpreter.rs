@@ -11,8 +11,9 @@
 //!
 //! What it proves beyond the scripts (their docs list theirs):
 //! - **Built once however many ask**: three concurrent creates naming the template before it
-//!   exists all succeed on one build (the log has one `FROM`); `sbx templates build
-//!   code-interpreter-v1` builds it with no Dockerfile given and exits 0 once ready.
+//!   exists, and the Daytona SDK's first create beside them, all succeed on one build (the log has
+//!   one `FROM`); `sbx templates build code-interpreter-v1` builds it again with no Dockerfile given
+//!   and exits 0 once ready.
 //! - The interpreter is reached by host name (`49999-{id}.{domain}`) as well as by the SDKs'
 //!   headers.
 //! - `/v1/sandboxes/{id}/code` streams the interpreter's lines; its mistakes are the caller's
@@ -71,62 +72,61 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
         })
         .await;
 
-        // Three creates before the template exists: one build serves them all.
-        let creates = (0..3).map(|n| {
-            let body = json!({ "template": TEMPLATE, "metadata": { "n": n.to_string() } });
-            let d = &d;
-            async move { d.create(body).await }
-        });
-        let made = futures::future::join_all(creates).await;
-        let log = d
-            .http()
-            .get(d.endpoint(&format!("/v1/templates/{TEMPLATE}/logs")))
-            .send()
-            .await
-            .expect("the build log")
-            .text()
-            .await
-            .expect("its lines");
-        let builds = log.lines().filter(|l| l.contains("\"FROM base\"")).count();
-        assert_eq!(builds, 1, "one build:\n{log}");
-        for sandbox in &made {
-            let (status, lines) = run_code(&d, &id_of(sandbox), json!({ "code": "6 * 7" })).await;
-            assert_eq!(status, 200);
-            assert_eq!(of_type(&lines, "result")[0]["text"], "42", "{lines:?}");
-            assert_eq!(lines.last().unwrap()["type"], "end_of_execution");
-        }
-        for sandbox in &made {
-            let id = id_of(sandbox);
-            assert!(d
-                .delete(&format!("/v1/sandboxes/{id}"))
-                .await
-                .status()
-                .is_success());
-        }
-
-        // Rebuilt by name with sbx (the build cache makes this quick), exiting 0 once ready.
-        assert!(d
-            .delete(&format!("/v1/templates/{TEMPLATE}"))
-            .await
-            .status()
-            .is_success());
-        let built = d.sbx(&["templates", "build", TEMPLATE]);
+        // The real Daytona SDK, from the start: its default snapshot is this template (code_run,
+        // code_interpreter), and its idle sandboxes' clocks (whole minutes, on `base`) run while the
+        // template builds and the E2B scripts work.
+        let daytona = workspace_root().join(".venv-daytona/bin/python");
         assert!(
-            built.status.success(),
-            "sbx templates build: {}{}",
-            stdout(&built),
-            stderr(&built)
+            daytona.exists(),
+            "the Daytona SDK is not installed: run scripts/daytona-sdks"
         );
-        let template = d.get_json(&format!("/v1/templates/{TEMPLATE}")).await;
-        assert_eq!(template["state"], "ready", "{template}");
+        let api = format!("{}/api", d.url());
+        let env = [
+            ("DAYTONA_API_URL", api.as_str()),
+            ("DAYTONA_API_KEY", e2b_support::API_KEY),
+        ];
+        let daytona_sdk = run_script_beside(&d, &daytona, &["tests/daytona/test_sdk.py"], &env);
 
-        // The real SDKs: E2B's scripts one after another, and beside them Daytona's, whose idle
-        // sandboxes' clocks (whole minutes) run while the others work.
-        let python = workspace_root().join(".venv-e2b/bin/python");
-        let node = std::env::var_os("E2B_NODE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "node".into());
         let e2b = async {
+            // Three creates before the template exists: one build serves them all.
+            let creates = (0..3).map(|n| {
+                let body = json!({ "template": TEMPLATE, "metadata": { "n": n.to_string() } });
+                let d = &d;
+                async move { d.create(body).await }
+            });
+            let made = futures::future::join_all(creates).await;
+            let log = d
+                .http()
+                .get(d.endpoint(&format!("/v1/templates/{TEMPLATE}/logs")))
+                .send()
+                .await
+                .expect("the build log")
+                .text()
+                .await
+                .expect("its lines");
+            let builds = log.lines().filter(|l| l.contains("\"FROM base\"")).count();
+            assert_eq!(builds, 1, "one build:\n{log}");
+            for sandbox in &made {
+                let (status, lines) =
+                    run_code(&d, &id_of(sandbox), json!({ "code": "6 * 7" })).await;
+                assert_eq!(status, 200);
+                assert_eq!(of_type(&lines, "result")[0]["text"], "42", "{lines:?}");
+                assert_eq!(lines.last().unwrap()["type"], "end_of_execution");
+            }
+            for sandbox in &made {
+                let id = id_of(sandbox);
+                assert!(d
+                    .delete(&format!("/v1/sandboxes/{id}"))
+                    .await
+                    .status()
+                    .is_success());
+            }
+
+            // The real E2B SDKs' scripts, one after another, beside Daytona's.
+            let python = workspace_root().join(".venv-e2b/bin/python");
+            let node = std::env::var_os("E2B_NODE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "node".into());
             run_script_beside(&d, &python, &["tests/e2b/test_code_interpreter.py"], &[]).await;
             // The code interpreter SDK's own surface against its table
             // (`tests/e2b/surface/code-interpreter-python.md`).
@@ -155,18 +155,6 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
             )
             .await;
         };
-        // The real Daytona SDK: its default snapshot is this template (code_run, code_interpreter).
-        let daytona = workspace_root().join(".venv-daytona/bin/python");
-        assert!(
-            daytona.exists(),
-            "the Daytona SDK is not installed: run scripts/daytona-sdks"
-        );
-        let api = format!("{}/api", d.url());
-        let env = [
-            ("DAYTONA_API_URL", api.as_str()),
-            ("DAYTONA_API_KEY", e2b_support::API_KEY),
-        ];
-        let daytona_sdk = run_script_beside(&d, &daytona, &["tests/daytona/test_sdk.py"], &env);
         tokio::join!(e2b, daytona_sdk);
         e2b_support::assert_nothing_left(&d).await;
 
@@ -287,5 +275,26 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
             "{}",
             stderr(&raised)
         );
+
+        // Last, with no sandbox of it left: rebuilt by name with sbx (the build cache makes this
+        // quick), exiting 0 once ready.
+        for gone in [&id, &plain] {
+            let status = d.delete(&format!("/v1/sandboxes/{gone}")).await.status();
+            assert!(status.is_success(), "{status}");
+        }
+        assert!(d
+            .delete(&format!("/v1/templates/{TEMPLATE}"))
+            .await
+            .status()
+            .is_success());
+        let built = d.sbx(&["templates", "build", TEMPLATE]);
+        assert!(
+            built.status.success(),
+            "sbx templates build: {}{}",
+            stdout(&built),
+            stderr(&built)
+        );
+        let template = d.get_json(&format!("/v1/templates/{TEMPLATE}")).await;
+        assert_eq!(template["state"], "ready", "{template}");
     });
 }
