@@ -63,11 +63,13 @@ fn the_openapi_document_matches_what_the_daemon_does() {
             let cli = schemathesis();
             let nowhere = format!("http://{}", closed_loopback_port());
             let seed = code_interpreter_seed().await;
-            let mut setup = Setup::default();
-            setup.env = vec![
-                ("HTTP_PROXY".into(), nowhere.clone()),
-                ("HTTPS_PROXY".into(), nowhere),
-            ];
+            let setup = Setup {
+                env: vec![
+                    ("HTTP_PROXY".into(), nowhere.clone()),
+                    ("HTTPS_PROXY".into(), nowhere),
+                ],
+                ..Setup::default()
+            };
             let daemon =
                 Daemon::start_prepared(setup, |data_dir, _| seed.restore_into(data_dir)).await;
             let work = tempfile::tempdir().expect("tempdir");
