@@ -58,6 +58,16 @@ fn key() -> String {
         .join("\n")
 }
 
+/// `sandboxd SUBCOMMAND --flag path...`, which must succeed.
+fn sandboxd_run(subcommand: &str, flags: &[(&str, &Path)]) -> Output {
+    let mut cmd = Command::new(sandboxd());
+    cmd.arg(subcommand);
+    for (flag, path) in flags {
+        cmd.arg(flag).arg(path);
+    }
+    run(&format!("sandboxd {subcommand}"), &mut cmd)
+}
+
 fn run(what: &str, cmd: &mut Command) -> Output {
     let out = cmd
         .output()
@@ -127,14 +137,9 @@ impl Seed {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let data = daemon.data_dir();
-        run(
-            "sandboxd backup",
-            Command::new(sandboxd())
-                .arg("backup")
-                .arg("--to")
-                .arg(self.archive())
-                .arg("--data-dir")
-                .arg(&data),
+        sandboxd_run(
+            "backup",
+            &[("--to", &self.archive()), ("--data-dir", &data)],
         );
         std::fs::create_dir_all(self.layers().join("runtime")).expect("create the seed's layers");
         for item in ["images", "runtime/templates"] {
@@ -150,16 +155,13 @@ impl Seed {
 
     /// Restores the seed into `data_dir` (empty or absent), less the files of the seed's identity.
     pub fn restore_into(&self, data_dir: &Path) {
-        run(
-            "sandboxd restore",
-            Command::new(sandboxd())
-                .arg("restore")
-                .arg("--from")
-                .arg(self.archive())
-                .arg("--data-dir")
-                .arg(data_dir)
-                .arg("--layers-from")
-                .arg(self.layers()),
+        sandboxd_run(
+            "restore",
+            &[
+                ("--from", &self.archive()),
+                ("--data-dir", data_dir),
+                ("--layers-from", &self.layers()),
+            ],
         );
         for item in IDENTITY {
             let path = data_dir.join(item);
