@@ -307,8 +307,11 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
             .random_file("/data/blob", 48 << 20)
             .build();
         registry.push(&image, "team/big:1");
+        // The daemon pulls through a valve that lets 4 MiB of answers by (the manifest, the config,
+        // the base layer and the start of the big one), then holds: caught mid-blob on any host.
+        let valve = Valve::start(registry.addr(), 4 << 20).await;
         let mut d = Daemon::start().await;
-        let reference = registry.image_ref("team/big:1");
+        let reference = format!("{}/team/big:1", valve.addr);
         let body = json!({ "image": reference, "memoryMB": 64 });
         let pending = {
             let req = d
@@ -318,7 +321,6 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
                 .send();
             tokio::spawn(req)
         };
-        // Freeze the registry once the big layer is under way, so the pull is caught mid-blob.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let images = d.get_json("/v1/images").await;
@@ -332,14 +334,11 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // SAFETY: signalling the registry process this test started.
-        unsafe { libc::kill(registry.pid() as i32, libc::SIGSTOP) };
         let images = d.get_json("/v1/images").await;
         assert_eq!(images["images"][0]["state"], "pulling", "{images}");
         d.kill9();
         let _ = pending.await;
-        // SAFETY: as above.
-        unsafe { libc::kill(registry.pid() as i32, libc::SIGCONT) };
+        valve.open();
 
         d.restart().await;
         let images = d.get_json("/v1/images").await;
@@ -360,6 +359,67 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
             exec_as(&d, &id_of(&s), "user", &["sh", "-c", "wc -c < /data/blob"]).await;
         assert_eq!((code, size), (0, (48u64 << 20).to_string()));
     });
+}
+
+/// A loopback TCP relay to a server that passes at most `budget` bytes of its answers (all
+/// connections together), then holds them, reading no more, until [`Valve::open`].
+struct Valve {
+    addr: std::net::SocketAddr,
+    opened: tokio::sync::watch::Sender<bool>,
+}
+
+impl Valve {
+    async fn start(upstream: std::net::SocketAddr, budget: usize) -> Valve {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (opened, _) = tokio::sync::watch::channel(false);
+        let left = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(budget));
+        let watch = opened.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                });
+                let (left, mut opened) = (left.clone(), watch.subscribe());
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 64 * 1024];
+                    loop {
+                        let mut want = buf.len();
+                        if !*opened.borrow() {
+                            want = want.min(left.load(SeqCst));
+                            if want == 0 {
+                                if opened.changed().await.is_err() {
+                                    return;
+                                }
+                                continue;
+                            }
+                        }
+                        let n = match server_read.read(&mut buf[..want]).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        let _ = left.fetch_update(SeqCst, SeqCst, |l| Some(l.saturating_sub(n)));
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Valve { addr, opened }
+    }
+
+    /// Lets everything by from now on.
+    fn open(&self) {
+        self.opened.send_replace(true);
+    }
 }
 
 /// `docker save` tarballs and OCI layout tars import without a registry; sandboxes are made from
