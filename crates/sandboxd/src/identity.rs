@@ -11,7 +11,8 @@ use anyhow::Context;
 use rand::Rng;
 use std::path::Path;
 
-const FILE: &str = "daemon-id";
+/// The file in a data dir that holds its daemon's id.
+pub const FILE: &str = "daemon-id";
 const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyz";
 
 /// The id of the daemon on `data_dir` (call before the store is first opened there).

@@ -6,7 +6,9 @@ mod common;
 use common::{e2e, id_of, Daemon, Setup};
 use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A two-layer image: busybox, then `/app/hello.txt`; `FOO=bar`, working dir `/app`.
 fn app_image() -> sandboxd_test_support::registry::TestImage {
@@ -321,19 +323,16 @@ fn kill9_mid_pull_leaves_nothing_the_next_create_uses() {
                 .send();
             tokio::spawn(req)
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let images = d.get_json("/v1/images").await;
-            let pulled = images["images"][0]["pulledBytes"].as_u64().unwrap_or(0);
-            if pulled > 0 {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the pull never started: {images}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let d_ref = &d;
+        common::eventually(
+            || "the pull never started".to_string(),
+            Duration::from_secs(30),
+            move || async move {
+                let images = d_ref.get_json("/v1/images").await;
+                (images["images"][0]["pulledBytes"].as_u64().unwrap_or(0) > 0).then_some(())
+            },
+        )
+        .await;
         let images = d.get_json("/v1/images").await;
         assert_eq!(images["images"][0]["state"], "pulling", "{images}");
         d.kill9();
@@ -370,50 +369,61 @@ struct Valve {
 
 impl Valve {
     async fn start(upstream: std::net::SocketAddr, budget: usize) -> Valve {
-        use std::sync::atomic::Ordering::SeqCst;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (opened, _) = tokio::sync::watch::channel(false);
-        let left = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(budget));
+        let left = Arc::new(AtomicUsize::new(budget));
         let watch = opened.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
-                    continue;
-                };
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-                });
-                let (left, mut opened) = (left.clone(), watch.subscribe());
-                tokio::spawn(async move {
-                    let mut buf = vec![0; 64 * 1024];
-                    loop {
-                        let mut want = buf.len();
-                        if !*opened.borrow() {
-                            want = want.min(left.load(SeqCst));
-                            if want == 0 {
-                                if opened.changed().await.is_err() {
-                                    return;
-                                }
-                                continue;
-                            }
-                        }
-                        let n = match server_read.read(&mut buf[..want]).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        let _ = left.fetch_update(SeqCst, SeqCst, |l| Some(l.saturating_sub(n)));
-                        if client_write.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
+                if let Ok(server) = tokio::net::TcpStream::connect(upstream).await {
+                    tokio::spawn(Valve::relay(
+                        client,
+                        server,
+                        left.clone(),
+                        watch.subscribe(),
+                    ));
+                }
             }
         });
         Valve { addr, opened }
+    }
+
+    /// Relays one connection: the requests as they come, the answers within what is `left` of the
+    /// budget until `opened`.
+    async fn relay(
+        client: tokio::net::TcpStream,
+        server: tokio::net::TcpStream,
+        left: Arc<AtomicUsize>,
+        mut opened: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
+        tokio::spawn(async move { tokio::io::copy(&mut client_read, &mut server_write).await });
+        let mut buf = vec![0; 64 * 1024];
+        loop {
+            let want = if *opened.borrow() {
+                buf.len()
+            } else {
+                buf.len().min(left.load(SeqCst))
+            };
+            if want == 0 {
+                if opened.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            let n = match server_read.read(&mut buf[..want]).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let _ = left.fetch_update(SeqCst, SeqCst, |l| Some(l.saturating_sub(n)));
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Lets everything by from now on.

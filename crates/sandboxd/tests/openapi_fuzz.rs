@@ -54,6 +54,7 @@ fn closed_loopback_port() -> std::net::SocketAddr {
         .expect("a free loopback port")
 }
 
+/// A schemathesis run over every `/v1` operation finds nothing.
 #[test]
 fn the_openapi_document_matches_what_the_daemon_does() {
     run_serially(

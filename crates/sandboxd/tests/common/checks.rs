@@ -106,18 +106,20 @@ pub fn free_bytes(path: &std::path::Path) -> u64 {
 
 /// Waits until template `name` is no longer building; returns it.
 pub async fn built(d: &Daemon, name: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
+    built_within(d, name, Duration::from_secs(120)).await
+}
+
+/// [`built`], waiting at most `within`.
+pub async fn built_within(d: &Daemon, name: &str, within: Duration) -> Value {
+    let last = std::cell::RefCell::new(Value::Null);
+    let said = || format!("template {name} still building: {}", last.borrow());
+    let last = &last;
+    eventually(said, within, move || async move {
         let t = d.get_json(&format!("/v1/templates/{name}")).await;
-        if t["state"] != "building" {
-            return t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "template {name} still building: {t}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        *last.borrow_mut() = t.clone();
+        (t["state"] != "building").then_some(t)
+    })
+    .await
 }
 
 /// The URLs of the webhooks `GET /v1/webhooks` lists.

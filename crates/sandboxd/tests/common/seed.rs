@@ -8,25 +8,24 @@
 //! by reference and a copy of those layers beside it; the seed is remade when the `sandboxd` or
 //! agent binary changes. [`Seed::restore_into`] puts it into a fresh data dir with `sandboxd
 //! restore`, as an operator would, and drops what makes a data dir one daemon's (its id, which names
-//! its veths, and its egress gateway's port and CA) so daemons restored from one seed run side by
-//! side. `code_interpreter.rs` still builds the template on a create's first need, the path a
+//! its veths, and its egress gateway's port and CA), which each daemon then makes anew. `code_interpreter.rs` still builds the template on a create's first need, the path a
 //! user's first create takes.
 
-use super::{Daemon, Setup};
+use super::{built_within, Daemon, Setup};
 use sandboxd_test_support::{agent_binary, target_dir};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TEMPLATE: &str = "code-interpreter-v1";
 /// How long the seed's build may take.
 const BUILD: Duration = Duration::from_secs(600);
 /// What makes a restored data dir one daemon's, dropped from each copy.
 const IDENTITY: &[&str] = &[
-    "daemon-id",
-    "egress-gateway.port",
-    "egress-ca.pem",
+    sandboxd::identity::FILE,
+    sandboxd::gateway::PORT_FILE,
+    sandboxd::gateway::CA_FILE,
     "egress-ca.key",
     "certs",
 ];
@@ -126,16 +125,11 @@ impl Seed {
             "building {TEMPLATE}: {}",
             begun.status()
         );
-        let deadline = Instant::now() + BUILD;
-        loop {
-            let template = daemon.get_json(&format!("/v1/templates/{TEMPLATE}")).await;
-            match template["state"].as_str() {
-                Some("ready") => break,
-                Some("building") if Instant::now() < deadline => {}
-                _ => panic!("{TEMPLATE} did not build: {template}"),
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        let template = built_within(&daemon, TEMPLATE, BUILD).await;
+        assert_eq!(
+            template["state"], "ready",
+            "{TEMPLATE} did not build: {template}"
+        );
         let data = daemon.data_dir();
         sandboxd_run(
             "backup",

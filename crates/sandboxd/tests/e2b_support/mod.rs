@@ -40,9 +40,15 @@ pub async fn start() -> Daemon {
 /// [`start`], with `registry` as the daemon's mirror of Docker Hub (so `team/app:v1` is pulled
 /// from it).
 pub async fn start_with_mirror(registry: &sandboxd_test_support::registry::TestRegistry) -> Daemon {
-    let mut setup = setup();
-    setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
-    Daemon::start_setup(setup).await
+    Daemon::start_setup(mirror_setup(registry)).await
+}
+
+/// [`setup`], with `registry` as the daemon's mirror of Docker Hub.
+fn mirror_setup(registry: &sandboxd_test_support::registry::TestRegistry) -> Setup {
+    Setup {
+        args: vec![format!("--registry-mirror=docker.io={}", registry.url())],
+        ..setup()
+    }
 }
 
 /// [`start_with_mirror`], on a data dir that holds the code interpreter template ready (the build's
@@ -51,9 +57,10 @@ pub async fn start_seeded_with_mirror(
     registry: &sandboxd_test_support::registry::TestRegistry,
 ) -> Daemon {
     let seed = crate::common::code_interpreter_seed().await;
-    let mut setup = setup();
-    setup.args = vec![format!("--registry-mirror=docker.io={}", registry.url())];
-    Daemon::start_prepared(setup, |data_dir, _| seed.restore_into(data_dir)).await
+    Daemon::start_prepared(mirror_setup(registry), |data_dir, _| {
+        seed.restore_into(data_dir)
+    })
+    .await
 }
 
 /// Runs one E2B test: serially with the other tests of its binary (two shared cores, and timing
