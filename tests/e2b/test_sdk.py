@@ -22,7 +22,14 @@ import uuid
 
 import requests
 
-from e2b import CommandExitException, PtySize, Sandbox, SandboxQuery, Volume
+from e2b import (
+    CommandExitException,
+    PtySize,
+    Sandbox,
+    SandboxNotRunningException,
+    SandboxQuery,
+    Volume,
+)
 from e2b.sandbox.sandbox_api import SandboxState
 
 RUN = uuid.uuid4().hex[:12]
@@ -336,6 +343,35 @@ def test_timeout_pauses_and_a_command_resumes():
         sbx.kill()
 
 
+def test_a_pause_ends_a_command_in_flight():
+    # A command running when the timeout pauses the sandbox does not hold the SDK until its own
+    # timeout: the paused sandbox's connections end (as the vendor's do), the SDK finds it not
+    # running (SandboxNotRunningException, its own check) at once, and the command goes on after
+    # a resume. Without the cut, the SDK would wait the command's 120 s and raise its plain timeout.
+    lifecycle = {"on_timeout": "pause", "auto_resume": False}
+    sbx = new_sandbox("pause-in-flight", timeout=3, lifecycle=lifecycle)
+    try:
+        waits = "touch /tmp/ran; until [ -e /tmp/go ]; do sleep 0.1; done; echo went-on > /tmp/went-on"
+        try:
+            sbx.commands.run(waits, timeout=120, request_timeout=120)
+            raise AssertionError("the command ended although its sandbox was paused")
+        except SandboxNotRunningException:
+            pass
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=300)
+        assert resumed.commands.run("cat /tmp/ran && echo ran").stdout == "ran\n"
+        resumed.commands.run("touch /tmp/go")
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if resumed.commands.run("cat /tmp/went-on 2>/dev/null || true").stdout == "went-on\n":
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the paused command did not go on after the resume")
+    finally:
+        sbx.kill()
+
+
 def test_kill():
     sbx = new_sandbox("kill")
     assert sbx.is_running()
@@ -601,6 +637,7 @@ CHECKS = [
     test_filesystem_pause_reboots_from_files,
     test_fork,
     test_timeout_pauses_and_a_command_resumes,
+    test_a_pause_ends_a_command_in_flight,
     test_kill,
     test_timeout_expiry,
     test_duplicate_create_is_deduplicated,

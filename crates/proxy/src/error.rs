@@ -66,6 +66,9 @@ pub enum ProxyError {
     /// The upstream switched protocols although the client asked for no upgrade.
     #[error("port {port} of sandbox {sandbox_id} switched protocols without being asked to")]
     UnexpectedUpgrade { sandbox_id: String, port: u16 },
+    /// The resolver ended the exchange ([`crate::Resolver::closing`]) before it was answered.
+    #[error("sandbox {sandbox_id} was paused before port {port} answered")]
+    Closed { sandbox_id: String, port: u16 },
 }
 
 /// E2B's message for a port nobody listens on; the SDK matches it verbatim.
@@ -116,7 +119,8 @@ impl ProxyError {
             | ProxyError::Upstream {
                 sandbox_id, port, ..
             }
-            | ProxyError::UnexpectedUpgrade { sandbox_id, port } => {
+            | ProxyError::UnexpectedUpgrade { sandbox_id, port }
+            | ProxyError::Closed { sandbox_id, port } => {
                 json!({"code": code, "message": sandboxd_errors::chain(self), "sandboxId": sandbox_id, "port": port})
             }
         }

@@ -67,13 +67,24 @@ impl Proxy {
         target: &Target,
         mut req: Request,
     ) -> Result<Response, ProxyError> {
+        let mut closing = self.resolver.closing(target);
         let upstream = self.resolver.upstream(target).await?;
         let client_version = req.version();
         let upgrade = upgrade::requested(req.headers());
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let req = self.upstream_request(req, upgrade);
 
-        let (resp, sender) = self.pool.send(target, &upstream, req).await?;
+        let sent = self.pool.send(target, &upstream, req);
+        let (resp, sender) = match closing.as_mut() {
+            None => sent.await?,
+            Some(closing) => tokio::select! {
+                sent = sent => sent?,
+                () = closing => return Err(ProxyError::Closed {
+                    sandbox_id: target.sandbox_id.clone(),
+                    port: target.port,
+                }),
+            },
+        };
 
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             return match client_upgrade {
@@ -96,7 +107,14 @@ impl Proxy {
             None if !reusable => PooledBody::unpooled(body),
             None => self.pool.body(upstream, sender, body),
         };
-        Ok(Response::from_parts(parts, Body::new(body)))
+        let body = match closing {
+            None => Body::new(body),
+            Some(closing) => Body::new(ClosableBody {
+                inner: body,
+                closing: Some(closing),
+            }),
+        };
+        Ok(Response::from_parts(parts, body))
     }
 
     /// Rewrites a client request into the request sent upstream.
@@ -180,6 +198,48 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         for name in proxy {
             headers.remove(name);
         }
+    }
+}
+
+/// A response body cut short with an error once its exchange's [`crate::Closing`] fires (and
+/// ended after that error).
+struct ClosableBody {
+    inner: PooledBody,
+    /// `None` once it fired.
+    closing: Option<crate::Closing>,
+}
+
+/// Why a [`ClosableBody`] was cut short.
+#[derive(Debug, thiserror::Error)]
+#[error("the exchange was closed before its answer ended (the sandbox was paused)")]
+struct ClosedMidAnswer;
+
+impl hyper::body::Body for ClosableBody {
+    type Data = bytes::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let Some(closing) = self.closing.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        if closing.as_mut().poll(cx).is_ready() {
+            self.closing = None;
+            return std::task::Poll::Ready(Some(Err(ClosedMidAnswer.into())));
+        }
+        std::pin::Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.closing.is_none() || hyper::body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::Body::size_hint(&self.inner)
     }
 }
 

@@ -46,6 +46,9 @@ pub use route::{envd_access_token, host_of, Target, SANDBOX_ID_HEADER, SANDBOX_P
 pub use tcp::TcpForwarder;
 pub use upstream::{port_is_listening, Upstream, UpstreamStream};
 
+/// A signal that ends a forwarded exchange early ([`Resolver::closing`]).
+pub type Closing = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Default time allowed to connect to an upstream before answering 504.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time an idle upstream connection is kept for reuse.
@@ -71,6 +74,16 @@ pub trait Resolver: Send + Sync + 'static {
     /// access token (`X-Access-Token`), as older E2B SDKs send after `connect`: the envd port of the
     /// sandbox that token belongs to. `None` (the default) hands the request to the API router.
     async fn target_for_access_token(&self, _token: &str) -> Option<Target> {
+        None
+    }
+
+    /// A signal that ends the exchange forwarded to `target` if it is still open when it fires: a
+    /// request not yet answered gets [`ProxyError::Closed`], a response body streaming back is cut
+    /// short (the client sees the exchange fail, not end). Taken before [`Resolver::upstream`]
+    /// names the upstream; upgraded connections are not ended by it. The daemon's signal is its
+    /// sandbox's pause: nothing in a frozen sandbox answers until it resumes. `None` (the
+    /// default): an exchange ends on its own.
+    fn closing(&self, _target: &Target) -> Option<Closing> {
         None
     }
 

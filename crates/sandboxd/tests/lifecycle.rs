@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    e2e, id_of, query, register_outbox_webhook, restart_and_reconcile, runtime_ids, slot_holders,
-    wait_for_row, Daemon,
+    authed_client, e2e, eventually, id_of, query, register_outbox_webhook, restart_and_reconcile,
+    runtime_ids, slot_holders, wait_for_row, Daemon,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -58,8 +58,8 @@ fn a_timeout_pauses_in_place_and_a_command_resumes() {
     e2e(|| async {
         let d = Daemon::start().await;
         let lifecycle = json!({"onTimeout": "pause", "autoResume": true});
-        // Long enough for the sleeper to start first: a pause during that exec freezes it
-        // mid-command, and the exec waits until the client gives up (a slow VM saw it).
+        // Long enough for the sleeper to start first: a pause during that exec would end it with a
+        // conflict (see the in-flight test below).
         let created = d
             .create(json!({"timeoutSec": 4, "lifecycle": lifecycle}))
             .await;
@@ -107,8 +107,8 @@ fn a_timeout_pauses_in_place_and_a_command_resumes() {
 fn without_auto_resume_a_paused_sandbox_waits_for_resume() {
     e2e(|| async {
         let d = Daemon::start().await;
-        // Long enough for the sleeper to start first: a pause during that exec, with nothing to
-        // resume the sandbox, would hold the exec until the client gives up (a slow VM saw it).
+        // Long enough for the sleeper to start first: a pause during that exec would end it with a
+        // conflict (see the in-flight test below).
         let created = d
             .create(json!({"timeoutSec": 4, "lifecycle": {"onTimeout": "pause"}}))
             .await;
@@ -362,5 +362,156 @@ fn kill9_between_auto_pause_and_dropping_the_deadline_keeps_the_sandbox() {
             .exec(&id, &["sh", "-c", &format!("kill -0 {pid} && echo alive")])
             .await;
         assert_eq!(alive.stdout, "alive\n", "{alive:?}");
+    });
+}
+
+/// What a sandbox's requests in flight get when it is paused (by hand here; the deadline's
+/// auto-pause is the same flow): a frozen sandbox answers nothing until it resumes, so each ends
+/// at once instead of waiting on it until its client gives up. The daemon's exec answers 409, its
+/// stream ends with an `error` event; through the proxy, a request not yet answered gets 502 and a
+/// response streaming back is cut short. Each client here would give up after 30 s (on commands
+/// and answers that wait longer): an end by that timeout fails the test. The command is not lost:
+/// after the resume it goes on.
+#[test]
+fn a_pause_ends_the_requests_in_flight_and_their_commands_go_on_after_the_resume() {
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let id = id_of(&d.create(json!({})).await);
+        // A server whose `/stream` sends its head and a first chunk, then waits; `/slow-head`
+        // waits before its head. Each marks a file once the request reached it.
+        let server = r#"
+import http.server, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        if self.path == "/slow-head":
+            open("/tmp/head-asked", "w").close()
+            time.sleep(120)
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.write(b"5\r\nfirst\r\n")
+        self.wfile.flush()
+        if self.path == "/stream":
+            time.sleep(120)
+        self.wfile.write(b"0\r\n\r\n")
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
+"#;
+        d.put_file(&id, "/tmp/server.py", server.as_bytes().to_vec())
+            .await;
+        d.exec(
+            &id,
+            &["sh", "-c", "nohup python3 /tmp/server.py >/dev/null 2>&1 &"],
+        )
+        .await;
+        let http = authed_client(d.token());
+        let proxied = |path: &str| {
+            http.get(format!("{}{path}", d.url()))
+                .header("E2b-Sandbox-Id", &id)
+                .header("E2b-Sandbox-Port", "8000")
+                .send()
+        };
+        eventually(
+            || "the server in the sandbox never answered".into(),
+            Duration::from_secs(30),
+            || async { proxied("/").await.ok().filter(|r| r.status() == 200) },
+        )
+        .await;
+
+        let waits = "touch /tmp/ran; until [ -e /tmp/go ]; do sleep 0.1; done; touch /tmp/went-on";
+        let command = json!({"cmd": ["sh", "-c", waits]});
+        let exec = http
+            .post(d.endpoint(&format!("/v1/sandboxes/{id}/exec")))
+            .json(&command)
+            .send();
+        let streamed = json!({"cmd": ["sh", "-c", "echo started; sleep 120"]});
+        let mut stream = http
+            .post(d.endpoint(&format!("/v1/sandboxes/{id}/exec/stream")))
+            .json(&streamed)
+            .send()
+            .await
+            .expect("the stream's head");
+        assert_eq!(stream.status(), 200);
+        let mut body = proxied("/stream").await.expect("the proxied head");
+        assert_eq!(body.status(), 200);
+        let first = body.chunk().await.expect("the first chunk");
+        assert_eq!(first.as_deref(), Some(&b"first"[..]));
+        let slow_head = tokio::spawn(proxied("/slow-head"));
+        let exec = tokio::spawn(exec);
+        // Every request is in flight: the command and the slow head have reached the sandbox, the
+        // stream printed its first line.
+        let mut lines = String::new();
+        while !lines.contains("\n") {
+            let chunk = stream.chunk().await.expect("the stream's first event");
+            lines.push_str(&String::from_utf8_lossy(
+                &chunk.expect("an event before the end"),
+            ));
+        }
+        eventually(
+            || "the command and the slow head never reached the sandbox".into(),
+            Duration::from_secs(30),
+            || async {
+                let seen = d.exec(&id, &["ls", "/tmp/ran", "/tmp/head-asked"]).await;
+                (seen.exit_code == 0).then_some(())
+            },
+        )
+        .await;
+
+        let resp = d
+            .post_json(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+            .await;
+        assert_eq!(resp.status(), 200);
+
+        let exec = exec
+            .await
+            .unwrap()
+            .expect("the exec is answered, not given up on");
+        assert_eq!(exec.status(), 409);
+        let text = exec.text().await.unwrap();
+        assert!(text.contains("was paused while the command ran"), "{text}");
+        let rest = stream
+            .text()
+            .await
+            .expect("the stream ends, not given up on");
+        let last: Value = serde_json::from_str(rest.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {lines}{rest}"));
+        assert_eq!(last["type"], "error", "{lines}{rest}");
+        assert!(
+            last["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("was paused while the command ran")),
+            "{last}"
+        );
+        let cut = body
+            .chunk()
+            .await
+            .expect_err("the proxied body is cut short");
+        assert!(!cut.is_timeout(), "the client gave up: {cut}");
+        let head = slow_head.await.unwrap().expect("the slow head is answered");
+        assert_eq!(head.status(), 502);
+        let text = head.text().await.unwrap();
+        assert!(
+            text.contains("was paused before port 8000 answered"),
+            "{text}"
+        );
+
+        // The command goes on once the sandbox resumes.
+        let resp = d
+            .post_json(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+            .await;
+        assert_eq!(resp.status(), 200);
+        d.exec(&id, &["touch", "/tmp/go"]).await;
+        eventually(
+            || "the paused command did not go on after the resume".into(),
+            Duration::from_secs(30),
+            || async {
+                let seen = d.exec(&id, &["ls", "/tmp/went-on"]).await;
+                (seen.exit_code == 0).then_some(())
+            },
+        )
+        .await;
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
     });
 }

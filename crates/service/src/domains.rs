@@ -244,6 +244,10 @@ impl Resolver for DomainResolver {
     async fn admit(&self, target: Target, headers: &http::HeaderMap) -> Result<Target, RouteError> {
         self.0.admit(target, headers).await
     }
+
+    fn closing(&self, target: &Target) -> Option<sandboxd_proxy::Closing> {
+        Resolver::closing(&self.0, target)
+    }
 }
 
 #[cfg(test)]

@@ -77,6 +77,14 @@ pub(crate) async fn collect_exit(
     )))
 }
 
+/// What a command's request answers when its sandbox was paused while it ran ([`crate::in_flight`]).
+fn paused_mid_command(id: &str) -> ServiceError {
+    ServiceError::Conflict(format!(
+        "sandbox {id} was paused while the command ran: the command is paused with it and goes on \
+         when the sandbox resumes; its output from then on is not returned here"
+    ))
+}
+
 /// Longest `timeoutMs` taken: the largest int64, as the API documents the field.
 pub const MAX_TIMEOUT_MS: u64 = i64::MAX as u64;
 impl Service {
@@ -142,7 +150,9 @@ impl Service {
         req: api::ExecRequest,
     ) -> Result<api::ExecResult, ServiceError> {
         let start = Self::start_request(&req)?;
-        let (_, client) = step("resolve", self.agent(key, req.user.as_deref())).await?;
+        // Taken before the state is read: a pause from then on ends this request.
+        let in_flight = self.inner.in_flight.subscribe();
+        let (id, client) = step("resolve", self.agent(key, req.user.as_deref())).await?;
         let cmd: Vec<String> = req.cmd.clone();
         let opts = ExecOptions {
             envs: start.process.envs,
@@ -150,9 +160,10 @@ impl Service {
             tag: None,
             timeout: req.timeout_ms.map(Duration::from_millis),
         };
-        let out = step("agent", client.exec(&cmd, opts))
-            .await
-            .map_err(agent_error)?;
+        let out = tokio::select! {
+            out = step("agent", client.exec(&cmd, opts)) => out.map_err(agent_error)?,
+            () = in_flight.until_paused(id.clone()) => return Err(paused_mid_command(&id)),
+        };
         Ok(api::ExecResult {
             exit_code: exit_code(&out.end),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -167,7 +178,13 @@ impl Service {
         req: api::ExecRequest,
     ) -> Result<impl Stream<Item = api::ExecEvent> + Send + 'static, ServiceError> {
         let start = Self::start_request(&req)?;
-        let (_, client) = self.agent(key, req.user.as_deref()).await?;
+        let in_flight = self.inner.in_flight.subscribe();
+        let (id, client) = self.agent(key, req.user.as_deref()).await?;
+        let paused = in_flight.until_paused(id.clone());
+        let paused = Box::pin(async move {
+            paused.await;
+            paused_mid_command(&id).to_string()
+        });
         let timeout = req.timeout_ms.map(Duration::from_millis);
         let events = client
             .start_with_timeout(start, timeout)
@@ -176,12 +193,19 @@ impl Service {
         let b64 = |b: &Bytes| base64::engine::general_purpose::STANDARD.encode(b);
         // Ends after `exit` or `error`; a stream that stops without an end event is reported as an
         // error, never silently truncated.
+        // A pause of the sandbox ends it with an `error` naming the pause.
         Ok(futures::stream::unfold(
-            Some(Box::pin(events)),
+            Some((Box::pin(events), paused)),
             move |state| async move {
-                let mut events = state?;
+                let (mut events, mut paused) = state?;
                 loop {
-                    let event = match events.next().await {
+                    let next = tokio::select! {
+                        next = events.next() => next,
+                        message = &mut paused => {
+                            return Some((api::ExecEvent::Error { message }, None));
+                        }
+                    };
+                    let event = match next {
                         None => api::ExecEvent::Error {
                             message: "the command's output stream ended without an exit status"
                                 .into(),
@@ -194,13 +218,16 @@ impl Service {
                         },
                         Some(Ok(ProcessEvent::Keepalive(_))) => continue,
                         Some(Ok(ProcessEvent::Start(s))) => {
-                            return Some((api::ExecEvent::Start { pid: s.pid }, Some(events)))
+                            let event = api::ExecEvent::Start { pid: s.pid };
+                            return Some((event, Some((events, paused))));
                         }
                         Some(Ok(ProcessEvent::Data(DataEvent::Stderr(b)))) => {
-                            return Some((api::ExecEvent::Stderr { data: b64(&b) }, Some(events)))
+                            let event = api::ExecEvent::Stderr { data: b64(&b) };
+                            return Some((event, Some((events, paused))));
                         }
                         Some(Ok(ProcessEvent::Data(DataEvent::Stdout(b) | DataEvent::Pty(b)))) => {
-                            return Some((api::ExecEvent::Stdout { data: b64(&b) }, Some(events)))
+                            let event = api::ExecEvent::Stdout { data: b64(&b) };
+                            return Some((event, Some((events, paused))));
                         }
                     };
                     return Some((event, None));

@@ -36,6 +36,7 @@ pub mod git;
 pub mod idempotency;
 pub mod idle;
 pub mod images;
+pub mod in_flight;
 pub mod lifecycle;
 pub mod lsp;
 pub mod network;
@@ -187,6 +188,7 @@ struct Inner {
     endpoints: ports::EndpointCache,
     forwarders: forwarders::Forwarders,
     sandbox_locks: pause::KeyedLocks,
+    in_flight: in_flight::InFlight,
     pulls: images::PullState,
     builds: templates::Builds,
     reconcile: reconcile::ReconcileState,
@@ -219,6 +221,7 @@ impl Service {
                 endpoints: Default::default(),
                 forwarders: Default::default(),
                 sandbox_locks: Default::default(),
+                in_flight: Default::default(),
                 pulls: Default::default(),
                 builds: Default::default(),
                 reconcile: Default::default(),

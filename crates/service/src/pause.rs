@@ -186,6 +186,8 @@ impl Service {
             .await?;
             return Err(e.into());
         }
+        // The requests in flight to it would wait on frozen processes: they end now.
+        self.inner.in_flight.paused(&id);
         tracing::info!(sandbox_id = %id, "sandbox paused");
         Ok(paused)
     }
@@ -241,6 +243,7 @@ impl Service {
             }
         }
         self.runtime().resume(&id).await?;
+        self.inner.in_flight.resumed(&id);
         // An auto-paused sandbox has no deadline: it gets its create's timeout again.
         let lifecycle = sandbox.lifecycle;
         let deadline =

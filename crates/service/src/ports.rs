@@ -148,6 +148,7 @@ impl Service {
 
     pub(crate) fn forget_endpoint(&self, id: &str) {
         self.inner.forwarders.remove_sandbox(id);
+        self.inner.in_flight.resumed(id);
         self.inner
             .endpoints
             .0
@@ -486,6 +487,14 @@ pub(crate) fn observed_endpoint(info: &SandboxInfo) -> StoredEndpoint {
 impl Resolver for Service {
     async fn admit(&self, target: Target, headers: &http::HeaderMap) -> Result<Target, RouteError> {
         self.admit_request(target, headers).await
+    }
+
+    /// The sandbox's pause ([`crate::in_flight`]).
+    fn closing(&self, target: &Target) -> Option<sandboxd_proxy::Closing> {
+        let sandbox = target.sandbox_id.clone();
+        Some(Box::pin(
+            self.inner.in_flight.subscribe().until_paused(sandbox),
+        ))
     }
 
     async fn upstream(&self, target: &Target) -> Result<Upstream, RouteError> {
