@@ -20,7 +20,6 @@
 //! - Idle costs nothing: no task, no timer; a subscription is a channel receiver.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
@@ -89,24 +88,22 @@ impl InFlight {
 impl Subscription {
     /// Resolves once sandbox `id` has been paused since this subscription was taken; never
     /// otherwise.
-    pub fn until_paused(mut self, id: String) -> impl Future<Output = ()> + Send + 'static {
-        async move {
-            loop {
-                let since = self.since;
-                let hit = self
-                    .shared
-                    .paused
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&id)
-                    .is_some_and(|at| *at > since);
-                if hit {
-                    return;
-                }
-                // The sender lives as long as the service, which outlives its requests.
-                if self.epoch.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
+    pub async fn until_paused(mut self, id: String) {
+        loop {
+            let since = self.since;
+            let hit = self
+                .shared
+                .paused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .is_some_and(|at| *at > since);
+            if hit {
+                return;
+            }
+            // The sender lives as long as the service, which outlives its requests.
+            if self.epoch.changed().await.is_err() {
+                std::future::pending::<()>().await;
             }
         }
     }
@@ -117,7 +114,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    async fn ends<F: Future<Output = ()>>(f: F) -> bool {
+    async fn ends<F: std::future::Future<Output = ()>>(f: F) -> bool {
         tokio::time::timeout(Duration::from_millis(50), f)
             .await
             .is_ok()

@@ -219,9 +219,11 @@ impl Service {
     }
 
     /// Reserves a host port from the pool and installs its forwarder. A pool port another process on
-    /// the host listens on is skipped: the reservation is withdrawn and another port is tried, up to
-    /// [`BUSY_HOST_PORT_RETRIES`] times. A racing caller that found another caller's reservation, not
-    /// yet installed, on such a port withdraws it just the same and retries.
+    /// the host listens on is skipped: the reservation is withdrawn and another port is tried, until
+    /// [`BUSY_HOST_PORT_RETRIES`] such ports were found. A racing caller that found another caller's
+    /// reservation, not yet installed, on such a port withdraws it just the same and retries: racing
+    /// callers may meet one busy port more than once (each reserves it until it learns it is busy),
+    /// so only distinct ports count, and [`BUSY_HOST_PORT_ATTEMPTS`] bounds the tries.
     async fn expose_tcp(
         &self,
         id: &str,
@@ -231,7 +233,7 @@ impl Service {
         let pool = self.config().host_ports.clone();
         let host = self.config().forward_ip;
         let mut busy: Vec<u16> = Vec::new();
-        let mut stale = 0;
+        let (mut stale, mut attempts) = (0, 0);
         loop {
             let (id, pool, avoid) = (id.to_string(), pool.clone(), busy.clone());
             let (row, reused, exposed) = self
@@ -274,12 +276,18 @@ impl Service {
                 }
                 Err(e) => e,
             };
-            if busy_port(&failure) && busy.len() < BUSY_HOST_PORT_RETRIES {
+            attempts += 1;
+            if !busy.contains(&row.host_port) && busy_port(&failure) {
+                busy.push(row.host_port);
+            }
+            if busy_port(&failure)
+                && busy.len() <= BUSY_HOST_PORT_RETRIES
+                && attempts < BUSY_HOST_PORT_ATTEMPTS
+            {
                 tracing::info!(
                     host_port = row.host_port,
                     "host port in use on the host; trying another"
                 );
-                busy.push(row.host_port);
                 continue;
             }
             return Err(listen_failed(&row, &failure));
@@ -407,9 +415,11 @@ impl Service {
     }
 }
 
-/// Emits `port.exposed` for an exposure this write made (not for one that already existed).
 /// How many pool ports held by other processes one expose skips before it answers 503.
 const BUSY_HOST_PORT_RETRIES: usize = 8;
+/// How many times one expose tries busy host ports in all (the same port again among them, reserved
+/// anew by a racing caller) before it answers 503.
+const BUSY_HOST_PORT_ATTEMPTS: usize = 8 * BUSY_HOST_PORT_RETRIES;
 
 fn listen_failed(row: &ExposedPort, e: &std::io::Error) -> ServiceError {
     ServiceError::Exhausted(format!(
@@ -418,6 +428,7 @@ fn listen_failed(row: &ExposedPort, e: &std::io::Error) -> ServiceError {
     ))
 }
 
+/// Emits `port.exposed` for an exposure this write made (not for one that already existed).
 fn announce_exposure(
     tx: &mut sandboxd_store::WriteTx<'_>,
     (row, reused): (ExposedPort, bool),
