@@ -377,23 +377,27 @@ fn a_pause_ends_the_requests_in_flight_and_their_commands_go_on_after_the_resume
     e2e(|| async {
         let d = Daemon::start().await;
         let id = id_of(&d.create(json!({})).await);
-        // A server whose `/stream` sends its head and a first chunk, then waits; `/slow-head`
-        // waits before its head. Each marks a file once the request reached it.
+        // A server whose `/stream` sends its head and a first chunk, then holds the rest;
+        // `/slow-head` holds its head. Each holds until /tmp/go exists (made after the resume),
+        // and `/slow-head` marks a file once the request reached it.
         let server = r#"
-import http.server, time
+import http.server, os, time
+def hold():
+    while not os.path.exists("/tmp/go"):
+        time.sleep(0.1)
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
         if self.path == "/slow-head":
             open("/tmp/head-asked", "w").close()
-            time.sleep(120)
+            hold()
         self.send_response(200)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.wfile.write(b"5\r\nfirst\r\n")
         self.wfile.flush()
         if self.path == "/stream":
-            time.sleep(120)
+            hold()
         self.wfile.write(b"0\r\n\r\n")
     def log_message(self, *args):
         pass

@@ -192,8 +192,8 @@ impl Service {
             .map_err(agent_error)?;
         let b64 = |b: &Bytes| base64::engine::general_purpose::STANDARD.encode(b);
         // Ends after `exit` or `error`; a stream that stops without an end event is reported as an
-        // error, never silently truncated.
-        // A pause of the sandbox ends it with an `error` naming the pause.
+        // error, never silently truncated, and a pause of the sandbox ends it with an `error`
+        // naming the pause.
         Ok(futures::stream::unfold(
             Some((Box::pin(events), paused)),
             move |state| async move {

@@ -36,7 +36,7 @@ pub mod git;
 pub mod idempotency;
 pub mod idle;
 pub mod images;
-pub mod in_flight;
+mod in_flight;
 pub mod lifecycle;
 pub mod lsp;
 pub mod network;

@@ -277,10 +277,11 @@ impl Service {
                 Err(e) => e,
             };
             attempts += 1;
-            if !busy.contains(&row.host_port) && busy_port(&failure) {
+            let held_elsewhere = busy_port(&failure);
+            if held_elsewhere && !busy.contains(&row.host_port) {
                 busy.push(row.host_port);
             }
-            if busy_port(&failure)
+            if held_elsewhere
                 && busy.len() <= BUSY_HOST_PORT_RETRIES
                 && attempts < BUSY_HOST_PORT_ATTEMPTS
             {
