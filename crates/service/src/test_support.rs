@@ -263,6 +263,19 @@ impl TestService {
             .unwrap();
     }
 
+    /// Waits until sandbox `id`'s row is gone: a delete answers before its teardown, which ends
+    /// behind it ([`Service::delete`]). Panics after five seconds.
+    pub(crate) async fn until_gone(&self, id: &str) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.get(id).await.is_some() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "sandbox {id} is still there 5 s after its delete"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     pub(crate) async fn get(&self, id: &str) -> Option<Sandbox> {
         let id = id.to_string();
         self.svc

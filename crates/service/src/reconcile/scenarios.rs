@@ -273,7 +273,7 @@ async fn abandoned_create_claims_are_undone() {
         .unwrap();
     let report = f.pass().await;
     assert_eq!(actions(&report, "claims"), [("creates_undone", 1)]);
-    assert!(f.get("sb-claimed").await.is_none());
+    f.until_gone("sb-claimed").await;
     assert!(f.rt.ids().is_empty());
     let claim = f
         .svc
