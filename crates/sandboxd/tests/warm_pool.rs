@@ -232,16 +232,16 @@ fn kill9_while_the_pool_refills_rebuilds_it() {
     });
 }
 
-/// Invariant: a create killed after it adopted a pooled sandbox, before its one write, is a
-/// create that never happened: no row, its name free, the sandbox it adopted destroyed at the
-/// restart with the entry it came from, and no one sees a half-claimed sandbox; a retry with the
-/// name succeeds from the refilled pool.
+/// Invariant: a create killed after it adopted a pooled sandbox, before its one write (held
+/// while the adoption it overlaps goes on), is a create that never happened: no row, its name
+/// free, the sandbox it adopted destroyed at the restart with the entry it came from, and no one
+/// sees a half-claimed sandbox; a retry with the name succeeds from the refilled pool.
 #[test]
 fn kill9_after_an_adoption_leaves_no_half_claimed_sandbox() {
     e2e(|| async {
         let mut d = Daemon::start_with(
             &["--warm-pool", "base=1"],
-            &[("FAILPOINTS", "create.after-adopt=return(60000)")],
+            &[("FAILPOINTS", "create.before-admit=return(60000)")],
         )
         .await;
         await_pool(&d, 1).await;
@@ -287,7 +287,7 @@ fn a_create_whose_pooled_entry_is_gone_at_its_claim_is_made_cold() {
     e2e(|| async {
         let d = Daemon::start_with(
             &["--warm-pool", "base=1"],
-            &[("FAILPOINTS", "create.after-adopt=1*return(3000)")],
+            &[("FAILPOINTS", "create.before-admit=1*return(3000)")],
         )
         .await;
         await_pool(&d, 1).await;
@@ -319,6 +319,76 @@ fn a_create_whose_pooled_entry_is_gone_at_its_claim_is_made_cold() {
             "the entry outlived its failed claim"
         );
         assert_holdings(&d, &BTreeSet::from([id]));
+    });
+}
+
+/// Invariant: a create killed after its one write, while the adoption it overlaps is held (the
+/// sandbox still under its pool id), answered nothing and leaves no half-claimed sandbox: at the
+/// restart its row is settled `lost` with its name and slot freed, the pooled sandbox is destroyed
+/// as an orphan, and the pool is whole again.
+#[test]
+fn kill9_while_an_adoption_overlaps_its_write_leaves_a_lost_row_and_nothing_held() {
+    e2e(|| async {
+        let mut d = Daemon::start_with(
+            &["--warm-pool", "base=1"],
+            &[("FAILPOINTS", "create.adopting=return(60000)")],
+        )
+        .await;
+        await_pool(&d, 1).await;
+        let taken = entries(&d);
+        let hung = create_in_background(&d, "written");
+        let id = wait_for_row(
+            &d,
+            "SELECT id FROM sandboxes WHERE name = 'written' AND state = 'running'",
+        )
+        .await;
+        assert!(
+            !runtime_ids(&d).contains(&id),
+            "adopted while the adoption was held"
+        );
+        d.kill9();
+        assert!(
+            hung.await.unwrap().is_err(),
+            "the create cannot have answered"
+        );
+        restart_and_reconcile(&mut d).await;
+        let (status, row) = get(&d, &id).await;
+        assert_eq!((status, &row["state"]), (200, &json!("lost")), "{row}");
+        assert_eq!(row["name"], "", "a lost sandbox keeps its name: {row}");
+        await_pool(&d, 1).await;
+        assert!(entries(&d).is_disjoint(&taken));
+        assert_holdings(&d, &BTreeSet::new());
+        let retry = d.create(json!({"name": "written"})).await;
+        assert_eq!(d.exec(&id_of(&retry), &["true"]).await.exit_code, 0);
+    });
+}
+
+/// Invariant: a reconciler pass during an adoption that overlaps its create's write does not take
+/// the `running` row, whose sandbox is not under its id yet, for a lost one: it waits for the
+/// adoption, and the create answers with a sandbox that runs.
+#[test]
+fn a_reconciler_pass_waits_for_an_adoption_and_loses_nothing() {
+    e2e(|| async {
+        let d = Daemon::start_with(
+            &["--warm-pool", "base=1"],
+            &[("FAILPOINTS", "create.adopting=1*return(3000)")],
+        )
+        .await;
+        await_pool(&d, 1).await;
+        let create = create_in_background(&d, "adopting");
+        let id = wait_for_row(
+            &d,
+            "SELECT id FROM sandboxes WHERE name = 'adopting' AND state = 'running'",
+        )
+        .await;
+        let report = common::reconcile(&d).await;
+        let made = create.await.unwrap().unwrap();
+        assert_eq!(made.status(), 201);
+        assert_eq!(id_of(&made.json::<Value>().await.unwrap()), id);
+        assert_eq!(report["totalActions"], 0, "{report}");
+        assert_eq!(get(&d, &id).await.1["state"], "running");
+        assert_eq!(d.exec(&id, &["true"]).await.exit_code, 0);
+        assert_eq!(base_pool(&d).await["hits"], 1);
     });
 }
 
@@ -458,8 +528,9 @@ fn server_timing(response: &reqwest::Response) -> Vec<String> {
 }
 
 /// A create names its steps in `Server-Timing` (`sandboxd_service::timing`): a cold one boots a
-/// sandbox (`runtime-create`, `start`, `ready`), one from the pool adopts one first (`adopt`,
-/// `init`) and then writes once (`admit`); an exec names its lookup and its agent call.
+/// sandbox (`runtime-create`, `start`, `ready`), one from the pool adopts one (`adopt`) while it
+/// writes once (`admit`), and gives its agent its environment (`init`) only when it has one the
+/// pool's agents were not booted with; an exec names its lookup and its agent call.
 #[test]
 fn creates_and_execs_name_their_steps_in_server_timing() {
     e2e(|| async {
@@ -472,12 +543,26 @@ fn creates_and_execs_name_their_steps_in_server_timing() {
         }
         set_pool(&d, "base", 1).await;
         await_pool(&d, 1).await;
-        let pooled = d.post_json("/v1/sandboxes", &json!({})).await;
-        let steps = server_timing(&pooled);
-        assert_eq!(pooled.status(), 201);
+        let with_env = d
+            .post_json("/v1/sandboxes", &json!({"env": {"A": "1"}}))
+            .await;
+        assert_eq!(with_env.status(), 201);
+        let mut steps = server_timing(&with_env);
+        steps.sort();
         assert_eq!(
             steps,
-            ["prepare", "adopt", "init", "admit"],
+            ["admit", "adopt", "init", "prepare"],
+            "a pooled create boots nothing\n{}",
+            d.log_tail(40)
+        );
+        await_pool(&d, 1).await;
+        let pooled = d.post_json("/v1/sandboxes", &json!({})).await;
+        let mut steps = server_timing(&pooled);
+        assert_eq!(pooled.status(), 201);
+        steps.sort();
+        assert_eq!(
+            steps,
+            ["admit", "adopt", "prepare"],
             "a pooled create boots nothing\n{}",
             d.log_tail(40)
         );

@@ -474,6 +474,13 @@ impl Service {
     /// Undoes a create that failed before its sandbox booted: the runtime's sandbox, then the row
     /// (which frees the slot), announcing the failure. Returns the error to answer with.
     pub(crate) async fn undo_create(&self, id: &str, e: ServiceError) -> ServiceError {
+        let e = self.undo_row(id, e).await;
+        self.release_placement(id).await;
+        e
+    }
+
+    /// [`Service::undo_create`] but for its placement in the cluster, which the caller releases.
+    pub(crate) async fn undo_row(&self, id: &str, e: ServiceError) -> ServiceError {
         tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "create failed; rolling back");
         let _ = self.runtime().destroy(id).await;
         let rid = id.to_string();
@@ -491,7 +498,6 @@ impl Service {
         if let Ok(failed) = failed {
             self.publish(failed);
         }
-        self.release_placement(id).await;
         e
     }
 

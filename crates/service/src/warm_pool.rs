@@ -15,21 +15,28 @@
 //!   network and disk, no volumes, secrets or start commands), takes the oldest entry the filler
 //!   offered ([`WarmPools::take`]: each is taken once, by one). The runtime adopts the booted
 //!   sandbox under the create's id ([`sandboxd_runtime::Runtime::adopt`]), its CPU and memory
-//!   become the create's, and its agent takes the create's environment (`POST /init`). Then one
-//!   write inserts the row, claims the entry (`sandboxd_store::warm_pool`: an entry is handed out
-//!   once, and its slot moves to the sandbox) and marks it `running`: one commit, where a cold
-//!   create has two. With none ready (or one that could not be adopted, then destroyed) the create
-//!   is made cold, counted as a miss; either way the filler is woken, and boots
-//!   replacements once creates have paused for [`REFILL_QUIET`] (at most [`REFILL_MAX_DELAY`]
-//!   later), so a burst's creates do not compete with their replacements' boots.
+//!   become the create's, and its agent takes the create's environment (`POST /init`, unless it
+//!   booted with it). Meanwhile, overlapping the adoption, one write inserts the row, claims the
+//!   entry (`sandboxd_store::warm_pool`: an entry is handed out once, and its slot moves to the
+//!   sandbox) and marks it `running`: one commit, where a cold create has two, and none waited for
+//!   on its own. The create answers once both are done. With none ready (or one that could not be
+//!   adopted before anything was written, then destroyed) the create is made cold, counted as a
+//!   miss; an adoption that fails after the write fails the create (its row undone). Either way
+//!   the filler is woken, and boots replacements once creates have paused for [`REFILL_QUIET`] (at
+//!   most [`REFILL_MAX_DELAY`] later), so a burst's creates do not compete with their
+//!   replacements' boots.
 //! - **Crashes.** A daemon that starts discards every entry a previous one left (its sandbox is
 //!   destroyed, its row and slot freed) and fills the pools again: an entry's boot may have been cut
-//!   short anywhere. A create cut short before its write left no row: the sandbox it had adopted
-//!   is an orphan, destroyed, and it answered nothing.
-//! - **Orphans.** The sandbox reconciler destroys runtime sandboxes with neither a row nor an entry.
-//!   It does so holding [`WarmPools::adopting`] exclusively, and creates hold it shared from before
-//!   they rename a pooled sandbox until its row is written (or it is destroyed), so a sandbox being
-//!   adopted is never taken for an orphan, under its old id or its new one.
+//!   short anywhere. A create cut short answered nothing. Before its write committed it left no
+//!   row: the sandbox it had adopted is an orphan, destroyed. After, with the adoption unfinished,
+//!   it left a `running` row whose sandbox is not under its id: settled `lost` (its name and slot
+//!   freed), and the pooled sandbox, under its pool id, destroyed as an orphan.
+//! - **Orphans.** The sandbox reconciler destroys runtime sandboxes with neither a row nor an entry,
+//!   and settles `lost` the running rows with no runtime sandbox. It does both holding
+//!   [`WarmPools::adopting`] exclusively, and creates hold it shared from before their write and
+//!   their rename of a pooled sandbox until both are done (or the sandbox destroyed), so a sandbox
+//!   being adopted is never taken for an orphan, under its old id or its new one, nor its row for a
+//!   lost sandbox's.
 
 use crate::sandboxes::{random_id, CreatePlan, Prepared};
 use crate::{Service, ServiceError};

@@ -13,7 +13,8 @@
 //!   a delete; start-up adoption always treated it so.
 //! - `running`/`paused` whose runtime sandbox is gone or no longer running: `lost` with the reason;
 //!   what is left of it is destroyed and the slot released. (Not stuck-gated: nothing legitimately
-//!   stops the runtime under these states — delete marks the row `deleting` first.)
+//!   stops the runtime under these states — delete marks the row `deleting` first. A row written
+//!   while its pooled sandbox is being adopted is looked at again once no adoption is under way.)
 //! - `stopped`: stable, nothing runs by design; left alone.
 //! - `failed`/`lost`: terminal. A runtime trace left behind (a destroy that failed on an earlier pass)
 //!   is destroyed; a name still held is released.
@@ -129,7 +130,14 @@ async fn resolve(
             Ok(deleted.then_some("deleted").into_iter().collect())
         }
         SandboxState::Running | SandboxState::Paused => {
-            let reason = match (row.state, runtime_state(svc, &row.id).await?) {
+            let mut observed = runtime_state(svc, &row.id).await?;
+            if observed.is_none() {
+                // A create adopting a pooled sandbox writes its row while the runtime renames the
+                // sandbox (`crate::warm_pool`): once no adoption is under way, look again.
+                let _adoptions_held = svc.inner.warm_pools.adopting.write().await;
+                observed = runtime_state(svc, &row.id).await?;
+            }
+            let reason = match (row.state, observed) {
                 (_, Some(RuntimeState::Running)) => return Ok(vec![]),
                 // Paused with memory: nothing runs, its checkpoint waits for the resume.
                 (SandboxState::Paused, Some(RuntimeState::Suspended)) => return Ok(vec![]),

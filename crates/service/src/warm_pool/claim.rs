@@ -15,13 +15,22 @@ impl Service {
     /// Makes sandbox `new` from a ready sandbox of `template`'s pool, if one is free; `None` when
     /// none is (or the one taken would not take the create), and the create is made cold.
     ///
-    /// The booted sandbox is taken in this process first ([`super::WarmPools::take`]), adopted under the
-    /// create's id and given its limits and environment; then one write admits the create, inserts
-    /// its row, claims the entry ([`sandboxd_store::WriteTx::claim_pool_entry`]) and marks it
-    /// `running`. A create refused there (a per-key limit, its name taken) destroys what it adopted.
-    /// Until that write, the adopted sandbox has no row: [`super::WarmPools::adopting`] is held throughout,
-    /// so the reconciler does not take it for an orphan, and a daemon killed meanwhile leaves one,
-    /// destroyed at its restart.
+    /// The booted sandbox is taken in this process first ([`super::WarmPools::take`]). Then two
+    /// things overlap, for the write's commit is the longest step of a claim: the runtime adopts the
+    /// sandbox under the create's id and gives it its limits and environment, while one write admits
+    /// the create, inserts its row, claims the entry ([`sandboxd_store::WriteTx::claim_pool_entry`])
+    /// and marks it `running`. The create answers once both are done.
+    /// - A write refused (a per-key limit, its name taken) destroys what was adopted; an entry no
+    ///   longer there to claim, or an adoption that failed before anything was written, makes the
+    ///   create cold.
+    /// - An adoption that failed after the write undoes the row (`sandbox.failed`) and fails the
+    ///   create: its id was written, so it cannot be made cold under it.
+    ///
+    /// [`super::WarmPools::adopting`] is held throughout, so the reconciler neither takes the
+    /// adopted sandbox for an orphan (no row yet) nor the row for a lost sandbox (not renamed yet).
+    /// A daemon killed meanwhile leaves an adopted sandbox without a row (an orphan, destroyed at
+    /// its restart), or a `running` row whose sandbox is still under its pool id (settled `lost`
+    /// at the restart, the pooled sandbox destroyed as an orphan); it answered nothing.
     pub(crate) async fn create_pooled(
         &self,
         template: &str,
@@ -42,47 +51,23 @@ impl Service {
             return Ok(None);
         };
         let id = new.id.clone();
-        let made = match self.adopt_pooled(&id, &entry, plan, prepared).await {
-            Ok(made) => made,
-            Err(e) => {
-                tracing::warn!(sandbox_id = %id, pool_id = %entry.id, error = %crate::error::chain(&e), "a pooled sandbox could not be adopted; the create is made cold");
-                self.discard_adopted(&entry.id, &id).await;
-                return Ok(None);
-            }
-        };
-        crate::failpoints::hold("create.after-adopt").await;
-        let endpoint = crate::ports::observed_endpoint(&made);
         let entry_id = entry.id.clone();
-        let written = step(
-            "admit",
-            self.writer().write(move |tx| {
-                let now = unix_millis_now();
-                let id = new.id.clone();
-                if let Err(refused) = crate::sandboxes::insert_admitted(tx, limits, new, now)? {
-                    return Ok(Err(refused));
-                }
-                tx.claim_pool_entry(&entry_id, &id, now)?;
-                let created = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
-                let created = emit(tx, SANDBOX_CREATED, Some(&id), created.unwrap_or_default())?;
-                tx.set_state(
-                    &id,
-                    &[SandboxState::Creating],
-                    SandboxState::Running,
-                    None,
-                    now,
-                )?;
-                tx.upsert_endpoint(&endpoint)?;
-                let row =
-                    tx.get_sandbox_by_id(&id)?
-                        .ok_or(sandboxd_store::StoreError::NotFound {
-                            kind: "sandbox",
-                            key: id.clone(),
-                        })?;
-                let running = emit(tx, SANDBOX_RUNNING, Some(&id), sandbox_data(&row))?;
-                Ok(Ok((row, [created, running])))
-            }),
-        )
-        .await;
+        // The write first: it is queued before the adoption blocks this task, and commits on the
+        // writer's thread meanwhile.
+        let admit = async {
+            crate::failpoints::hold("create.before-admit").await;
+            step(
+                "admit",
+                self.writer()
+                    .write(move |tx| admit_pooled(tx, limits, new, &entry_id)),
+            )
+            .await
+        };
+        let adopt = async {
+            crate::failpoints::hold("create.adopting").await;
+            self.adopt_pooled(&id, &entry, plan, prepared).await
+        };
+        let (written, adopted) = tokio::join!(admit, adopt);
         let written = match written {
             // The entry was no longer there to claim (nothing in this process hands one entry to
             // two creates, so no path is known to reach this): the write rolled back whole, and the
@@ -96,17 +81,51 @@ impl Service {
             }
             written => written.map_err(ServiceError::from).and_then(|w| w),
         };
-        match written {
-            Ok((row, events)) => {
+        match (written, adopted) {
+            (Ok((row, events)), Ok(made)) => {
+                self.remember_endpoint(&row, &made);
                 self.publish(events);
                 self.count_pool_claim(template, true);
                 Ok(Some(row))
             }
-            Err(e) => {
+            (Err(e), _) => {
                 self.discard_adopted(&entry.id, &id).await;
                 Err(e)
             }
+            (Ok(_), Err(e)) => {
+                tracing::warn!(sandbox_id = %id, pool_id = %entry.id, error = %crate::error::chain(&e), "a pooled sandbox could not be adopted after its create was written; the create fails");
+                // Whichever id it answers to: the rename may not have happened.
+                if let Err(d) = self.runtime().destroy(&entry.id).await {
+                    tracing::warn!(pool_id = %entry.id, error = %crate::error::chain(&ServiceError::from(d)), "cannot destroy a pooled sandbox that was not adopted");
+                }
+                Err(self.undo_row(&id, e).await)
+            }
         }
+    }
+
+    /// Caches where adopted sandbox `row` is (`made`, the runtime's word), so its first command
+    /// reads no more than a cold one's, and stores it behind the answer: were it lost, the next
+    /// lookup would read it from the runtime again ([`Service::endpoint`]).
+    fn remember_endpoint(&self, row: &Sandbox, made: &SandboxInfo) {
+        let stored = crate::ports::observed_endpoint(made);
+        self.endpoint_of(row, stored.clone());
+        let svc = self.clone();
+        tokio::spawn(async move {
+            let id = stored.sandbox_id.clone();
+            let written = svc
+                .writer()
+                .write(move |tx| {
+                    // Unless it was deleted meanwhile.
+                    if tx.get_sandbox_by_id(&stored.sandbox_id)?.is_some() {
+                        tx.upsert_endpoint(&stored)?;
+                    }
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = written {
+                tracing::warn!(sandbox_id = %id, error = %e, "cannot store an adopted sandbox's endpoint");
+            }
+        });
     }
 
     /// Gives pooled sandbox `entry` (`ready`, taken) sandbox `id`'s name, limits and environment.
@@ -133,9 +152,16 @@ impl Service {
                 reason: format!("its pooled agent's socket cannot be opened: {e}"),
             })?;
         let client = sandboxd_envd::EnvdClient::new(&socket, &pooled.agent.token);
-        let envs = prepared.envs.clone().into_iter().collect();
+        let envs: std::collections::HashMap<_, _> = prepared.envs.clone().into_iter().collect();
+        // An agent booted with the create's environment already (the pool's is the template's,
+        // and most creates add none) is not asked again.
+        let booted_with_it = pooled.spec.envs == envs;
         let init = async {
-            tokio::time::timeout(self.config().ready_deadline, client.init(envs))
+            if booted_with_it {
+                return Ok(());
+            }
+            let init = tokio::time::timeout(self.config().ready_deadline, client.init(envs));
+            step("init", init)
                 .await
                 .map_err(|_| ServiceError::StartFailed {
                     id: id.to_string(),
@@ -145,10 +171,7 @@ impl Service {
         };
         // The agent's request first: it is on its way, served by the daemon's other threads, while
         // the runtime's adoption (file writes, the hostname) blocks this one.
-        let (inited, made) = tokio::join!(
-            step("init", init),
-            step("adopt", self.runtime().adopt(&entry.id, id))
-        );
+        let (inited, made) = tokio::join!(init, step("adopt", self.runtime().adopt(&entry.id, id)));
         drop(dir);
         let made = made?;
         inited?;
@@ -183,6 +206,40 @@ impl Service {
             tracing::warn!(pool_id = %entry_id, error = %crate::error::chain(&e), "cannot discard a pooled sandbox");
         }
     }
+}
+
+/// The write of a create that took pooled sandbox `entry_id`: admits `new` (a refusal is the
+/// inner `Err`), inserts its row, claims the entry and marks the row `running`; the row and the
+/// events to publish once committed.
+fn admit_pooled(
+    tx: &mut sandboxd_store::WriteTx<'_>,
+    limits: crate::per_key::KeyLimits,
+    new: NewSandbox,
+    entry_id: &str,
+) -> sandboxd_store::Result<Result<(Sandbox, [crate::events::Event; 2]), ServiceError>> {
+    let now = unix_millis_now();
+    let id = new.id.clone();
+    if let Err(refused) = crate::sandboxes::insert_admitted(tx, limits, new, now)? {
+        return Ok(Err(refused));
+    }
+    tx.claim_pool_entry(entry_id, &id, now)?;
+    let created = tx.get_sandbox_by_id(&id)?.map(|s| sandbox_data(&s));
+    let created = emit(tx, SANDBOX_CREATED, Some(&id), created.unwrap_or_default())?;
+    tx.set_state(
+        &id,
+        &[SandboxState::Creating],
+        SandboxState::Running,
+        None,
+        now,
+    )?;
+    let row = tx
+        .get_sandbox_by_id(&id)?
+        .ok_or(sandboxd_store::StoreError::NotFound {
+            kind: "sandbox",
+            key: id.clone(),
+        })?;
+    let running = emit(tx, SANDBOX_RUNNING, Some(&id), sandbox_data(&row))?;
+    Ok(Ok((row, [created, running])))
 }
 
 /// A path to unix socket `socket` that stays valid while its directory is renamed: through
