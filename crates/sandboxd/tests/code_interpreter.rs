@@ -25,6 +25,8 @@
 //! - `sbx code ID` reads code from stdin, prints its output, exits 1 when it raised.
 //! - A kernel killed by the out-of-memory killer is an `error` line, and the next call runs on a
 //!   fresh kernel; 100 MB of output stream through without the interpreter holding it.
+//! - A pause ends a run in flight with an `error` line naming it; the code is interrupted once the
+//!   sandbox resumes, and the next run is answered.
 
 mod common;
 mod e2b_support;
@@ -247,6 +249,44 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
             "(False, 2)",
             "{lines:?}"
         );
+
+        // A pause ends a run in flight (`sandboxd_service::in_flight`): its output ends with an
+        // `error` line naming the pause, and the interpreter interrupts the code once the sandbox
+        // resumes, so the next run is not queued behind it.
+        let waits = "import os, time\nprint('started', flush=True)\n\
+                     while not os.path.exists('/tmp/never'):\n    time.sleep(0.05)";
+        let mut running = d
+            .http()
+            .post(d.endpoint(&format!("/v1/sandboxes/{id}/code")))
+            .json(&json!({ "code": waits }))
+            .send()
+            .await
+            .expect("the run's head");
+        assert_eq!(running.status(), 200);
+        let mut seen = String::new();
+        while !seen.contains("started") {
+            let chunk = running.chunk().await.expect("a line before the pause");
+            seen.push_str(&String::from_utf8_lossy(&chunk.expect("not the end yet")));
+        }
+        let paused = d
+            .post_json(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+            .await;
+        assert_eq!(paused.status(), 200);
+        let rest = running.text().await.expect("the run ends, not given up on");
+        let last: Value = serde_json::from_str(rest.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {seen}{rest}"));
+        assert_eq!(
+            (&last["type"], &last["name"]),
+            (&json!("error"), &json!("SandboxPaused")),
+            "{seen}{rest}"
+        );
+        let resumed = d
+            .post_json(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+            .await;
+        assert_eq!(resumed.status(), 200);
+        let (status, lines) = run_code(&d, &id, json!({ "code": "1 + 1" })).await;
+        assert_eq!(status, 200, "{lines:?}");
+        assert_eq!(of_type(&lines, "result")[0]["text"], "2", "{lines:?}");
 
         // sbx code: code from stdin; the exit code says whether it raised.
         let sbx_code = |code: &str| {

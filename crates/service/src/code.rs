@@ -5,7 +5,10 @@
 //!
 //! Contract: a sandbox that runs no interpreter is a conflict naming the template that has one;
 //! the interpreter's 400 and 404 stay the caller's errors; anything else it answers is a bad
-//! gateway.
+//! gateway. A pause of the sandbox ends a run in flight ([`crate::in_flight`]): a conflict before
+//! the interpreter answered, else an `error` line named `SandboxPaused` after the lines passed
+//! back so far. The connection to the interpreter is dropped with it, so the interpreter
+//! interrupts the code once the sandbox resumes (its next keepalive finds no one listening).
 
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
@@ -72,6 +75,31 @@ fn no_interpreter(sandbox: &str, e: reqwest::Error) -> ServiceError {
 }
 
 /// The interpreter's 400 and 404 are the caller's errors; any other failure is its own.
+/// What a run answers when its sandbox was paused before the interpreter answered.
+fn paused_mid_code(id: &str) -> ServiceError {
+    ServiceError::Conflict(paused_message(id))
+}
+
+fn paused_message(id: &str) -> String {
+    format!(
+        "sandbox {id} was paused while the code ran: its output from then on is not returned \
+         here, and the interpreter interrupts it once the sandbox resumes"
+    )
+}
+
+/// The `error` line that ends a run's output when its sandbox was paused under it, after a line
+/// break unless the output stopped at the start of a line.
+fn paused_line(id: &str, at_line_start: bool) -> bytes::Bytes {
+    let error = serde_json::json!({
+        "type": "error",
+        "name": "SandboxPaused",
+        "value": paused_message(id),
+        "traceback": "",
+    });
+    let newline = if at_line_start { "" } else { "\n" };
+    bytes::Bytes::from(format!("{newline}{error}\n"))
+}
+
 async fn check(response: reqwest::Response) -> Result<reqwest::Response, ServiceError> {
     let status = response.status();
     if status.is_success() {
@@ -147,24 +175,51 @@ impl Service {
                 "give contextId or language, not both".into(),
             ));
         }
+        // Before the sandbox's state is read: a pause from then on ends this request
+        // ([`crate::in_flight`]).
+        let in_flight = self.inner.in_flight.subscribe();
         let (sandbox, url) = self.interpreter_url(key, "/execute").await?;
+        let mut paused = Box::pin(in_flight.until_paused(sandbox.clone()));
         let body = serde_json::json!({
             "code": req.code,
             "context_id": req.context_id,
             "language": req.language,
             "env_vars": req.envs,
         });
-        let response = client()
-            .post(&url)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| no_interpreter(&sandbox, e))?;
+        let sent = client().post(&url).json(&body).send();
+        let response = tokio::select! {
+            sent = sent => sent.map_err(|e| no_interpreter(&sandbox, e))?,
+            () = &mut paused => return Err(paused_mid_code(&sandbox)),
+        };
         let response = check(response).await?;
         use futures::StreamExt;
-        Ok(response
+        let chunks = response
             .bytes_stream()
             .map(|chunk| chunk.map_err(std::io::Error::other))
-            .boxed())
+            .boxed();
+        // The interpreter's lines until the sandbox is paused, then an `error` line saying so, on
+        // a line of its own.
+        let state = Some((chunks, paused, true));
+        Ok(futures::stream::unfold(state, move |state| {
+            let sandbox = sandbox.clone();
+            async move {
+                let (mut chunks, mut paused, at_line_start) = state?;
+                tokio::select! {
+                    chunk = chunks.next() => {
+                        let chunk = chunk?;
+                        let ends_line = match &chunk {
+                            Ok(bytes) => bytes.last().map_or(at_line_start, |b| *b == b'\n'),
+                            Err(_) => at_line_start,
+                        };
+                        Some((chunk, Some((chunks, paused, ends_line))))
+                    }
+                    () = &mut paused => {
+                        let line = paused_line(&sandbox, at_line_start);
+                        Some((Ok(line), None))
+                    }
+                }
+            }
+        })
+        .boxed())
     }
 }
