@@ -253,8 +253,8 @@ fn the_code_interpreter_serves_the_e2b_and_daytona_sdks_the_v1_route_and_sbx() {
         // A pause ends a run in flight (`sandboxd_service::in_flight`): its output ends with an
         // `error` line naming the pause, and the interpreter interrupts the code once the sandbox
         // resumes, so the next run is not queued behind it.
-        let waits = "import os, time\nprint('started', flush=True)\n\
-                     while not os.path.exists('/tmp/never'):\n    time.sleep(0.05)";
+        // It waits for a signal, which only the interrupt sends.
+        let waits = "import signal\nprint('started', flush=True)\nsignal.pause()";
         let mut running = d
             .http()
             .post(d.endpoint(&format!("/v1/sandboxes/{id}/code")))

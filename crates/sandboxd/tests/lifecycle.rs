@@ -378,16 +378,18 @@ fn a_pause_ends_the_requests_in_flight_and_their_commands_go_on_after_the_resume
         let d = Daemon::start().await;
         let id = id_of(&d.create(json!({})).await);
         // A server whose `/stream` sends its head and a first chunk, then holds the rest;
-        // `/slow-head` holds its head. Each holds until /tmp/go exists (made after the resume),
-        // and `/slow-head` marks a file once the request reached it.
+        // `/slow-head` holds its head. Each holds until `/go` is asked (after the resume), and
+        // `/slow-head` marks a file once the request reached it.
         let server = r#"
-import http.server, os, time
+import http.server, threading
+go = threading.Event()
 def hold():
-    while not os.path.exists("/tmp/go"):
-        time.sleep(0.1)
+    go.wait()
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
+        if self.path == "/go":
+            go.set()
         if self.path == "/slow-head":
             open("/tmp/head-asked", "w").close()
             hold()
@@ -424,7 +426,8 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
         )
         .await;
 
-        let waits = "touch /tmp/ran; until [ -e /tmp/go ]; do sleep 0.1; done; touch /tmp/went-on";
+        // It holds on a FIFO until the test writes to it (after the resume).
+        let waits = "mkfifo /tmp/go && touch /tmp/ran && read _ < /tmp/go && touch /tmp/went-on";
         let command = json!({"cmd": ["sh", "-c", waits]});
         let exec = http
             .post(d.endpoint(&format!("/v1/sandboxes/{id}/exec")))
@@ -506,7 +509,12 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
             .post_json(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
             .await;
         assert_eq!(resp.status(), 200);
-        d.exec(&id, &["touch", "/tmp/go"]).await;
+        let go = d.exec(&id, &["sh", "-c", "echo go > /tmp/go"]).await;
+        assert_eq!(go.exit_code, 0, "{go:?}");
+        let go = proxied("/go")
+            .await
+            .expect("the server lets its requests go");
+        assert_eq!(go.status(), 200);
         eventually(
             || "the paused command did not go on after the resume".into(),
             Duration::from_secs(30),
