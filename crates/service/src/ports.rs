@@ -113,13 +113,19 @@ impl Service {
             .clone()
     }
 
-    /// Stores the runtime's word on where sandbox `info` is (an upsert: racing writers converge). A
-    /// failure only costs a later read-repair, so it is logged, not returned.
+    /// Stores the runtime's word on where sandbox `info` is (an upsert: racing writers converge),
+    /// unless its row is gone by then (deleted meanwhile: nothing is left to locate). A failure
+    /// only costs a later read-repair, so it is logged, not returned.
     pub(crate) async fn record_endpoint(&self, info: &SandboxInfo) {
         let row = observed_endpoint(info);
         if let Err(e) = self
             .writer()
-            .write(move |tx| tx.upsert_endpoint(&row))
+            .write(move |tx| {
+                if tx.get_sandbox_by_id(&row.sandbox_id)?.is_some() {
+                    tx.upsert_endpoint(&row)?;
+                }
+                Ok(())
+            })
             .await
         {
             tracing::warn!(sandbox_id = %info.spec.id, error = %e, "cannot store the sandbox's endpoint");

@@ -83,7 +83,7 @@ impl Service {
         };
         match (written, adopted) {
             (Ok((row, events)), Ok(made)) => {
-                self.remember_endpoint(&row, &made);
+                self.remember_endpoint(&row, made);
                 self.publish(events);
                 self.count_pool_claim(template, true);
                 Ok(Some(row))
@@ -106,26 +106,10 @@ impl Service {
     /// Caches where adopted sandbox `row` is (`made`, the runtime's word), so its first command
     /// reads no more than a cold one's, and stores it behind the answer: were it lost, the next
     /// lookup would read it from the runtime again ([`Service::endpoint`]).
-    fn remember_endpoint(&self, row: &Sandbox, made: &SandboxInfo) {
-        let stored = crate::ports::observed_endpoint(made);
-        self.endpoint_of(row, stored.clone());
+    fn remember_endpoint(&self, row: &Sandbox, made: SandboxInfo) {
+        self.endpoint_of(row, crate::ports::observed_endpoint(&made));
         let svc = self.clone();
-        tokio::spawn(async move {
-            let id = stored.sandbox_id.clone();
-            let written = svc
-                .writer()
-                .write(move |tx| {
-                    // Unless it was deleted meanwhile.
-                    if tx.get_sandbox_by_id(&stored.sandbox_id)?.is_some() {
-                        tx.upsert_endpoint(&stored)?;
-                    }
-                    Ok(())
-                })
-                .await;
-            if let Err(e) = written {
-                tracing::warn!(sandbox_id = %id, error = %e, "cannot store an adopted sandbox's endpoint");
-            }
-        });
+        tokio::spawn(async move { svc.record_endpoint(&made).await });
     }
 
     /// Gives pooled sandbox `entry` (`ready`, taken) sandbox `id`'s name, limits and environment.
