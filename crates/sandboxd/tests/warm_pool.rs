@@ -392,6 +392,35 @@ fn a_reconciler_pass_waits_for_an_adoption_and_loses_nothing() {
     });
 }
 
+/// Invariant: an adoption that fails after its create's write (which it overlaps) fails the
+/// create and leaves nothing: the row is undone, so its name is free, and the pooled sandbox is
+/// destroyed under its pool id with its entry gone, its slot freed; the pool fills again.
+#[test]
+fn an_adoption_that_fails_after_the_write_undoes_the_row_and_leaks_nothing() {
+    e2e(|| async {
+        let d = Daemon::start_with(
+            &["--warm-pool", "base=1"],
+            &[("FAILPOINTS", "create.adopt=1*return")],
+        )
+        .await;
+        await_pool(&d, 1).await;
+        let taken = entries(&d);
+        let failed = d
+            .post_json("/v1/sandboxes", &json!({"name": "unadopted"}))
+            .await;
+        let status = failed.status();
+        let text = failed.text().await.unwrap();
+        assert!(status.is_server_error(), "{status}: {text}");
+        assert!(text.contains("failpoint create.adopt"), "{text}");
+        assert!(query(&d, "SELECT id FROM sandboxes").is_empty());
+        await_pool(&d, 1).await;
+        assert!(entries(&d).is_disjoint(&taken));
+        assert_holdings(&d, &BTreeSet::new());
+        let retry = d.create(json!({"name": "unadopted"})).await;
+        assert_eq!(d.exec(&id_of(&retry), &["true"]).await.exit_code, 0);
+    });
+}
+
 /// Daytona's `warm_pool` (the real SDK, `tests/daytona/test_warm_pool.py`) drives the shared pools:
 /// a pool for a snapshot fills, serves a create that takes the create's environment, is resized,
 /// refused twice for one snapshot, and deleted; the daemon counted that create as the pool's hit.

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `create.after-insert` | row `creating` and slot leased; the runtime has made nothing |
 //! | `create.before-admit` | a warm pool's sandbox taken by a create; its adoption under the create's id goes on; no row written, the entry not yet claimed |
+//! | `create.adopt` | as `create.adopting`; `return` fails the adoption (synchronous) |
 //! | `create.adopting` | a warm pool's sandbox taken by a create; its row written `running` and its entry claimed meanwhile; the sandbox not yet adopted (still under its pool id) |
 //! | `pool.after-insert` | warm-pool entry `warming` with its slot; the runtime has made nothing |
 //! | `pool.after-ready` | warm-pool entry `ready` (its agent called home); not yet warmed up or offered to creates |

@@ -99,6 +99,13 @@ impl WarmPools {
         ready.get_mut(template)?.pop_front()
     }
 
+    /// Wakes the filler after a create took an entry (whatever became of it) or found none: it
+    /// refills once creates have paused ([`REFILL_QUIET`]).
+    fn wake_after_claim(&self) {
+        *self.last_claim.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        self.refill.notify_one();
+    }
+
     /// Offers `entry`, booted and warmed up, to the creates of its template.
     fn offer(&self, entry: PoolEntry) {
         let mut ready = self.ready_to_take.lock().unwrap_or_else(|p| p.into_inner());
@@ -194,12 +201,7 @@ impl Service {
                 stats.misses += 1;
             }
         }
-        *self
-            .pools()
-            .last_claim
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        self.pools().refill.notify_one();
+        self.pools().wake_after_claim();
     }
 
     /// Every template's pool: those with a size, with sandboxes, or that served creates since the

@@ -50,6 +50,8 @@ impl Service {
         let Some(entry) = self.pools().take(template) else {
             return Ok(None);
         };
+        // The pool is one short whatever becomes of this create.
+        self.pools().wake_after_claim();
         let id = new.id.clone();
         let entry_id = entry.id.clone();
         // The write first: it is queued before the adoption blocks this task, and commits on the
@@ -65,6 +67,12 @@ impl Service {
         };
         let adopt = async {
             crate::failpoints::hold("create.adopting").await;
+            if crate::failpoints::fails("create.adopt") {
+                return Err(ServiceError::StartFailed {
+                    id: id.clone(),
+                    reason: "failpoint create.adopt".into(),
+                });
+            }
             self.adopt_pooled(&id, &entry, plan, prepared).await
         };
         let (written, adopted) = tokio::join!(admit, adopt);
