@@ -38,6 +38,7 @@ pub mod idle;
 pub mod images;
 mod in_flight;
 pub mod lifecycle;
+mod listen_probes;
 pub mod lsp;
 pub mod network;
 pub mod network_update;
@@ -189,6 +190,7 @@ struct Inner {
     forwarders: forwarders::Forwarders,
     sandbox_locks: pause::KeyedLocks,
     in_flight: in_flight::InFlight,
+    listen_probes: listen_probes::ListenProbes,
     pulls: images::PullState,
     builds: templates::Builds,
     reconcile: reconcile::ReconcileState,
@@ -222,6 +224,7 @@ impl Service {
                 forwarders: Default::default(),
                 sandbox_locks: Default::default(),
                 in_flight: Default::default(),
+                listen_probes: Default::default(),
                 pulls: Default::default(),
                 builds: Default::default(),
                 reconcile: Default::default(),

@@ -10,7 +10,7 @@
 use crate::events::{emit, Event, PORT_EXPOSED, PORT_UNEXPOSED};
 use crate::{Service, ServiceError};
 use sandboxd_api_types as api;
-use sandboxd_proxy::{port_is_listening, Resolver, RouteError, Target, Upstream};
+use sandboxd_proxy::{Resolver, RouteError, Target, Upstream};
 use sandboxd_runtime::SandboxInfo;
 use sandboxd_store::{
     unix_millis_now, ExposedPort, HostPorts, PortState, Protocol, Sandbox, SandboxState,
@@ -202,7 +202,11 @@ impl Service {
         let upstream = Upstream::Tcp(SocketAddr::from((endpoint.address, req.port)));
         if existing.is_none()
             && !req.skip_listen_check
-            && !port_is_listening(&upstream, LISTEN_PROBE_TIMEOUT).await
+            && !self
+                .inner
+                .listen_probes
+                .listening(&sandbox.id, req.port, &upstream, LISTEN_PROBE_TIMEOUT)
+                .await
         {
             return Err(ServiceError::PortNotListening(req.port));
         }
