@@ -252,6 +252,10 @@ fn an_impossible_lifecycle_is_refused() {
 /// A resume gives the sandbox its timeout again: 5 s, so that the 20 answers (a second or two of
 /// Python under emulation in the Debian VM) come before the next auto-pause. With 2 s, the VM once
 /// paused it again mid-answer.
+///
+/// The server is Python's directory listing with an accept queue of 128: `python3 -m http.server`
+/// keeps five, and twenty connections at once overflowed it in the Debian VM; the kernel retried the
+/// dropped ones seconds later, and the test's deadlines ran out on a server too slow to accept.
 #[test]
 fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
     e2e(|| async {
@@ -268,7 +272,7 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
             &[
                 "sh",
                 "-c",
-                "nohup python3 -m http.server 8000 >/dev/null 2>&1 &",
+                &format!("nohup python3 -c \"{DEEP_QUEUE_SERVER}\" >/dev/null 2>&1 &"),
             ],
         )
         .await;
@@ -302,11 +306,16 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
         };
         let before = resumes();
 
-        let answers = futures::future::join_all((0..20).map(|_| get())).await;
-        for resp in answers {
-            let resp = resp.expect("every proxied request is answered");
-            assert_eq!(resp.status(), 200);
-            let body = resp.text().await.unwrap();
+        // Each answer is read whole in its own future: its client's deadline covers its own
+        // exchange, not the wait for the slowest of the twenty.
+        let answers = futures::future::join_all((0..20).map(|_| async {
+            let resp = get().await.expect("every proxied request is answered");
+            (resp.status(), resp.text().await)
+        }))
+        .await;
+        for (status, body) in answers {
+            assert_eq!(status, 200);
+            let body = body.expect("every answer is read whole");
             assert!(body.contains("Directory listing"), "{body}");
         }
         let sandbox = d.get_json(&format!("/v1/sandboxes/{id}")).await;
@@ -315,6 +324,11 @@ fn proxied_traffic_resumes_an_auto_resuming_sandbox() {
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
     });
 }
+
+/// A directory-listing server on port 8000 whose accept queue holds 128 connections.
+const DEEP_QUEUE_SERVER: &str = "import http.server as h; \
+    S = type('S', (h.ThreadingHTTPServer,), {'request_queue_size': 128}); \
+    S(('', 8000), h.SimpleHTTPRequestHandler).serve_forever()";
 
 /// Crash: the daemon is killed (`kill -9`) after an auto-pause froze the sandbox and recorded it
 /// `paused` but before its deadline was dropped (`expiry.after-pause`). After a restart the sandbox
