@@ -88,7 +88,7 @@ impl Proxy {
 
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             return match client_upgrade {
-                Some(client) => Ok(upgrade::switch(client, resp, target)),
+                Some(client) => Ok(upgrade::switch(client, resp, target, closing)),
                 None => Err(ProxyError::UnexpectedUpgrade {
                     sandbox_id: target.sandbox_id.clone(),
                     port: target.port,

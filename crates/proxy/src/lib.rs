@@ -79,10 +79,10 @@ pub trait Resolver: Send + Sync + 'static {
 
     /// A signal that ends the exchange forwarded to `target` if it is still open when it fires: a
     /// request not yet answered gets [`ProxyError::Closed`], a response body streaming back is cut
-    /// short (the client sees the exchange fail, not end). Taken before [`Resolver::upstream`]
-    /// names the upstream; upgraded connections are not ended by it. The daemon's signal is its
-    /// sandbox's pause: nothing in a frozen sandbox answers until it resumes. `None` (the
-    /// default): an exchange ends on its own.
+    /// short (the client sees the exchange fail, not end), an upgraded connection (a WebSocket) is
+    /// dropped on both sides. Taken before [`Resolver::upstream`] names the upstream. The daemon's
+    /// signal is its sandbox's pause: nothing in a frozen sandbox answers until it resumes. `None`
+    /// (the default): an exchange ends on its own.
     fn closing(&self, _target: &Target) -> Option<Closing> {
         None
     }

@@ -4,8 +4,10 @@
 //! `Upgrade` header; only then are those two headers forwarded. If the upstream answers
 //! `101 Switching Protocols`, the client gets that 101 (with the upstream's headers, hop-by-hop ones except
 //! `Connection: upgrade`/`Upgrade` removed), and a spawned task joins the two upgraded connections with
-//! `copy_bidirectional` until either side closes. Any other answer is relayed as an ordinary response.
-//! The connection that carried an upgrade request never returns to the pool.
+//! `copy_bidirectional` until either side closes, or until the exchange's [`crate::Closing`] fires
+//! (the sandbox was paused): then both connections are dropped, as a frozen upstream could not answer
+//! on them. Any other answer is relayed as an ordinary response. The connection that carried an
+//! upgrade request never returns to the pool.
 
 use axum::body::Body;
 use axum::response::Response;
@@ -45,6 +47,7 @@ pub(crate) fn switch(
     client: OnUpgrade,
     mut upstream_resp: http::Response<Incoming>,
     target: &Target,
+    closing: Option<crate::Closing>,
 ) -> Response {
     let upstream = hyper::upgrade::on(&mut upstream_resp);
     let (mut parts, _empty) = upstream_resp.into_parts();
@@ -55,23 +58,30 @@ pub(crate) fn switch(
     }
     let span =
         tracing::debug_span!("upgraded", sandbox_id = %target.sandbox_id, port = target.port);
-    tokio::spawn(splice(client, upstream).instrument(span));
+    let closing = closing.unwrap_or_else(|| Box::pin(std::future::pending()));
+    tokio::spawn(splice(client, upstream, closing).instrument(span));
     Response::from_parts(parts, Body::empty())
 }
 
-async fn splice(client: OnUpgrade, upstream: OnUpgrade) {
-    let (client, upstream) = match tokio::try_join!(client, upstream) {
-        Ok(both) => both,
-        Err(err) => {
-            tracing::debug!(error = %err, "upgrade did not complete");
-            return;
+async fn splice(client: OnUpgrade, upstream: OnUpgrade, closing: crate::Closing) {
+    let joined = async {
+        let (client, upstream) = match tokio::try_join!(client, upstream) {
+            Ok(both) => both,
+            Err(err) => {
+                tracing::debug!(error = %err, "upgrade did not complete");
+                return;
+            }
+        };
+        let mut client = TokioIo::new(client);
+        let mut upstream = TokioIo::new(upstream);
+        match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+            Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
+            Err(err) => tracing::debug!(error = %err, "upgraded connection failed"),
         }
     };
-    let mut client = TokioIo::new(client);
-    let mut upstream = TokioIo::new(upstream);
-    match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-        Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
-        Err(err) => tracing::debug!(error = %err, "upgraded connection failed"),
+    tokio::select! {
+        () = joined => {}
+        () = closing => tracing::debug!("upgraded connection closed: the sandbox was paused"),
     }
 }
 

@@ -25,6 +25,7 @@ struct Env {
     proxy_addr: std::net::SocketAddr,
     proxy: Arc<sandboxd_proxy::Proxy>,
     up: Upstreams,
+    resolver: Arc<StaticResolverForTests>,
 }
 
 impl Env {
@@ -44,11 +45,12 @@ impl Env {
             10,
             Upstream::Unix(up.unix.with_file_name("missing.sock")),
         );
-        let (proxy_addr, proxy) = start_proxy(resolver, config).await;
+        let (proxy_addr, proxy) = start_proxy(resolver.clone(), config).await;
         Env {
             proxy_addr,
             proxy,
             up,
+            resolver,
         }
     }
 
@@ -416,6 +418,54 @@ async fn websocket_echo_through_the_proxy() {
 
         ws.close(None).await.unwrap();
     }
+}
+
+/// The resolver's closing signal (the daemon's: a pause) ends the exchanges open to its sandbox: a
+/// WebSocket is dropped, a body streaming back is cut short with an error; exchanges to other
+/// sandboxes go on.
+#[tokio::test]
+async fn closing_ends_upgraded_connections_and_streaming_bodies() {
+    let env = Env::start().await;
+    let connect = || async {
+        let stream = tokio::net::TcpStream::connect(env.proxy_addr)
+            .await
+            .unwrap();
+        let mut req = format!("ws://{}/ws", env.proxy_addr)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut()
+            .insert("host", env.host(8000).parse().unwrap());
+        let (ws, _) = timeout(T, tokio_tungstenite::client_async(req, stream))
+            .await
+            .unwrap()
+            .expect("websocket handshake through the proxy");
+        ws
+    };
+    let mut ws = connect().await;
+    ws.send(Message::text("before")).await.unwrap();
+    let echoed = timeout(T, ws.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(echoed, Message::text("before"));
+    let req = http::Request::get("/sse")
+        .header("host", env.host(8000))
+        .body(http_body_util::Empty::<Bytes>::new())
+        .unwrap();
+    let resp = timeout(T, send(env.proxy_addr, req)).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut sse = resp.into_body();
+    let first = timeout(T, sse.frame()).await.unwrap().unwrap().unwrap();
+    assert_eq!(first.into_data().unwrap(), "data: one\n\n");
+
+    env.resolver.close("abc");
+    match timeout(T, ws.next()).await.expect("the websocket ends") {
+        None | Some(Err(_)) => {}
+        Some(Ok(Message::Close(_))) => {}
+        Some(Ok(other)) => panic!("a frame after the close: {other:?}"),
+    }
+    let cut = timeout(T, sse.collect()).await.expect("the body ends");
+    assert!(
+        cut.is_err(),
+        "the body is cut short with an error, not ended"
+    );
 }
 
 #[tokio::test]

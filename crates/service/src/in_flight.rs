@@ -4,10 +4,10 @@
 //! the pause came (an auto-pause at its deadline, a `pause` by hand) neither ends nor prints until
 //! the sandbox resumes, and the request waiting on it would wait that long, or until its client gave
 //! up. Instead, every request in flight to a sandbox ends when the sandbox is paused: the daemon's
-//! exec answers a conflict (its stream ends with an `error` event), and an exchange forwarded by the
-//! proxy (the E2B SDK's calls to the sandbox's agent) is cut short, as the vendor's own sandboxes
-//! drop their connections when they pause. The command itself is not lost: it goes on when the
-//! sandbox resumes.
+//! exec answers a conflict (its stream ends with an `error` event), an exchange forwarded by the
+//! proxy (the E2B SDK's calls to the sandbox's agent) is cut short, and a WebSocket through it is
+//! closed, as the vendor's own sandboxes drop their connections when they pause. The command itself
+//! is not lost: it goes on when the sandbox resumes.
 //!
 //! Contract:
 //! - **A pause reaches every request that was in flight when it was recorded.** A request subscribes

@@ -28,13 +28,21 @@ use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::Notify;
 
 /// A resolver with a fixed route table: unknown sandbox → `SandboxNotFound`, known sandbox but unmapped
-/// port → `PortNotOpen`.
+/// port → `PortNotOpen`. Its closing signal fires for every exchange to a sandbox once
+/// [`StaticResolverForTests::close`] named it (the daemon's is a pause).
 #[derive(Default)]
 pub struct StaticResolverForTests {
     routes: Mutex<HashMap<(String, u16), Upstream>>,
+    closed: tokio::sync::watch::Sender<Vec<String>>,
 }
 
 impl StaticResolverForTests {
+    /// Ends the exchanges open to `sandbox_id` (and any made later).
+    pub fn close(&self, sandbox_id: &str) {
+        self.closed
+            .send_modify(|closed| closed.push(sandbox_id.to_owned()));
+    }
+
     pub fn route(&self, sandbox_id: &str, port: u16, upstream: Upstream) {
         self.routes
             .lock()
@@ -45,6 +53,14 @@ impl StaticResolverForTests {
 
 #[async_trait::async_trait]
 impl Resolver for StaticResolverForTests {
+    fn closing(&self, target: &Target) -> Option<sandboxd_proxy::Closing> {
+        let mut closed = self.closed.subscribe();
+        let id = target.sandbox_id.clone();
+        Some(Box::pin(async move {
+            let _ = closed.wait_for(|closed| closed.contains(&id)).await;
+        }))
+    }
+
     async fn upstream(&self, target: &Target) -> Result<Upstream, RouteError> {
         let routes = self.routes.lock().unwrap();
         if let Some(up) = routes.get(&(target.sandbox_id.clone(), target.port)) {
