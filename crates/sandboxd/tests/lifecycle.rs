@@ -383,7 +383,8 @@ fn kill9_between_auto_pause_and_dropping_the_deadline_keeps_the_sandbox() {
 /// auto-pause is the same flow): a frozen sandbox answers nothing until it resumes, so each ends
 /// at once instead of waiting on it until its client gives up. The daemon's exec answers 409, its
 /// stream ends with an `error` event; through the proxy, a request not yet answered gets 502 and a
-/// response streaming back is cut short. Each client here would give up after 30 s (on commands
+/// response streaming back is cut short; a Daytona session's command waited on answers 409 too.
+/// Each client here would give up after 30 s (on commands
 /// and answers that wait longer): an end by that timeout fails the test. The command is not lost:
 /// after the resume it goes on.
 #[test]
@@ -461,6 +462,22 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
         assert_eq!(first.as_deref(), Some(&b"first"[..]));
         let slow_head = tokio::spawn(proxied("/slow-head"));
         let exec = tokio::spawn(exec);
+        // A Daytona session's command run synchronously: the request waits for its end.
+        let session = format!("/api/toolbox/{id}/process/session");
+        let created = http
+            .post(d.endpoint(&session))
+            .json(&json!({"sessionId": "s1"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+        let held =
+            "mkfifo /tmp/gs && touch /tmp/session-ran && read _ < /tmp/gs && touch /tmp/s-on";
+        let session_exec = tokio::spawn(
+            http.post(d.endpoint(&format!("{session}/s1/exec")))
+                .json(&json!({"command": held}))
+                .send(),
+        );
         // Every request is in flight: the command and the slow head have reached the sandbox, the
         // stream printed its first line.
         let mut lines = String::new();
@@ -471,10 +488,15 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
             ));
         }
         eventually(
-            || "the command and the slow head never reached the sandbox".into(),
+            || "the commands and the slow head never reached the sandbox".into(),
             Duration::from_secs(30),
             || async {
-                let seen = d.exec(&id, &["ls", "/tmp/ran", "/tmp/head-asked"]).await;
+                let seen = d
+                    .exec(
+                        &id,
+                        &["ls", "/tmp/ran", "/tmp/head-asked", "/tmp/session-ran"],
+                    )
+                    .await;
                 (seen.exit_code == 0).then_some(())
             },
         )
@@ -510,6 +532,13 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
             .await
             .expect_err("the proxied body is cut short");
         assert!(!cut.is_timeout(), "the client gave up: {cut}");
+        let waited = session_exec
+            .await
+            .unwrap()
+            .expect("the session's command is answered, not given up on");
+        assert_eq!(waited.status(), 409);
+        let text = waited.text().await.unwrap();
+        assert!(text.contains("was paused while the command ran"), "{text}");
         let head = slow_head.await.unwrap().expect("the slow head is answered");
         assert_eq!(head.status(), 502);
         let text = head.text().await.unwrap();
@@ -523,7 +552,9 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
             .post_json(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
             .await;
         assert_eq!(resp.status(), 200);
-        let go = d.exec(&id, &["sh", "-c", "echo go > /tmp/go"]).await;
+        let go = d
+            .exec(&id, &["sh", "-c", "echo go > /tmp/go; echo go > /tmp/gs"])
+            .await;
         assert_eq!(go.exit_code, 0, "{go:?}");
         let go = proxied("/go")
             .await
@@ -533,7 +564,7 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
             || "the paused command did not go on after the resume".into(),
             Duration::from_secs(30),
             || async {
-                let seen = d.exec(&id, &["ls", "/tmp/went-on"]).await;
+                let seen = d.exec(&id, &["ls", "/tmp/went-on", "/tmp/s-on"]).await;
                 (seen.exit_code == 0).then_some(())
             },
         )

@@ -78,7 +78,7 @@ pub(crate) async fn collect_exit(
 }
 
 /// What a command's request answers when its sandbox was paused while it ran ([`crate::in_flight`]).
-fn paused_mid_command(id: &str) -> ServiceError {
+pub(crate) fn paused_mid_command(id: &str) -> ServiceError {
     ServiceError::Conflict(format!(
         "sandbox {id} was paused while the command ran: the command is paused with it and goes on \
          when the sandbox resumes; its output from then on is not returned here"

@@ -362,8 +362,31 @@ impl Service {
         }
     }
 
-    /// Waits (up to `timeout`) for command `cid` of session `session` to end; its output.
+    /// Waits (up to `timeout`) for command `cid` of session `session` to end; its output. A pause
+    /// of the sandbox ends the wait with a conflict ([`crate::in_flight`]): the command is paused
+    /// with it, and the polls would otherwise resume an auto-resuming sandbox the moment its
+    /// timeout paused it.
     pub async fn session_wait(
+        &self,
+        key: &str,
+        session: &str,
+        cid: &str,
+        timeout: Duration,
+    ) -> Result<CommandOutput, ServiceError> {
+        // Taken before the state is read: a pause from then on ends this wait.
+        let in_flight = self.inner.in_flight.subscribe();
+        let (id, _) = self.agent(key, None).await?;
+        // The pause first: it is announced before the pause lets go of the sandbox's lock, so a
+        // poll never starts a resume after it.
+        tokio::select! {
+            biased;
+            () = in_flight.until_paused(id.clone()) => Err(crate::exec::paused_mid_command(&id)),
+            output = self.poll_session_command(&id, session, cid, timeout) => output,
+        }
+    }
+
+    /// [`Service::session_wait`] without the pause.
+    async fn poll_session_command(
         &self,
         key: &str,
         session: &str,
