@@ -382,34 +382,53 @@ async fn server_sent_events_stream_without_buffering() {
     assert_eq!(rest, "data: two\n\n");
 }
 
+/// A WebSocket to `/ws` of `port` of sandbox `sandbox` through the proxy, routed by its `Host` or
+/// by E2B's headers.
+async fn ws_connect(
+    env: &Env,
+    sandbox: &str,
+    port: u16,
+    route_by_host: bool,
+) -> (
+    tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    tokio_tungstenite::tungstenite::handshake::client::Response,
+) {
+    let stream = tokio::net::TcpStream::connect(env.proxy_addr)
+        .await
+        .unwrap();
+    let mut req = format!("ws://{}/ws", env.proxy_addr)
+        .into_client_request()
+        .unwrap();
+    let headers = req.headers_mut();
+    if route_by_host {
+        let host = format!("{port}-{sandbox}.localhost:{}", env.proxy_addr.port());
+        headers.insert("host", host.parse().unwrap());
+    } else {
+        headers.insert("e2b-sandbox-id", sandbox.parse().unwrap());
+        headers.insert("e2b-sandbox-port", port.to_string().parse().unwrap());
+    }
+    timeout(T, tokio_tungstenite::client_async(req, stream))
+        .await
+        .unwrap()
+        .expect("websocket handshake through the proxy")
+}
+
+async fn assert_echoes(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    text: &str,
+) {
+    ws.send(Message::text(text)).await.unwrap();
+    let echoed = timeout(T, ws.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(echoed, Message::text(text));
+}
+
 #[tokio::test]
 async fn websocket_echo_through_the_proxy() {
     let env = Env::start().await;
     for (port, route_by_host) in [(8000u16, true), (49983, false)] {
-        let stream = tokio::net::TcpStream::connect(env.proxy_addr)
-            .await
-            .unwrap();
-        let mut req = format!("ws://{}/ws", env.proxy_addr)
-            .into_client_request()
-            .unwrap();
-        if route_by_host {
-            req.headers_mut()
-                .insert("host", env.host(port).parse().unwrap());
-        } else {
-            req.headers_mut()
-                .insert("e2b-sandbox-id", "abc".parse().unwrap());
-            req.headers_mut()
-                .insert("e2b-sandbox-port", port.to_string().parse().unwrap());
-        }
-        let (mut ws, resp) = timeout(T, tokio_tungstenite::client_async(req, stream))
-            .await
-            .unwrap()
-            .expect("websocket handshake through the proxy");
+        let (mut ws, resp) = ws_connect(&env, "abc", port, route_by_host).await;
         assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
-
-        ws.send(Message::text("hello")).await.unwrap();
-        let echoed = timeout(T, ws.next()).await.unwrap().unwrap().unwrap();
-        assert_eq!(echoed, Message::text("hello"));
+        assert_echoes(&mut ws, "hello").await;
 
         let blob = big_data().slice(..1024 * 1024);
         ws.send(Message::binary(blob.clone())).await.unwrap();
@@ -426,25 +445,10 @@ async fn websocket_echo_through_the_proxy() {
 #[tokio::test]
 async fn closing_ends_upgraded_connections_and_streaming_bodies() {
     let env = Env::start().await;
-    let connect = || async {
-        let stream = tokio::net::TcpStream::connect(env.proxy_addr)
-            .await
-            .unwrap();
-        let mut req = format!("ws://{}/ws", env.proxy_addr)
-            .into_client_request()
-            .unwrap();
-        req.headers_mut()
-            .insert("host", env.host(8000).parse().unwrap());
-        let (ws, _) = timeout(T, tokio_tungstenite::client_async(req, stream))
-            .await
-            .unwrap()
-            .expect("websocket handshake through the proxy");
-        ws
-    };
-    let mut ws = connect().await;
-    ws.send(Message::text("before")).await.unwrap();
-    let echoed = timeout(T, ws.next()).await.unwrap().unwrap().unwrap();
-    assert_eq!(echoed, Message::text("before"));
+    env.resolver.route("xyz", 8000, Upstream::Tcp(env.up.tcp));
+    let (mut ws, _) = ws_connect(&env, "abc", 8000, true).await;
+    assert_echoes(&mut ws, "before").await;
+    let (mut other, _) = ws_connect(&env, "xyz", 8000, false).await;
     let req = http::Request::get("/sse")
         .header("host", env.host(8000))
         .body(http_body_util::Empty::<Bytes>::new())
@@ -466,6 +470,7 @@ async fn closing_ends_upgraded_connections_and_streaming_bodies() {
         cut.is_err(),
         "the body is cut short with an error, not ended"
     );
+    assert_echoes(&mut other, "another sandbox's goes on").await;
 }
 
 #[tokio::test]

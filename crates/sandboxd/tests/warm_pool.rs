@@ -76,6 +76,34 @@ fn assert_holdings(d: &Daemon, live: &BTreeSet<String>) {
     assert_eq!(pool_slots, pooled, "slots of the pool");
 }
 
+/// A daemon with a pool of one `base` sandbox, filled, and failpoint `failpoints` set.
+async fn pool_of_one_with(failpoints: &str) -> Daemon {
+    let d = Daemon::start_with(&["--warm-pool", "base=1"], &[("FAILPOINTS", failpoints)]).await;
+    await_pool(&d, 1).await;
+    d
+}
+
+/// The id of the `running` row named `name`, once it is written.
+async fn running_row_named(d: &Daemon, name: &str) -> String {
+    let sql = format!("SELECT id FROM sandboxes WHERE name = '{name}' AND state = 'running'");
+    wait_for_row(d, &sql).await
+}
+
+/// The id a pooled sandbox was renamed to by a create's adoption, once the runtime has it.
+async fn adopted_under_a_create_id(d: &Daemon) -> String {
+    let what = || format!("no adoption:\n{}", d.log_tail(40));
+    eventually(what, Duration::from_secs(30), || async {
+        runtime_ids(d).into_iter().find(|id| id.starts_with("sb"))
+    })
+    .await
+}
+
+/// A create named `name` succeeds again and its sandbox runs a command.
+async fn assert_name_serves_again(d: &Daemon, name: &str) {
+    let retry = d.create(json!({ "name": name })).await;
+    assert_eq!(d.exec(&id_of(&retry), &["true"]).await.exit_code, 0);
+}
+
 /// Invariant: a warm-pool sandbox is handed out once. Two hundred creates race for a pool of ten:
 /// each gets a sandbox of its own that runs with its own environment, the pool's hits and misses
 /// add up to the creates, every sandbox has a slot of its own, and once they are deleted the runtime
@@ -239,20 +267,11 @@ fn kill9_while_the_pool_refills_rebuilds_it() {
 #[test]
 fn kill9_after_an_adoption_leaves_no_half_claimed_sandbox() {
     e2e(|| async {
-        let mut d = Daemon::start_with(
-            &["--warm-pool", "base=1"],
-            &[("FAILPOINTS", "create.before-admit=return(60000)")],
-        )
-        .await;
-        await_pool(&d, 1).await;
+        let mut d = pool_of_one_with("create.before-admit=return(60000)").await;
         let claimed = entries(&d);
         let hung = create_in_background(&d, "claimed");
         // The adopted sandbox is under the create's id, which nothing else knows yet.
-        let what = || format!("no adoption:\n{}", d.log_tail(40));
-        let adopted = eventually(what, Duration::from_secs(30), || async {
-            runtime_ids(&d).into_iter().find(|id| id.starts_with("sb"))
-        })
-        .await;
+        let adopted = adopted_under_a_create_id(&d).await;
         assert!(
             query(&d, "SELECT id FROM sandboxes").is_empty(),
             "a row before the create's one write"
@@ -285,20 +304,11 @@ fn kill9_after_an_adoption_leaves_no_half_claimed_sandbox() {
 #[test]
 fn a_create_whose_pooled_entry_is_gone_at_its_claim_is_made_cold() {
     e2e(|| async {
-        let d = Daemon::start_with(
-            &["--warm-pool", "base=1"],
-            &[("FAILPOINTS", "create.before-admit=1*return(3000)")],
-        )
-        .await;
-        await_pool(&d, 1).await;
+        let d = pool_of_one_with("create.before-admit=1*return(3000)").await;
         let taken = entries(&d);
         let entry = taken.iter().next().expect("one entry").clone();
         let create = create_in_background(&d, "fallback");
-        let what = || format!("no adoption:\n{}", d.log_tail(40));
-        eventually(what, Duration::from_secs(30), || async {
-            runtime_ids(&d).into_iter().find(|id| id.starts_with("sb"))
-        })
-        .await;
+        adopted_under_a_create_id(&d).await;
         // Held after its adoption: the entry stops being claimable under it.
         tamper(
             &d,
@@ -329,19 +339,10 @@ fn a_create_whose_pooled_entry_is_gone_at_its_claim_is_made_cold() {
 #[test]
 fn kill9_while_an_adoption_overlaps_its_write_leaves_a_lost_row_and_nothing_held() {
     e2e(|| async {
-        let mut d = Daemon::start_with(
-            &["--warm-pool", "base=1"],
-            &[("FAILPOINTS", "create.adopting=return(60000)")],
-        )
-        .await;
-        await_pool(&d, 1).await;
+        let mut d = pool_of_one_with("create.adopting=return(60000)").await;
         let taken = entries(&d);
         let hung = create_in_background(&d, "written");
-        let id = wait_for_row(
-            &d,
-            "SELECT id FROM sandboxes WHERE name = 'written' AND state = 'running'",
-        )
-        .await;
+        let id = running_row_named(&d, "written").await;
         assert!(
             !runtime_ids(&d).contains(&id),
             "adopted while the adoption was held"
@@ -358,8 +359,7 @@ fn kill9_while_an_adoption_overlaps_its_write_leaves_a_lost_row_and_nothing_held
         await_pool(&d, 1).await;
         assert!(entries(&d).is_disjoint(&taken));
         assert_holdings(&d, &BTreeSet::new());
-        let retry = d.create(json!({"name": "written"})).await;
-        assert_eq!(d.exec(&id_of(&retry), &["true"]).await.exit_code, 0);
+        assert_name_serves_again(&d, "written").await;
     });
 }
 
@@ -369,18 +369,9 @@ fn kill9_while_an_adoption_overlaps_its_write_leaves_a_lost_row_and_nothing_held
 #[test]
 fn a_reconciler_pass_waits_for_an_adoption_and_loses_nothing() {
     e2e(|| async {
-        let d = Daemon::start_with(
-            &["--warm-pool", "base=1"],
-            &[("FAILPOINTS", "create.adopting=1*return(3000)")],
-        )
-        .await;
-        await_pool(&d, 1).await;
+        let d = pool_of_one_with("create.adopting=1*return(3000)").await;
         let create = create_in_background(&d, "adopting");
-        let id = wait_for_row(
-            &d,
-            "SELECT id FROM sandboxes WHERE name = 'adopting' AND state = 'running'",
-        )
-        .await;
+        let id = running_row_named(&d, "adopting").await;
         let report = common::reconcile(&d).await;
         let made = create.await.unwrap().unwrap();
         assert_eq!(made.status(), 201);
@@ -398,12 +389,7 @@ fn a_reconciler_pass_waits_for_an_adoption_and_loses_nothing() {
 #[test]
 fn an_adoption_that_fails_after_the_write_undoes_the_row_and_leaks_nothing() {
     e2e(|| async {
-        let d = Daemon::start_with(
-            &["--warm-pool", "base=1"],
-            &[("FAILPOINTS", "create.adopt=1*return")],
-        )
-        .await;
-        await_pool(&d, 1).await;
+        let d = pool_of_one_with("create.adopt=1*return").await;
         let taken = entries(&d);
         let failed = d
             .post_json("/v1/sandboxes", &json!({"name": "unadopted"}))
@@ -416,8 +402,7 @@ fn an_adoption_that_fails_after_the_write_undoes_the_row_and_leaks_nothing() {
         await_pool(&d, 1).await;
         assert!(entries(&d).is_disjoint(&taken));
         assert_holdings(&d, &BTreeSet::new());
-        let retry = d.create(json!({"name": "unadopted"})).await;
-        assert_eq!(d.exec(&id_of(&retry), &["true"]).await.exit_code, 0);
+        assert_name_serves_again(&d, "unadopted").await;
     });
 }
 
