@@ -379,6 +379,23 @@ fn kill9_between_auto_pause_and_dropping_the_deadline_keeps_the_sandbox() {
     });
 }
 
+/// `request` (a spawned call) was answered 409, the command it waited on paused.
+async fn assert_paused_mid_command(
+    request: tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+    what: &str,
+) {
+    let answer = request
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{what} is answered, not given up on: {e}"));
+    assert_eq!(answer.status(), 409, "{what}");
+    let text = answer.text().await.unwrap();
+    assert!(
+        text.contains("was paused while the command ran"),
+        "{what}: {text}"
+    );
+}
+
 /// What a sandbox's requests in flight get when it is paused (by hand here; the deadline's
 /// auto-pause is the same flow): a frozen sandbox answers nothing until it resumes, so each ends
 /// at once instead of waiting on it until its client gives up. The daemon's exec answers 409, its
@@ -507,13 +524,7 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
             .await;
         assert_eq!(resp.status(), 200);
 
-        let exec = exec
-            .await
-            .unwrap()
-            .expect("the exec is answered, not given up on");
-        assert_eq!(exec.status(), 409);
-        let text = exec.text().await.unwrap();
-        assert!(text.contains("was paused while the command ran"), "{text}");
+        assert_paused_mid_command(exec, "the exec").await;
         let rest = stream
             .text()
             .await
@@ -532,13 +543,7 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
             .await
             .expect_err("the proxied body is cut short");
         assert!(!cut.is_timeout(), "the client gave up: {cut}");
-        let waited = session_exec
-            .await
-            .unwrap()
-            .expect("the session's command is answered, not given up on");
-        assert_eq!(waited.status(), 409);
-        let text = waited.text().await.unwrap();
-        assert!(text.contains("was paused while the command ran"), "{text}");
+        assert_paused_mid_command(session_exec, "the session's command").await;
         let head = slow_head.await.unwrap().expect("the slow head is answered");
         assert_eq!(head.status(), 502);
         let text = head.text().await.unwrap();
