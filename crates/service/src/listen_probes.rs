@@ -48,13 +48,31 @@ impl ListenProbes {
                 })
                 .clone()
         };
-        let answer = probe.clone().await;
-        let mut probes = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        // Only this probe's entry goes: a newer one may stand in its place already.
-        if probes.get(&key).is_some_and(|p| p.ptr_eq(&probe)) {
-            probes.remove(&key);
+        let _flight = Flight {
+            probes: self,
+            key,
+            probe: probe.clone(),
+        };
+        probe.await
+    }
+}
+
+/// A caller's part in a probe: its entry goes when the caller has its answer or goes away, so a
+/// probe no one awaits any more (its deadline counting) is never joined later.
+struct Flight<'a> {
+    probes: &'a ListenProbes,
+    key: (String, u16),
+    probe: Probe,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let mut probes = self.probes.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Only this probe's entry goes: a newer one may stand in its place already. Callers still
+        // awaiting this one keep their own handle on it.
+        if probes.get(&self.key).is_some_and(|p| p.ptr_eq(&self.probe)) {
+            probes.remove(&self.key);
         }
-        answer
     }
 }
 
@@ -89,6 +107,24 @@ mod tests {
         // A caller after the probe ended asks again.
         assert!(probes.listening("sb-1", 8000, &upstream, T).await);
         assert!(listener.accept().is_ok(), "a new probe connected");
+    }
+
+    /// A caller that goes away mid-probe takes the probe's entry with it: a later caller does not
+    /// join a probe whose deadline ran while no one awaited it.
+    #[tokio::test]
+    async fn a_caller_gone_mid_probe_leaves_nothing_to_join() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream = Upstream::Tcp(listener.local_addr().unwrap());
+        let probes = ListenProbes::default();
+        let mut gone = Box::pin(probes.listening("sb-1", 8000, &upstream, T));
+        assert!(
+            futures::poll!(gone.as_mut()).is_pending(),
+            "the connect is under way"
+        );
+        assert_eq!(probes.0.lock().unwrap().len(), 1);
+        drop(gone);
+        assert!(probes.0.lock().unwrap().is_empty());
+        assert!(probes.listening("sb-1", 8000, &upstream, T).await);
     }
 
     #[tokio::test]
