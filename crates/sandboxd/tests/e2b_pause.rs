@@ -4,6 +4,7 @@
 mod common;
 mod e2b_support;
 
+use common::eventually;
 use e2b_support::e2b_test;
 use e2b_support::http::{create, exec, expect_e2b_error, get, post, sandbox_id};
 use serde_json::{json, Value};
@@ -193,11 +194,17 @@ fn a_filesystem_pause_keeps_the_files_and_connect_boots_them_again() {
         // Paused with memory, then connected with `memory: false`: a cold boot.
         let (status, _) = exec(&d, &id, &["sh", "-c", "nohup sleep 4242 >/dev/null 2>&1 &"]).await;
         assert_eq!(status, 200);
-        let (_, alive) = exec(&d, &id, &["sh", "-c", check]).await;
-        assert_eq!(
-            alive["stdout"], "kept\nalive\n",
-            "the check sees a live sleeper: {alive}"
-        );
+        // Seen once it has run `sleep` (a process in the middle of its exec shows an empty
+        // command line).
+        eventually(
+            || "the check never saw the sleeper alive".into(),
+            Duration::from_secs(10),
+            || async {
+                let (_, alive) = exec(&d, &id, &["sh", "-c", check]).await;
+                (alive["stdout"] == "kept\nalive\n").then_some(())
+            },
+        )
+        .await;
         assert_eq!(
             post(&d, &format!("/sandboxes/{id}/pause"), json!({}))
                 .await

@@ -181,11 +181,17 @@ fn a_filesystem_pause_is_a_stop_that_resume_boots_again() {
         // A pid of the old boot may be reused by the new one: the sleeper is known by its argument.
         d.exec(&id, &["sh", "-c", "nohup sleep 4242 >/dev/null 2>&1 &"])
             .await;
-        let alive = d.exec(&id, &["sh", "-c", SLEEPER_ALIVE]).await;
-        assert_eq!(
-            alive.stdout, "alive\n",
-            "the check sees a live sleeper: {alive:?}"
-        );
+        // The check sees the sleeper once it has run `sleep` (a process in the middle of its exec
+        // shows an empty command line).
+        eventually(
+            || "the check never saw the sleeper alive".into(),
+            Duration::from_secs(10),
+            || async {
+                let alive = d.exec(&id, &["sh", "-c", SLEEPER_ALIVE]).await;
+                (alive.stdout == "alive\n").then_some(())
+            },
+        )
+        .await;
         // Paused to its files: stopped, the sleeper gone once a resume boots it again.
         let paused = d.sbx(&["pause", "--filesystem", &id, "--json"]);
         let paused: Value = serde_json::from_slice(&paused.stdout).expect("sbx pause --json");
