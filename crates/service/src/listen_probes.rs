@@ -11,7 +11,8 @@
 //!   is under way share its answer instead of connecting again; a caller that comes after it ended
 //!   probes anew (a server may have started or stopped since).
 //! - **A caller that goes away does not cancel the others' answer**: the probe runs as long as
-//!   anyone awaits it.
+//!   anyone awaits it. It takes the probe's entry along, though: a probe nobody awaits (its deadline
+//!   running all the same) is never joined later.
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use sandboxd_proxy::{port_is_listening, Upstream};
