@@ -74,6 +74,15 @@ impl InFlight {
         paused.insert(id.to_string(), epoch);
     }
 
+    /// Whether sandbox `id` is paused now: its pause was announced and it has not resumed since.
+    pub fn is_paused(&self, id: &str) -> bool {
+        self.0
+            .paused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(id)
+    }
+
     /// Sandbox `id` runs again (or is gone): requests made from now on are not ended by its last
     /// pause.
     pub fn resumed(&self, id: &str) {

@@ -527,8 +527,15 @@ impl Resolver for Service {
                 Upstream::Tcp(SocketAddr::from((endpoint.address, target.port)))
             }
         };
-        // Only running sandboxes are cached, and deleting one forgets it: a hit needs no store read.
-        if let Some(endpoint) = self.cached_endpoint(&target.sandbox_id) {
+        // A pause evicts the sandbox's endpoint and deleting one forgets it: a hit needs no store
+        // read. But a request that read the row before a pause may cache the endpoint again after
+        // the eviction, and a request served from that entry would wait on frozen processes (its
+        // closing signal, taken after the pause, never fires): a sandbox paused now misses, and
+        // the lookup below resumes it.
+        let cached = self
+            .cached_endpoint(&target.sandbox_id)
+            .filter(|_| !self.inner.in_flight.is_paused(&target.sandbox_id));
+        if let Some(endpoint) = cached {
             return Ok(upstream(&endpoint));
         }
         let not_found = || RouteError::SandboxNotFound(target.sandbox_id.clone());
@@ -555,9 +562,48 @@ impl Resolver for Service {
 mod tests {
     use crate::test_support::{InMemoryRuntimeForTests, TestService};
     use crate::ServiceConfig;
+    use sandboxd_api_types as api;
+    use sandboxd_proxy::{Resolver, Target};
     use sandboxd_runtime::RuntimeState;
     use sandboxd_store::{unix_millis_now, SandboxState};
     use std::sync::atomic::Ordering;
+
+    /// Invariant: proxied traffic to a paused auto-resuming sandbox resumes it, even when its
+    /// endpoint was cached again after the pause evicted it (a request that read the row before
+    /// the pause fills the cache after it): a sandbox paused now is never served from the cache.
+    #[tokio::test]
+    async fn a_paused_sandbox_is_not_served_from_an_endpoint_cached_after_its_pause() {
+        let t = TestService::new(ServiceConfig::default(), InMemoryRuntimeForTests::default());
+        let sb = t
+            .svc
+            .create(api::CreateSandbox {
+                timeout_sec: Some(60),
+                lifecycle: Some(api::Lifecycle {
+                    on_timeout: api::OnTimeout::Pause,
+                    auto_resume: true,
+                    pause_mode: api::PauseMode::Memory,
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        t.svc.pause(&sb.id).await.unwrap();
+        t.svc.endpoint(&sb.id).await.unwrap();
+        assert!(
+            t.svc.cached_endpoint(&sb.id).is_some(),
+            "the race's cache entry"
+        );
+        let target = Target {
+            sandbox_id: sb.id.clone(),
+            port: 8000,
+        };
+        t.svc.upstream(&target).await.unwrap();
+        assert_eq!(t.rt.resumes.load(Ordering::SeqCst), 1, "resumed");
+        assert_eq!(
+            t.svc.get(&sb.id).await.unwrap().state,
+            SandboxState::Running
+        );
+    }
 
     /// Read-repair: a sandbox whose endpoint the store lacks is looked up at the authority (the
     /// runtime) once; the answer is stored, so a fresh cache is served from the store.
