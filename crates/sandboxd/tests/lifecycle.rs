@@ -89,15 +89,17 @@ fn a_timeout_pauses_in_place_and_a_command_resumes() {
             .exec(&id, &["sh", "-c", &format!("kill -0 {pid} && echo alive")])
             .await;
         assert_eq!(alive.stdout, "alive\n", "{alive:?}");
-        let resumed = d.get_json(&format!("/v1/sandboxes/{id}")).await;
-        assert_eq!(resumed["state"], "running", "{resumed}");
-        assert!(
-            resumed["expiresAt"].is_string(),
-            "resumed without its timeout: {resumed}"
-        );
-        assert_eq!(d.cgroup_frozen(&id), Some(false));
-        // And its timeout pauses it again.
-        wait_for_state(&d, &id, "paused", Duration::from_secs(6)).await;
+        // The resume gave it its timeout again, which pauses it again. (Its state is not read in
+        // between: a starved host can spend the 4 s before the read.)
+        wait_for_sandbox(
+            &d,
+            &id,
+            "paused again by the timeout the resume gave back",
+            Duration::from_secs(30),
+            paused,
+        )
+        .await;
+        assert_eq!(d.cgroup_frozen(&id), Some(true), "paused but not frozen");
 
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
     });
@@ -134,12 +136,34 @@ fn without_auto_resume_a_paused_sandbox_waits_for_resume() {
         let resumed: Value = resp.json().await.unwrap();
         assert_eq!(resumed["state"], "running", "{resumed}");
         assert!(resumed["expiresAt"].is_string(), "{resumed}");
-        let alive = d
-            .exec(&id, &["sh", "-c", &format!("kill -0 {pid} && echo alive")])
-            .await;
-        assert_eq!(alive.stdout, "alive\n", "{alive:?}");
+        // The sleeper survived. The resume gave the sandbox its 4 s timeout again, which a starved
+        // host can spend before the check runs: the check is then refused like any command of a
+        // paused sandbox, and the sandbox is resumed again.
+        let check = json!({"cmd": ["sh", "-c", format!("kill -0 {pid} && echo alive")]});
+        let alive = eventually(
+            || "the check never ran between a resume and the next timeout".into(),
+            Duration::from_secs(60),
+            || async {
+                let (status, body) = d.exec_raw(&id, &check).await;
+                if status == 409 {
+                    d.post_json(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+                        .await;
+                    return None;
+                }
+                assert_eq!(status, 200, "{body}");
+                Some(serde_json::from_str::<Value>(&body).unwrap())
+            },
+        )
+        .await;
+        assert_eq!(alive["stdout"], "alive\n", "{alive}");
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
 
-        // The same by hand, from the CLI.
+        // The same by hand, from the CLI, on a sandbox whose timeout is minutes away: no timer
+        // races the commands.
+        let created = d
+            .create(json!({"timeoutSec": 600, "lifecycle": {"onTimeout": "pause"}}))
+            .await;
+        let id = id_of(&created);
         let paused = d.sbx(&["pause", &id]);
         assert_eq!(String::from_utf8_lossy(&paused.stdout), format!("{id}\n"));
         assert_eq!(d.cgroup_frozen(&id), Some(true));
