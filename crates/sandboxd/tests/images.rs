@@ -601,13 +601,8 @@ fn push_raw_layer(registry: &TestRegistry, tar: &[u8], repo_tag: &str) {
         r#"{"imageLayoutVersion":"1.0.0"}"#,
     )
     .unwrap();
-    let status = std::process::Command::new("skopeo")
-        .args([
-            "--insecure-policy",
-            "copy",
-            "--quiet",
-            "--dest-tls-verify=false",
-        ])
+    let status = sandboxd_test_support::registry::skopeo()
+        .args(["copy", "--quiet", "--dest-tls-verify=false"])
         .arg(format!("oci:{}:hostile", dir.path().display()))
         .arg(format!("docker://{}", registry.image_ref(repo_tag)))
         .status()

@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use sandboxd_test_support::registry::{require_tools, ImageBuilder, TestRegistry, REGISTRY_TOOLS};
+use sandboxd_test_support::registry::{
+    require_tools, skopeo, ImageBuilder, TestRegistry, REGISTRY_TOOLS,
+};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -156,11 +158,7 @@ fn oci_and_docker_archives_hold_the_image() {
     }
     let image = ImageBuilder::busybox().layers(2).tag("v2").build();
     let inspect = |reference: String| {
-        let out = Command::new("skopeo")
-            .args(["--insecure-policy", "inspect"])
-            .arg(&reference)
-            .output()
-            .unwrap();
+        let out = skopeo().arg("inspect").arg(&reference).output().unwrap();
         assert!(
             out.status.success(),
             "{reference}: {}",
@@ -252,13 +250,8 @@ fn a_real_pull_is_counted_one_get_per_blob() {
     let registry = TestRegistry::start();
     registry.push(&image, "tests/pull:1");
     let pulled = tempfile::tempdir().unwrap();
-    let out = Command::new("skopeo")
-        .args([
-            "--insecure-policy",
-            "copy",
-            "--quiet",
-            "--src-tls-verify=false",
-        ])
+    let out = skopeo()
+        .args(["copy", "--quiet", "--src-tls-verify=false"])
         .arg(format!("docker://{}", registry.image_ref("tests/pull:1")))
         .arg(format!("oci:{}:pulled", pulled.path().display()))
         .output()
