@@ -1,6 +1,6 @@
 //! `sbx shell` and `GET /v1/sandboxes/{id}/terminal` against the real daemon: an interactive session
 //! driven through tmux (a real terminal: raw mode, window size, Ctrl-C, the remote exit code), the
-//! same from a pipe, and the terminal's HTTP errors and hang-up.
+//! same from a pipe, the terminal's HTTP errors and hang-up, and its end when its sandbox pauses.
 
 mod common;
 
@@ -252,5 +252,64 @@ fn terminal_errors_and_hang_up() {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    });
+}
+
+/// The claim: a pause of the sandbox ends its terminals with an error notice naming the pause (a
+/// frozen sandbox writes nothing, so the terminal would otherwise hang until its client gave up),
+/// and the terminal's process is paused with it, not killed: it goes on after the resume.
+#[test]
+fn a_pause_ends_a_terminal_and_its_process_goes_on() {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    e2e(|| async {
+        let d = Daemon::start().await;
+        let id = d.create_id().await;
+        let url = format!(
+            "ws://{}/v1/sandboxes/{id}/terminal?cmd=sleep&cmd=4242",
+            d.addr()
+        );
+        let mut req = url.into_client_request().unwrap();
+        let bearer = format!("Bearer {}", d.token()).parse().unwrap();
+        req.headers_mut().insert("authorization", bearer);
+        let (mut socket, _) = tokio_tungstenite::connect_async(req)
+            .await
+            .expect("open a terminal");
+        assert_eq!(running(&d, &id).await, "1", "the terminal's process runs");
+
+        let paused = d
+            .post_json(&format!("/v1/sandboxes/{id}/pause"), &serde_json::json!({}))
+            .await;
+        assert_eq!(paused.status(), 200);
+        // The deadline only bounds a hang: the notice comes at the pause.
+        let notice = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                match socket.next().await {
+                    Some(Ok(Message::Text(text))) => return text.to_string(),
+                    Some(Ok(_)) => continue,
+                    other => panic!("the terminal ended without a notice: {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("a pause ends the terminal");
+        let notice: serde_json::Value = serde_json::from_str(&notice).unwrap();
+        assert_eq!(notice["type"], "error", "{notice}");
+        let message = notice["message"].as_str().unwrap_or_default();
+        assert!(message.contains("was paused"), "{notice}");
+        drop(socket);
+
+        let resumed = d
+            .post_json(
+                &format!("/v1/sandboxes/{id}/resume"),
+                &serde_json::json!({}),
+            )
+            .await;
+        assert_eq!(resumed.status(), 200);
+        assert_eq!(
+            running(&d, &id).await,
+            "1",
+            "the process goes on after the resume"
+        );
     });
 }

@@ -6,7 +6,9 @@
 //! sizes to it; [`Terminal::output`] is everything it writes, ending with one [`TerminalEnd`]. The
 //! control characters are the sandbox's: Ctrl-C is the byte `0x03`, which the PTY's line discipline
 //! turns into SIGINT there. Dropping a [`TerminalInput`] does nothing to the process; a caller that
-//! leaves calls [`TerminalInput::hang_up`].
+//! leaves calls [`TerminalInput::hang_up`]. A pause of the sandbox ends the output with a
+//! [`TerminalEnd::Failed`] naming the pause, as it ends a command's request ([`crate::in_flight`]):
+//! the process is paused with the sandbox and goes on when it resumes.
 
 use crate::exec::{agent_error, exit_code};
 use crate::{validate, Service, ServiceError};
@@ -17,6 +19,8 @@ use sandboxd_envd::process::{
 };
 use sandboxd_envd::{EnvdClient, ProcessStream};
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 
 /// The command a terminal runs when none is given: bash as a login shell where there is one.
 const LOGIN_SHELL: &str =
@@ -45,7 +49,11 @@ pub struct Terminal {
     pub pid: u32,
     pub input: TerminalInput,
     events: ProcessStream,
+    paused: Paused,
 }
+
+/// Resolves once the terminal's sandbox is paused, with the message the terminal ends on.
+type Paused = Pin<Box<dyn Future<Output = String> + Send>>;
 
 /// How a terminal ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,13 +108,20 @@ impl TerminalInput {
 impl Terminal {
     /// Everything the terminal writes, then exactly one [`TerminalOutput::End`].
     pub fn output(self) -> impl Stream<Item = TerminalOutput> + Send + 'static {
-        futures::stream::unfold(Some(self.events), |state| async move {
-            let mut events = state?;
+        futures::stream::unfold(Some((self.events, self.paused)), |state| async move {
+            let (mut events, mut paused) = state?;
             loop {
-                let end = match events.next().await {
+                let next = tokio::select! {
+                    biased;
+                    next = events.next() => next,
+                    message = &mut paused => {
+                        return Some((TerminalOutput::End(TerminalEnd::Failed(message)), None))
+                    }
+                };
+                let end = match next {
                     Some(Ok(ProcessEvent::Data(DataEvent::Pty(b) | DataEvent::Stdout(b))))
                     | Some(Ok(ProcessEvent::Data(DataEvent::Stderr(b)))) => {
-                        return Some((TerminalOutput::Data(b), Some(events)))
+                        return Some((TerminalOutput::Data(b), Some((events, paused))))
                     }
                     Some(Ok(ProcessEvent::Start(_) | ProcessEvent::Keepalive(_))) => continue,
                     Some(Ok(ProcessEvent::End(end))) => TerminalEnd::Exited(exit_code(&end)),
@@ -153,7 +168,8 @@ impl Service {
         let mut envs = req.envs;
         envs.entry("TERM".into())
             .or_insert_with(|| "xterm-256color".into());
-        let (_, client) = self.agent(key, req.user.as_deref()).await?;
+        let in_flight = self.inner.in_flight.subscribe();
+        let (id, client) = self.agent(key, req.user.as_deref()).await?;
         let start = StartRequest {
             process: ProcessConfig {
                 cmd,
@@ -166,25 +182,44 @@ impl Service {
             ..Default::default()
         };
         let events = client.start(start).await.map_err(agent_error)?;
-        attached(client, events).await
+        attached(client, events, until_paused(in_flight, id)).await
     }
 
     /// Attaches to the terminal process tagged `tag` in sandbox `key`: its output from now on, and
     /// its input. [`ServiceError::NotFound`] when no process has that tag.
     pub async fn connect_terminal(&self, key: &str, tag: &str) -> Result<Terminal, ServiceError> {
-        let (_, client) = self.agent(key, None).await?;
+        let in_flight = self.inner.in_flight.subscribe();
+        let (id, client) = self.agent(key, None).await?;
         let events = client
             .connect(ProcessSelector::Tag(tag.to_string()))
             .await
             .map_err(agent_error)?;
-        attached(client, events).await
+        attached(client, events, until_paused(in_flight, id)).await
     }
 }
 
-/// The terminal whose event stream is `events`, once the stream names its pid.
-async fn attached(client: EnvdClient, mut events: ProcessStream) -> Result<Terminal, ServiceError> {
+/// Resolves once sandbox `id` is paused after `in_flight` was taken.
+fn until_paused(in_flight: crate::in_flight::Subscription, id: String) -> Paused {
+    Box::pin(async move {
+        in_flight.until_paused(id.clone()).await;
+        crate::exec::paused_mid_command(&id).to_string()
+    })
+}
+
+/// The terminal whose event stream is `events`, once the stream names its pid; a conflict when its
+/// sandbox is paused first.
+async fn attached(
+    client: EnvdClient,
+    mut events: ProcessStream,
+    mut paused: Paused,
+) -> Result<Terminal, ServiceError> {
     let pid = loop {
-        match events.next().await {
+        let next = tokio::select! {
+            biased;
+            next = events.next() => next,
+            message = &mut paused => return Err(ServiceError::Conflict(message)),
+        };
+        match next {
             Some(Ok(ProcessEvent::Start(s))) => break s.pid,
             Some(Ok(ProcessEvent::Keepalive(_))) => continue,
             Some(Err(e)) => return Err(agent_error(e)),
@@ -204,6 +239,7 @@ async fn attached(client: EnvdClient, mut events: ProcessStream) -> Result<Termi
         pid,
         input: TerminalInput { client, pid },
         events,
+        paused,
     })
 }
 
