@@ -41,7 +41,34 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(5);
 const FREEZE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `remove` retries an `rmdir` that fails with EBUSY (tasks still exiting).
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The longest sleep between two looks at what the kernel reports ([`Backoff`]).
 const POLL: Duration = Duration::from_millis(5);
+/// The first sleep between two looks ([`Backoff`]).
+const FIRST_POLL: Duration = Duration::from_micros(50);
+
+/// The sleeps of a loop that waits for the kernel (a group frozen, emptied, removable): 50 µs
+/// first, doubling up to [`POLL`]. What the kernel finishes at once (most freezes, the exit of a
+/// killed agent) is seen within microseconds instead of after a whole [`POLL`], and what takes
+/// longer is looked at no more often than every [`POLL`].
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff(FIRST_POLL)
+    }
+
+    /// Sleeps this turn's time ([`Backoff::turn`]).
+    fn sleep(&mut self) {
+        std::thread::sleep(self.turn());
+    }
+
+    /// This turn's time; the next turn's is twice as long, at most [`POLL`].
+    fn turn(&mut self) -> Duration {
+        let now = self.0;
+        self.0 = (now * 2).min(POLL);
+        now
+    }
+}
 
 /// Resource limits of one sandbox; `None` means unlimited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -379,6 +406,7 @@ impl SandboxCgroup {
             }
         }
         let started = Instant::now();
+        let mut backoff = Backoff::new();
         loop {
             // Best effort: a group stuck FREEZING must not keep us from killing.
             let frozen = self.can_freeze() && self.freeze_within(FREEZE_TIMEOUT / 10).is_ok();
@@ -395,7 +423,7 @@ impl SandboxCgroup {
             if started.elapsed() > KILL_TIMEOUT {
                 return Err(self.timeout("empty", started));
             }
-            std::thread::sleep(POLL);
+            backoff.sleep();
         }
     }
 
@@ -494,11 +522,12 @@ impl SandboxCgroup {
 
     fn wait_empty(&self) -> Result<()> {
         let started = Instant::now();
+        let mut backoff = Backoff::new();
         while !self.pids_or_none()?.is_empty() {
             if started.elapsed() > KILL_TIMEOUT {
                 return Err(self.timeout("empty", started));
             }
-            std::thread::sleep(POLL);
+            backoff.sleep();
         }
         Ok(())
     }
@@ -594,6 +623,7 @@ fn create_dir(path: &Path) -> Result<()> {
 /// `rmdir`, retried while the kernel still reports the group busy; a missing directory is fine.
 fn remove_dir(path: &Path) -> Result<()> {
     let started = Instant::now();
+    let mut backoff = Backoff::new();
     loop {
         match std::fs::remove_dir(path) {
             Ok(()) => return Ok(()),
@@ -601,7 +631,7 @@ fn remove_dir(path: &Path) -> Result<()> {
             Err(e)
                 if e.raw_os_error() == Some(libc::EBUSY) && started.elapsed() < REMOVE_TIMEOUT =>
             {
-                std::thread::sleep(POLL)
+                backoff.sleep()
             }
             Err(source) => {
                 return Err(CgroupError::RemoveDir {
@@ -677,6 +707,7 @@ fn wait_until(
     mut done: impl FnMut() -> Result<bool>,
 ) -> Result<()> {
     let started = Instant::now();
+    let mut backoff = Backoff::new();
     while !done()? {
         if started.elapsed() > timeout {
             return Err(CgroupError::Timeout {
@@ -685,7 +716,7 @@ fn wait_until(
                 waited: started.elapsed(),
             });
         }
-        std::thread::sleep(POLL);
+        backoff.sleep();
     }
     Ok(())
 }
@@ -693,6 +724,17 @@ fn wait_until(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The waits start at [`FIRST_POLL`], double, and never sleep longer than [`POLL`].
+    #[test]
+    fn a_wait_looks_again_soon_first_then_every_poll() {
+        let mut backoff = Backoff::new();
+        let slept: Vec<_> = (0..10).map(|_| backoff.turn()).collect();
+        assert_eq!(slept[0], FIRST_POLL);
+        assert_eq!(slept[1], FIRST_POLL * 2);
+        assert!(slept.windows(2).all(|w| w[1] >= w[0] && w[1] <= POLL));
+        assert_eq!(slept[9], POLL);
+    }
 
     #[test]
     fn ids_that_could_escape_the_parent_are_rejected() {
