@@ -7,13 +7,11 @@
 //! Server streams are read incrementally: a [`ProcessStream`] or [`WatchStream`] holds at most one
 //! envelope at a time; the `StreamInput` client stream sends each input as it comes.
 
-mod answer;
 mod stream;
 mod wire;
 
 pub use stream::{ProcessStream, WatchStream};
 
-use self::answer::Answer;
 use self::wire::{collect_limited, empty, files_error, full, percent_encode, rpc_error};
 use crate::connect::{self, STREAM_CONTENT_TYPE};
 use crate::files::{self, FilesQuery, WriteInfo};
@@ -30,7 +28,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Frame;
+use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -458,7 +456,7 @@ impl EnvdClient {
         &self,
         path: &str,
         user: Option<&str>,
-    ) -> Result<Response<Answer>, Error> {
+    ) -> Result<Response<Incoming>, Error> {
         let uri = self.files_uri(path, user);
         let resp = self
             .send(self.builder(Method::GET, &uri).body(empty())?)
@@ -496,7 +494,7 @@ impl EnvdClient {
         path: &str,
         msg: &Req,
         timeout: Option<Duration>,
-    ) -> Result<Answer, Error> {
+    ) -> Result<Incoming, Error> {
         let body = connect::encode_message(msg)?;
         let mut b = self
             .rpc_builder(path)
@@ -552,8 +550,7 @@ impl EnvdClient {
             .header(ACCESS_TOKEN_HEADER, &*self.token)
     }
 
-    /// Sends `req` on a connection of its own, driven in this task ([`answer`]'s contract).
-    async fn send(&self, req: Request<Body>) -> Result<Response<Answer>, Error> {
+    async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, Error> {
         let stream = UnixStream::connect(&*self.socket)
             .await
             .map_err(|source| Error::Connect {
@@ -563,23 +560,11 @@ impl EnvdClient {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(Error::Http)?;
-        let mut conn: answer::Conn = Box::pin(conn);
-        let sent = sender.send_request(req);
-        tokio::pin!(sent);
-        let mut conn_ended = false;
-        let response = loop {
-            tokio::select! {
-                biased;
-                response = &mut sent => break response.map_err(Error::Http)?,
-                // A connection that ends fails the request it carried, which `sent` then reports.
-                ended = &mut conn, if !conn_ended => {
-                    conn_ended = true;
-                    if let Err(e) = ended {
-                        return Err(Error::Http(e));
-                    }
-                }
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "envd client connection ended with an error");
             }
-        };
-        Ok(response.map(|body| Answer::new(body, conn)))
+        });
+        sender.send_request(req).await.map_err(Error::Http)
     }
 }

@@ -5,7 +5,6 @@
 //! ends at the end-of-stream frame, and turns an error frame or a body that stops early into one final
 //! error.
 
-use super::answer::Answer;
 use crate::connect::{EndStream, EnvelopeDecoder};
 use crate::filesystem::WatchEvent;
 use crate::process::{self as proc, ProcessEvent};
@@ -13,6 +12,7 @@ use crate::Error;
 use bytes::BytesMut;
 use futures::Stream;
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -27,7 +27,7 @@ pub struct ProcessStream {
 }
 
 impl ProcessStream {
-    pub(super) fn new(body: Answer) -> Self {
+    pub(super) fn new(body: Incoming) -> Self {
         ProcessStream {
             inner: messages(body, |r: proc::StartResponse| r.event),
         }
@@ -49,7 +49,7 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
-    pub(super) fn new(body: Answer) -> Self {
+    pub(super) fn new(body: Incoming) -> Self {
         WatchStream {
             inner: messages(body, |e: WatchEvent| e),
         }
@@ -66,7 +66,7 @@ impl Stream for WatchStream {
 
 /// The one answer of a client-stream call: its message, then the end-of-stream frame (whose error, if
 /// any, is the call's).
-pub(super) async fn client_stream_answer<M>(body: Answer) -> Result<M, Error>
+pub(super) async fn client_stream_answer<M>(body: Incoming) -> Result<M, Error>
 where
     M: DeserializeOwned + Send + 'static,
 {
@@ -80,13 +80,13 @@ where
 }
 
 struct StreamState {
-    body: Answer,
+    body: Incoming,
     buf: BytesMut,
     done: bool,
 }
 
 /// Decodes the messages `M` of a response body, mapped by `map`.
-fn messages<M, T>(body: Answer, map: fn(M) -> T) -> Inner<T>
+fn messages<M, T>(body: Incoming, map: fn(M) -> T) -> Inner<T>
 where
     M: DeserializeOwned + Send + 'static,
     T: Send + 'static,

@@ -1,6 +1,5 @@
 //! HTTP helpers of the client: bodies, bounded collection, and reading error answers.
 
-use super::answer::Answer;
 use super::Body;
 use crate::connect::{self, ConnectError};
 use crate::files::FilesError;
@@ -8,6 +7,7 @@ use crate::Error;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 
 /// Largest unary answer or whole-file read the client buffers.
 pub const MAX_BUFFERED_BODY: usize = 256 << 20;
@@ -20,7 +20,7 @@ pub fn empty() -> Body {
     full(Bytes::new())
 }
 
-pub async fn collect_limited(body: Answer) -> Result<Bytes, Error> {
+pub async fn collect_limited(body: Incoming) -> Result<Bytes, Error> {
     let limited = http_body_util::Limited::new(body, MAX_BUFFERED_BODY);
     match limited.collect().await {
         Ok(c) => Ok(c.to_bytes()),
@@ -33,7 +33,7 @@ pub async fn collect_limited(body: Answer) -> Result<Bytes, Error> {
     }
 }
 
-pub async fn rpc_error(resp: Response<Answer>) -> Error {
+pub async fn rpc_error(resp: Response<Incoming>) -> Error {
     let status = resp.status().as_u16();
     let body = collect_limited(resp.into_body()).await.unwrap_or_default();
     match serde_json::from_slice::<ConnectError>(&body) {
@@ -45,7 +45,7 @@ pub async fn rpc_error(resp: Response<Answer>) -> Error {
     }
 }
 
-pub async fn files_error(resp: Response<Answer>) -> Error {
+pub async fn files_error(resp: Response<Incoming>) -> Error {
     let status = resp.status().as_u16();
     let body = collect_limited(resp.into_body()).await.unwrap_or_default();
     let message = serde_json::from_slice::<FilesError>(&body)
