@@ -381,7 +381,15 @@ impl Service {
         tokio::select! {
             biased;
             () = in_flight.until_paused(id.clone()) => Err(crate::exec::paused_mid_command(&id)),
-            output = self.poll_session_command(&id, session, cid, timeout) => output,
+            output = self.poll_session_command(&id, session, cid, timeout) => match output {
+                // A poll between the pause's record and its announcement finds the sandbox paused.
+                Err(ServiceError::Conflict(_))
+                    if self.get(&id).await.is_ok_and(|s| s.state == sandboxd_store::SandboxState::Paused) =>
+                {
+                    Err(crate::exec::paused_mid_command(&id))
+                }
+                output => output,
+            },
         }
     }
 
