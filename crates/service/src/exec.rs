@@ -85,6 +85,18 @@ pub(crate) fn paused_mid_command(id: &str) -> ServiceError {
     ))
 }
 
+/// Resolves once sandbox `id` is paused after `in_flight` was taken, with the message a command's
+/// stream (or a terminal) ends on ([`paused_mid_command`]).
+pub(crate) fn paused_message(
+    in_flight: crate::in_flight::Subscription,
+    id: String,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>> {
+    Box::pin(async move {
+        in_flight.until_paused(id.clone()).await;
+        paused_mid_command(&id).to_string()
+    })
+}
+
 /// Longest `timeoutMs` taken: the largest int64, as the API documents the field.
 pub const MAX_TIMEOUT_MS: u64 = i64::MAX as u64;
 impl Service {
@@ -180,11 +192,7 @@ impl Service {
         let start = Self::start_request(&req)?;
         let in_flight = self.inner.in_flight.subscribe();
         let (id, client) = self.agent(key, req.user.as_deref()).await?;
-        let paused = in_flight.until_paused(id.clone());
-        let paused = Box::pin(async move {
-            paused.await;
-            paused_mid_command(&id).to_string()
-        });
+        let paused = paused_message(in_flight, id);
         let timeout = req.timeout_ms.map(Duration::from_millis);
         let events = client
             .start_with_timeout(start, timeout)

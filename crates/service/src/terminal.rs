@@ -182,7 +182,7 @@ impl Service {
             ..Default::default()
         };
         let events = client.start(start).await.map_err(agent_error)?;
-        attached(client, events, until_paused(in_flight, id)).await
+        attached(client, events, crate::exec::paused_message(in_flight, id)).await
     }
 
     /// Attaches to the terminal process tagged `tag` in sandbox `key`: its output from now on, and
@@ -194,16 +194,8 @@ impl Service {
             .connect(ProcessSelector::Tag(tag.to_string()))
             .await
             .map_err(agent_error)?;
-        attached(client, events, until_paused(in_flight, id)).await
+        attached(client, events, crate::exec::paused_message(in_flight, id)).await
     }
-}
-
-/// Resolves once sandbox `id` is paused after `in_flight` was taken.
-fn until_paused(in_flight: crate::in_flight::Subscription, id: String) -> Paused {
-    Box::pin(async move {
-        in_flight.until_paused(id.clone()).await;
-        crate::exec::paused_mid_command(&id).to_string()
-    })
 }
 
 /// The terminal whose event stream is `events`, once the stream names its pid; a conflict when its
