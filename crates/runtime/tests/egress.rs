@@ -53,7 +53,7 @@ async fn egress_is_natted_when_asked_for_and_absent_otherwise() {
         .sh("nohup python3 -m http.server 8081 >/dev/null 2>&1 &")
         .await;
     // The host reaches it (so it listens), the other sandbox must not.
-    connect_within((target, 8081).into(), Duration::from_secs(30)).await;
+    connect_within((target, 8081).into(), Duration::from_secs(120)).await;
     let across = open.reach(&target.to_string(), 8081).await;
     assert!(across.starts_with("unreachable"), "{across}");
 

@@ -126,7 +126,7 @@ async fn a_server_in_a_gvisor_sandbox_answers_on_its_address() {
     sb.sh("cd /tmp && echo hello > index.html && (python3 -m http.server 8080 >/dev/null 2>&1 &)")
         .await;
     let addr = std::net::SocketAddr::from((sb.info.net.sandbox, 8080));
-    let mut stream = common::connect_within(addr, std::time::Duration::from_secs(30)).await;
+    let mut stream = common::connect_within(addr, std::time::Duration::from_secs(120)).await;
     use std::io::{Read, Write};
     stream
         .write_all(b"GET /index.html HTTP/1.0\r\n\r\n")

@@ -152,7 +152,7 @@ async fn unreachable_host(tier: Isolation) {
     // second on an emulated machine.)
     sb.sh("nohup python3 -m http.server 8081 >/dev/null 2>&1 &")
         .await;
-    connect_within((sb.info.net.sandbox, 8081).into(), Duration::from_secs(30)).await;
+    connect_within((sb.info.net.sandbox, 8081).into(), Duration::from_secs(120)).await;
     drop(everywhere);
     fx.tiers.destroy(sb.info.id()).await.unwrap();
 }

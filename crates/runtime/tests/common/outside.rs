@@ -99,11 +99,12 @@ impl Outside {
     }
 }
 
-/// Answers every connection to `listener` for 20 s with the peer's address.
+/// Answers every connection to `listener` for 120 s with the peer's address: longer than a test's
+/// checks take in the emulated Debian 12 VM (four sandboxes' checks outlasted 20 s there).
 pub fn answer_with_peer(listener: TcpListener) {
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(120);
         while let Some((mut c, peer)) = super::accept_within(
             &listener,
             deadline.saturating_duration_since(Instant::now()),
