@@ -163,6 +163,8 @@ pub struct HttpReport {
     pub api_delete: Option<Latency>,
     /// API deletes back to back, each while the teardowns of those before it run.
     pub api_delete_back_to_back: Option<Latency>,
+    /// Where the deletes' time went, one at a time, then back to back.
+    pub delete_breakdown: Vec<StepBreakdown>,
     /// API create→first-exec taking a sandbox from a full warm pool ([`crate::warm_pool`]).
     pub pool_create_to_first_exec: Latency,
     /// Where its time went: the create's steps, then the first exec's.
@@ -237,6 +239,9 @@ impl HttpReport {
         }
         if let Some(d) = &self.api_delete_back_to_back {
             println!("{}", d.line("  … back to back"));
+        }
+        for b in &self.delete_breakdown {
+            println!("{}", b.line());
         }
         self.volume_files.print();
     }
@@ -352,7 +357,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let proxy = figures.pop().expect("two figures");
     let direct = figures.pop().expect("two figures");
     let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
-    let (create, (delete, back_to_back), api_breakdown) =
+    let (create, (delete, back_to_back), api_breakdown, delete_breakdown) =
         api_create_first_exec(&fleet, args.creates).await?;
     // Its peer, in the same run: a bare sandbox of a well-known tool.
     let bwrap = crate::runtime::bwrap_floor(args.creates).await?;
@@ -374,6 +379,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         pool_breakdown,
         api_delete: Latency::new("API delete", &delete, Some(DELETE_TARGET)).ok(),
         api_delete_back_to_back: Latency::new("API delete", &back_to_back, None).ok(),
+        delete_breakdown,
         pool_create_to_first_exec: pooled,
         volume_files,
     })
@@ -386,13 +392,15 @@ pub(crate) fn create_exec_samples() -> [StepSamples; 2] {
 
 /// `n` times: create, run `true`; then delete each: the first half one at a time, each once the
 /// daemon reported the previous one's teardown done (`sandbox.deleted`), the rest back to back.
-/// Returns the create latencies, both sets of delete latencies and the breakdowns.
+/// Returns the create latencies, both sets of delete latencies, the create's and first exec's
+/// breakdowns and the deletes'.
 async fn api_create_first_exec(
     fleet: &ApiFleet,
     n: usize,
 ) -> anyhow::Result<(
     Vec<Duration>,
     (Vec<Duration>, Vec<Duration>),
+    Vec<StepBreakdown>,
     Vec<StepBreakdown>,
 )> {
     let mut created = Vec::with_capacity(n);
@@ -406,8 +414,12 @@ async fn api_create_first_exec(
     let mut events = std::pin::pin!(fleet.client.events().await?);
     let (alone, rest) = created.split_at(n / 2);
     let mut deleted = Vec::with_capacity(alone.len());
+    let mut deletes = [
+        StepSamples::new("delete"),
+        StepSamples::new("… back to back"),
+    ];
     for id in alone {
-        deleted.push(fleet.timed_delete(id).await?);
+        deleted.push(fleet.timed_delete(id, &mut deletes[0]).await?);
         let torn_down = async {
             while let Some(event) = events.next().await {
                 let event = event?;
@@ -423,10 +435,11 @@ async fn api_create_first_exec(
     }
     let mut back_to_back = Vec::with_capacity(rest.len());
     for id in rest {
-        back_to_back.push(fleet.timed_delete(id).await?);
+        back_to_back.push(fleet.timed_delete(id, &mut deletes[1]).await?);
     }
     let breakdown = samples.iter().filter_map(StepSamples::summary).collect();
-    Ok((took, (deleted, back_to_back), breakdown))
+    let delete_breakdown = deletes.iter().filter_map(StepSamples::summary).collect();
+    Ok((took, (deleted, back_to_back), breakdown, delete_breakdown))
 }
 
 /// Waits, polling every `every`, until template `name` is `ready` (an error when it failed or is
@@ -646,11 +659,18 @@ impl ApiFleet {
         Ok(())
     }
 
-    /// [`ApiFleet::delete`], timed.
-    async fn timed_delete(&self, id: &str) -> anyhow::Result<Duration> {
+    /// [`ApiFleet::delete`], timed, its steps added to `samples`.
+    async fn timed_delete(&self, id: &str, samples: &mut StepSamples) -> anyhow::Result<Duration> {
         let t = Instant::now();
-        self.delete(id).await?;
-        Ok(t.elapsed())
+        let deleted = self
+            .client
+            .delete_timed(id)
+            .await
+            .with_context(|| format!("deleting {id}"))?;
+        let took = t.elapsed();
+        self.forget(id);
+        samples.add(took, &deleted.steps);
+        Ok(took)
     }
 
     fn forget(&self, id: &str) {

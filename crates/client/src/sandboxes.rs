@@ -158,9 +158,13 @@ impl Client {
 
     /// `DELETE /v1/sandboxes/{id}`.
     pub async fn delete(&self, id: &str) -> Result<(), ClientError> {
+        self.delete_timed(id).await.map(|_| ())
+    }
+
+    /// [`Client::delete`], with the steps the daemon timed ([`crate::timing`]).
+    pub async fn delete_timed(&self, id: &str) -> Result<crate::timing::Timed<()>, ClientError> {
         let url = self.sandbox_endpoint(id, &[])?;
-        self.send(self.request(Method::DELETE, url)).await?;
-        Ok(())
+        self.send_timed(self.request(Method::DELETE, url)).await
     }
 }
 

@@ -37,18 +37,35 @@ impl Client {
         what: &'static str,
     ) -> Result<Timed<T>, ClientError> {
         let response = self.send(request).await?;
-        let steps = response
-            .headers()
-            .get_all("server-timing")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(parse)
-            .collect();
+        let steps = steps(&response);
         let body = response.bytes().await.map_err(ClientError::Transport)?;
         let value =
             serde_json::from_slice(&body).map_err(|source| ClientError::Decode { what, source })?;
         Ok(Timed { value, steps })
     }
+
+    /// Sends a call whose success has no body; the steps its `Server-Timing` header names.
+    pub(crate) async fn send_timed(
+        &self,
+        request: RequestBuilder,
+    ) -> Result<Timed<()>, ClientError> {
+        let response = self.send(request).await?;
+        Ok(Timed {
+            value: (),
+            steps: steps(&response),
+        })
+    }
+}
+
+/// The steps `response`'s `Server-Timing` headers name.
+fn steps(response: &reqwest::Response) -> Vec<(String, f64)> {
+    response
+        .headers()
+        .get_all("server-timing")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(parse)
+        .collect()
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 //! [`Runtime::halt`]: sandboxd_runtime::Runtime::halt
 
 use crate::events::{emit, SANDBOX_DELETED};
+use crate::timing::step;
 use crate::{Service, ServiceError};
 use sandboxd_store::{unix_millis_now, Sandbox, SandboxState};
 use std::time::Duration;
@@ -30,12 +31,12 @@ const TEARDOWN_WAIT: Duration = Duration::from_secs(10);
 impl Service {
     /// Deletes a sandbox by id or name: see the module's contract.
     pub async fn delete(&self, key: &str) -> Result<(), ServiceError> {
-        let sandbox = self.get(key).await?;
+        let sandbox = step("resolve", self.get(key)).await?;
         let id = sandbox.id.clone();
         let rid = id.clone();
-        let claimed = self
-            .writer()
-            .write(move |tx| {
+        let claimed = step(
+            "claim",
+            self.writer().write(move |tx| {
                 let from: Vec<SandboxState> = SandboxState::ALL
                     .into_iter()
                     .filter(|s| *s != SandboxState::Deleting)
@@ -52,8 +53,9 @@ impl Service {
                     }
                 }
                 Ok(claimed)
-            })
-            .await?;
+            }),
+        )
+        .await?;
         if !claimed {
             return Err(ServiceError::NotFound(format!(
                 "sandbox {id} not found (it is being deleted)"
@@ -65,7 +67,7 @@ impl Service {
         self.forget_endpoint(&id);
         self.inner.egress_audit.forget(&id);
         self.inner.usage_history.forget(&id);
-        self.runtime().halt(&id).await?;
+        step("halt", self.runtime().halt(&id)).await?;
         let svc = self.clone();
         tokio::spawn(async move {
             crate::failpoints::hold("delete.teardown").await;
