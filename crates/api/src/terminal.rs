@@ -74,7 +74,8 @@ fn parse_query(query: &str) -> Result<TerminalRequest, Error> {
 }
 
 /// Carries bytes both ways until the terminal ends (then sends its notice) or the client leaves (then
-/// hangs it up).
+/// hangs it up); a terminal cut off from its process (by a pause, say) is hung up too, as the client
+/// cannot come back to it.
 async fn pump(
     socket: WebSocket,
     input: TerminalInput,
@@ -105,6 +106,11 @@ async fn pump(
                 let text = serde_json::to_string(&notice).unwrap_or_default();
                 let _ = tx.send(Message::Text(text.into())).await;
                 let _ = tx.send(Message::Close(None)).await;
+                // Cut off (a pause, a broken stream) while the process may run: nobody can reach
+                // it again.
+                if matches!(notice, api::TerminalNotice::Error { .. }) {
+                    break;
+                }
                 return;
             }
             msg = rx.next() => {

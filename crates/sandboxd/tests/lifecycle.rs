@@ -412,6 +412,19 @@ fn kill9_between_auto_pause_and_dropping_the_deadline_keeps_the_sandbox() {
     });
 }
 
+/// Creates Daytona session `s1` in sandbox `id`; the sessions' path.
+async fn create_session(d: &Daemon, http: &reqwest::Client, id: &str) -> String {
+    let session = format!("/api/toolbox/{id}/process/session");
+    let created = http
+        .post(d.endpoint(&session))
+        .json(&json!({"sessionId": "s1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    session
+}
+
 /// `request` (a spawned call) was answered 409, the command it waited on paused.
 async fn assert_paused_mid_command(
     request: tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
@@ -513,14 +526,7 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
         let slow_head = tokio::spawn(proxied("/slow-head"));
         let exec = tokio::spawn(exec);
         // A Daytona session's command run synchronously: the request waits for its end.
-        let session = format!("/api/toolbox/{id}/process/session");
-        let created = http
-            .post(d.endpoint(&session))
-            .json(&json!({"sessionId": "s1"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(created.status(), 201);
+        let session = create_session(&d, &http, &id).await;
         let held =
             "mkfifo /tmp/gs && touch /tmp/session-ran && read _ < /tmp/gs && touch /tmp/s-on";
         let session_exec = tokio::spawn(
@@ -607,6 +613,45 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
             },
         )
         .await;
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
+    });
+}
+
+/// A Daytona session's command waited on while its sandbox is paused ends with the pause's answer
+/// whenever the wait's polls run: the failpoint `pause.after-record` holds the pause 3 s after it
+/// recorded the sandbox `paused` and before the freeze, and the wait, polling the command every
+/// 20 ms meanwhile, answers "paused while the command ran", not "paused, not running".
+#[test]
+fn a_session_wait_polling_while_a_pause_is_recorded_ends_with_the_pause() {
+    e2e(|| async {
+        let d = Daemon::start_with(&[], &[("FAILPOINTS", "pause.after-record=return(3000)")]).await;
+        let id = id_of(&d.create(json!({})).await);
+        let http = authed_client(d.token());
+        let session = create_session(&d, &http, &id).await;
+        let held = "touch /tmp/session-ran && sleep 120";
+        let session_exec = tokio::spawn(
+            http.post(d.endpoint(&format!("{session}/s1/exec")))
+                .json(&json!({"command": held}))
+                .send(),
+        );
+        eventually(
+            || "the session's command never started".into(),
+            Duration::from_secs(30),
+            || async {
+                let seen = d.exec(&id, &["ls", "/tmp/session-ran"]).await;
+                (seen.exit_code == 0).then_some(())
+            },
+        )
+        .await;
+        let pause = tokio::spawn({
+            let http = http.clone();
+            let url = d.endpoint(&format!("/v1/sandboxes/{id}/pause"));
+            async move { http.post(url).json(&json!({})).send().await }
+        });
+        assert_paused_mid_command(session_exec, "the session's command").await;
+        let paused = pause.await.unwrap().expect("the pause is answered");
+        assert_eq!(paused.status(), 200);
+        assert_eq!(d.cgroup_frozen(&id), Some(true));
         assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).await.status(), 204);
     });
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{e2e, sbx_binary, Daemon};
+use common::{e2e, eventually, sbx_binary, Daemon};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -257,22 +257,16 @@ fn terminal_errors_and_hang_up() {
 
 /// The claim: a pause of the sandbox ends its terminals with an error notice naming the pause (a
 /// frozen sandbox writes nothing, so the terminal would otherwise hang until its client gave up),
-/// and the terminal's process is paused with it, not killed: it goes on after the resume.
+/// and the terminal's process, which nobody can attach to again, is hung up when the sandbox
+/// resumes (not at the pause: its frozen agent cannot end it, and the process stays frozen).
 #[test]
-fn a_pause_ends_a_terminal_and_its_process_goes_on() {
+fn a_pause_ends_a_terminal_and_the_resume_hangs_it_up() {
     use futures::StreamExt;
     use tokio_tungstenite::tungstenite::Message;
     e2e(|| async {
         let d = Daemon::start().await;
         let id = d.create_id().await;
-        let url = format!(
-            "ws://{}/v1/sandboxes/{id}/terminal?cmd=sleep&cmd=4242",
-            d.addr()
-        );
-        let mut req = url.into_client_request().unwrap();
-        let bearer = format!("Bearer {}", d.token()).parse().unwrap();
-        req.headers_mut().insert("authorization", bearer);
-        let (mut socket, _) = tokio_tungstenite::connect_async(req)
+        let (mut socket, _) = tokio_tungstenite::connect_async(sleeper_terminal(&d, &id))
             .await
             .expect("open a terminal");
         assert_eq!(running(&d, &id).await, "1", "the terminal's process runs");
@@ -299,17 +293,73 @@ fn a_pause_ends_a_terminal_and_its_process_goes_on() {
         assert!(message.contains("was paused"), "{notice}");
         drop(socket);
 
-        let resumed = d
-            .post_json(
-                &format!("/v1/sandboxes/{id}/resume"),
-                &serde_json::json!({}),
-            )
-            .await;
-        assert_eq!(resumed.status(), 200);
-        assert_eq!(
-            running(&d, &id).await,
-            "1",
-            "the process goes on after the resume"
-        );
+        // The hang-up is queued by the terminal's end, which may come after the resume: then it
+        // is sent at once.
+        resume_and_wait_for_the_end(&d, &id).await;
     });
+}
+
+/// A request for a terminal of sandbox `id` running `sleep 4242`.
+fn sleeper_terminal(
+    d: &Daemon,
+    id: &str,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    let url = format!(
+        "ws://{}/v1/sandboxes/{id}/terminal?cmd=sleep&cmd=4242",
+        d.addr()
+    );
+    let mut req = url.into_client_request().unwrap();
+    let bearer = format!("Bearer {}", d.token()).parse().unwrap();
+    req.headers_mut().insert("authorization", bearer);
+    req
+}
+
+/// The claim: a pause that comes after a terminal's process started but before the terminal was
+/// attached (the failpoint `terminal.before-attach` holds it there 3 s) answers the open with a
+/// 409, and the process, which nobody can reach, is ended when the sandbox resumes.
+#[test]
+fn a_pause_before_a_terminal_is_attached_refuses_it_and_the_resume_ends_its_process() {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    e2e(|| async {
+        let d = Daemon::start_with(
+            &[],
+            &[("FAILPOINTS", "terminal.before-attach=return(3000)")],
+        )
+        .await;
+        let id = d.create_id().await;
+        let open = tokio::spawn(tokio_tungstenite::connect_async(sleeper_terminal(&d, &id)));
+        eventually(
+            || "the terminal's process never started".into(),
+            Duration::from_secs(30),
+            || async { (running(&d, &id).await == "1").then_some(()) },
+        )
+        .await;
+        let paused = d
+            .post_json(&format!("/v1/sandboxes/{id}/pause"), &serde_json::json!({}))
+            .await;
+        assert_eq!(paused.status(), 200);
+        match open.await.unwrap() {
+            Err(WsError::Http(answer)) => assert_eq!(answer.status(), 409, "{answer:?}"),
+            Err(other) => panic!("the open failed otherwise: {other}"),
+            Ok(_) => panic!("a terminal paused before it was attached was opened"),
+        }
+        resume_and_wait_for_the_end(&d, &id).await;
+    });
+}
+
+/// Resumes sandbox `id` and waits (30 s at most) until its terminal's `sleep 4242` is gone.
+async fn resume_and_wait_for_the_end(d: &Daemon, id: &str) {
+    let resumed = d
+        .post_json(
+            &format!("/v1/sandboxes/{id}/resume"),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(resumed.status(), 200);
+    eventually(
+        || "the resume did not end the terminal's process".into(),
+        Duration::from_secs(30),
+        || async { (running(d, id).await == "0").then_some(()) },
+    )
+    .await;
 }

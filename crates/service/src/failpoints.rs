@@ -18,6 +18,8 @@
 //! | `callback.before-apply` | an agent's event received; nothing written |
 //! | `callback.after-apply` | the event's change committed; not yet answered |
 //! | `fork.after-restore` | fork rows `creating` with their slots; the runtime restored the copies, which run; none recorded running yet |
+//! | `terminal.before-attach` | a terminal's process started in its sandbox; its pid not yet read from its stream |
+//! | `pause.after-record` | row `paused`; the sandbox not yet frozen, the pause not yet announced to the requests in flight |
 //! | `expiry.after-pause` | an auto-pausing sandbox paused at its deadline; the deadline not yet dropped |
 //! | `domain.bind-write` | a custom hostname bound in the cluster log; `return` fails its local write |
 //! | `agent.exit-before-ready` (runtime) | `return`: the booting agent exits before its first call home |

@@ -173,6 +173,7 @@ impl Service {
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
         // The proxy serves cached endpoints without a store read; a paused sandbox must miss.
         self.evict_endpoint(&id);
+        crate::failpoints::hold("pause.after-record").await;
         if let Err(e) = self.runtime().pause(&id).await {
             tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "freeze failed; resuming");
             let _ = self.runtime().resume(&id).await;
@@ -186,7 +187,8 @@ impl Service {
             .await?;
             return Err(e.into());
         }
-        // The requests in flight to it would wait on frozen processes: they end now.
+        // The requests in flight to it would wait on frozen processes: they end now. After the
+        // record, so a client that checks the sandbox when its stream ends finds it paused.
         self.inner.in_flight.paused(&id);
         tracing::info!(sandbox_id = %id, "sandbox paused");
         Ok(paused)
@@ -243,7 +245,7 @@ impl Service {
             }
         }
         self.runtime().resume(&id).await?;
-        self.inner.in_flight.resumed(&id);
+        let hang_ups = self.inner.in_flight.resumed(&id);
         // An auto-paused sandbox has no deadline: it gets its create's timeout again.
         let lifecycle = sandbox.lifecycle;
         let deadline =
@@ -259,6 +261,7 @@ impl Service {
             )
             .await?
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
+        self.hang_up_after_resume(&id, hang_ups).await;
         tracing::info!(sandbox_id = %id, "sandbox resumed");
         Ok((resumed, true))
     }

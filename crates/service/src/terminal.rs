@@ -8,9 +8,14 @@
 //! turns into SIGINT there. Dropping a [`TerminalInput`] does nothing to the process; a caller that
 //! leaves calls [`TerminalInput::hang_up`]. A pause of the sandbox ends the output with a
 //! [`TerminalEnd::Failed`] naming the pause, as it ends a command's request ([`crate::in_flight`]):
-//! the process is paused with the sandbox and goes on when it resumes.
+//! the process is paused with the sandbox and goes on when it resumes, unless its caller hangs it
+//! up, which then ends it at the resume. A pause before the terminal is attached (its pid read)
+//! refuses the open with a conflict; a terminal opened without a tag has one of its own
+//! (`terminal:<random>`), by which its process is then ended at the resume, as is one whose open
+//! failed otherwise after its start.
 
 use crate::exec::{agent_error, exit_code};
+use crate::in_flight::{InFlight, Subscription};
 use crate::{validate, Service, ServiceError};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -76,6 +81,9 @@ pub enum TerminalOutput {
 pub struct TerminalInput {
     client: EnvdClient,
     pid: u32,
+    /// The sandbox's id, and its pauses: a hang-up waits for a paused sandbox to resume.
+    sandbox: String,
+    in_flight: InFlight,
 }
 
 impl TerminalInput {
@@ -96,12 +104,11 @@ impl TerminalInput {
             .map_err(agent_error)
     }
 
-    /// Ends the terminal's process: the caller left.
+    /// Ends the terminal's process: the caller left. In a paused sandbox the process ends when
+    /// the sandbox resumes (its agent is frozen too).
     pub async fn hang_up(&self) {
         let pid = ProcessSelector::Pid(self.pid);
-        if let Err(e) = self.client.send_signal(pid, Signal::Sigkill).await {
-            tracing::debug!(pid = self.pid, error = %e, "hang-up of a terminal that already ended");
-        }
+        hang_up(&self.in_flight, &self.sandbox, &self.client, pid).await;
     }
 }
 
@@ -168,6 +175,12 @@ impl Service {
         let mut envs = req.envs;
         envs.entry("TERM".into())
             .or_insert_with(|| "xterm-256color".into());
+        // A terminal nobody named gets a tag of its own, by which it is ended if it cannot be
+        // attached to (its pid unknown).
+        let own_tag = req
+            .tag
+            .is_none()
+            .then(|| crate::sandboxes::random_id("terminal:", 16));
         let in_flight = self.inner.in_flight.subscribe();
         let (id, client) = self.agent(key, req.user.as_deref()).await?;
         let start = StartRequest {
@@ -178,11 +191,20 @@ impl Service {
                 cwd: req.cwd,
             },
             pty: Some(Pty { size: Some(size) }),
-            tag: req.tag,
+            tag: req.tag.or_else(|| own_tag.clone()),
             ..Default::default()
         };
         let events = client.start(start).await.map_err(agent_error)?;
-        attached(client, events, crate::exec::paused_message(in_flight, id)).await
+        crate::failpoints::hold("terminal.before-attach").await;
+        let attached = self
+            .attached(id.clone(), client.clone(), events, in_flight)
+            .await;
+        if let (Some(tag), true) = (own_tag, attached.is_err()) {
+            // Not attached (its sandbox paused first, its stream broken): nobody can reach it.
+            let tag = ProcessSelector::Tag(tag);
+            hang_up(&self.inner.in_flight, &id, &client, tag).await;
+        }
+        attached
     }
 
     /// Attaches to the terminal process tagged `tag` in sandbox `key`: its output from now on, and
@@ -194,22 +216,82 @@ impl Service {
             .connect(ProcessSelector::Tag(tag.to_string()))
             .await
             .map_err(agent_error)?;
-        attached(client, events, crate::exec::paused_message(in_flight, id)).await
+        self.attached(id, client, events, in_flight).await
+    }
+
+    /// Ends the processes `which` selects in sandbox `id`, which runs again: terminals whose
+    /// callers left while it was paused ([`TerminalInput::hang_up`]), or that a pause cut off
+    /// before they were attached.
+    pub(crate) async fn hang_up_after_resume(&self, id: &str, which: Vec<ProcessSelector>) {
+        if which.is_empty() {
+            return;
+        }
+        // Not through `agent`, which may resume the sandbox: this is part of its resume.
+        let client = match self.endpoint(id).await {
+            Ok(endpoint) => EnvdClient::new(&endpoint.socket, &endpoint.token),
+            Err(e) => {
+                tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "terminals left at a pause not hung up");
+                return;
+            }
+        };
+        for selector in which {
+            kill(&client, selector).await;
+        }
+    }
+
+    /// The terminal of sandbox `id` whose event stream is `events`, once the stream names its pid;
+    /// a conflict when the sandbox is paused first (after `in_flight` was taken).
+    async fn attached(
+        &self,
+        id: String,
+        client: EnvdClient,
+        events: ProcessStream,
+        in_flight: Subscription,
+    ) -> Result<Terminal, ServiceError> {
+        let paused = crate::exec::paused_message(in_flight, id.clone());
+        let (pid, events, paused) = started(events, paused).await?;
+        let input = TerminalInput {
+            client,
+            pid,
+            sandbox: id,
+            in_flight: self.inner.in_flight.clone(),
+        };
+        Ok(Terminal {
+            pid,
+            input,
+            events,
+            paused,
+        })
     }
 }
 
-/// The terminal whose event stream is `events`, once the stream names its pid; a conflict when its
-/// sandbox is paused first.
-async fn attached(
-    client: EnvdClient,
+/// Ends the process `which` selects in sandbox `id` now, or when the sandbox resumes if it is
+/// paused (its agent is frozen with it).
+async fn hang_up(in_flight: &InFlight, id: &str, client: &EnvdClient, which: ProcessSelector) {
+    if !in_flight.hang_up_at_resume(id, which.clone()) {
+        kill(client, which).await;
+    }
+}
+
+/// Ends the process `which` selects (a terminal's), if it has not ended already.
+async fn kill(client: &EnvdClient, which: ProcessSelector) {
+    if let Err(e) = client.send_signal(which.clone(), Signal::Sigkill).await {
+        tracing::debug!(process = ?which, error = %e, "hang-up of a terminal that already ended");
+    }
+}
+
+/// The pid `events` (a terminal's stream) opens with; a conflict when `paused` comes first.
+async fn started(
     mut events: ProcessStream,
     mut paused: Paused,
-) -> Result<Terminal, ServiceError> {
+) -> Result<(u32, ProcessStream, Paused), ServiceError> {
     let pid = loop {
+        // The pause first: a terminal whose sandbox was paused before it was attached is refused,
+        // even if its start was already on its way.
         let next = tokio::select! {
             biased;
-            next = events.next() => next,
             message = &mut paused => return Err(ServiceError::Conflict(message)),
+            next = events.next() => next,
         };
         match next {
             Some(Ok(ProcessEvent::Start(s))) => break s.pid,
@@ -227,12 +309,7 @@ async fn attached(
             }
         }
     };
-    Ok(Terminal {
-        pid,
-        input: TerminalInput { client, pid },
-        events,
-        paused,
-    })
+    Ok((pid, events, paused))
 }
 
 #[cfg(test)]
