@@ -408,6 +408,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .context("reinstalling TCP forwarders")?;
     tracing::info!(?adoption, forwarders, "store and runtime reconciled");
+    // The terminals an earlier daemon served died with it: their processes are ended behind.
+    tokio::spawn({
+        let service = service.clone();
+        async move { service.end_terminals_of_earlier_daemons().await }
+    });
     // After adoption: a `starting` sandbox a previous daemon left has no create waiting for it and was
     // failed above; its agent's retry, if any, is refused.
     let callbacks = callback::serve(&callback_dir, service.clone())?;

@@ -126,11 +126,20 @@ fn an_unknown_or_unoffered_tier_is_refused_saying_why() {
     });
 }
 
+/// How many processes in sandbox `id` run `sleep 4242`.
+async fn sleepers(daemon: &Daemon, id: &str) -> String {
+    let count = "ps -eo args | grep -c '^sleep 4242$'";
+    let out = daemon.exec(id, &["sh", "-c", count]).await;
+    out.stdout.trim().to_string()
+}
+
 /// `sbx fork ID -n 2` prints two new sandboxes that carry the source's files; the /v1 answer has
 /// one result per fork. A namespace sandbox is refused (exit 1, naming the tier), and so is a count
-/// outside 1..20.
+/// outside 1..20. The claim (`orphan_terminals`): a terminal open in the source is the source's
+/// alone; a fork does not keep its copy, whose caller is attached to the source.
 #[test]
 fn sbx_forks_a_gvisor_sandbox_and_refuses_a_namespace_one() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     if !require_gvisor() {
         return;
     }
@@ -140,6 +149,17 @@ fn sbx_forks_a_gvisor_sandbox_and_refuses_a_namespace_one() {
         daemon
             .put_file(&source, "/home/user/mark", b"source".to_vec())
             .await;
+        let url = format!(
+            "ws://{}/v1/sandboxes/{source}/terminal?cmd=sleep&cmd=4242",
+            daemon.addr()
+        );
+        let mut terminal = url.into_client_request().unwrap();
+        let bearer = format!("Bearer {}", daemon.token()).parse().unwrap();
+        terminal.headers_mut().insert("authorization", bearer);
+        let (_terminal, _) = tokio_tungstenite::connect_async(terminal)
+            .await
+            .expect("open a terminal in the source");
+        assert_eq!(sleepers(&daemon, &source).await, "1", "the terminal runs");
         let out = daemon.sbx(&["--json", "fork", &source, "-n", "2"]);
         assert!(
             out.status.success(),
@@ -162,7 +182,13 @@ fn sbx_forks_a_gvisor_sandbox_and_refuses_a_namespace_one() {
                 (seen["state"].as_str(), seen["isolation"].as_str()),
                 (Some("running"), Some("gvisor"))
             );
+            assert_eq!(sleepers(&daemon, id).await, "0", "a fork kept the terminal");
         }
+        assert_eq!(
+            sleepers(&daemon, &source).await,
+            "1",
+            "the source's terminal runs"
+        );
         for count in [0, 21] {
             let resp = daemon
                 .post_json(

@@ -76,8 +76,13 @@ impl Drop for Tmux {
 
 /// How many processes in sandbox `id` run `sleep 4242`.
 async fn running(d: &Daemon, id: &str) -> String {
-    let count = "ps -eo args | grep -c '^sleep 4242'";
-    d.exec(id, &["sh", "-c", count])
+    sleeping(d, id, 4242).await
+}
+
+/// How many processes in sandbox `id` run `sleep SECONDS`.
+async fn sleeping(d: &Daemon, id: &str, seconds: u32) -> String {
+    let count = format!("ps -eo args | grep -c '^sleep {seconds}$'");
+    d.exec(id, &["sh", "-c", &count])
         .await
         .stdout
         .trim()
@@ -293,8 +298,8 @@ fn a_pause_ends_a_terminal_and_the_resume_hangs_it_up() {
         assert!(message.contains("was paused"), "{notice}");
         drop(socket);
 
-        // The hang-up is queued by the terminal's end, which may come after the resume: then it
-        // is sent at once.
+        // The resume ends it (`orphan_terminals`); a hang-up that comes after the resume, when
+        // the terminal's end does, ends it at once.
         resume_and_wait_for_the_end(&d, &id).await;
     });
 }
@@ -304,8 +309,17 @@ fn sleeper_terminal(
     d: &Daemon,
     id: &str,
 ) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    sleep_terminal(d, id, 4242)
+}
+
+/// A request for a terminal of sandbox `id` running `sleep SECONDS`.
+fn sleep_terminal(
+    d: &Daemon,
+    id: &str,
+    seconds: u32,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
     let url = format!(
-        "ws://{}/v1/sandboxes/{id}/terminal?cmd=sleep&cmd=4242",
+        "ws://{}/v1/sandboxes/{id}/terminal?cmd=sleep&cmd={seconds}",
         d.addr()
     );
     let mut req = url.into_client_request().unwrap();
@@ -343,6 +357,60 @@ fn a_pause_before_a_terminal_is_attached_refuses_it_and_the_resume_ends_its_proc
             Err(other) => panic!("the open failed otherwise: {other}"),
             Ok(_) => panic!("a terminal paused before it was attached was opened"),
         }
+        resume_and_wait_for_the_end(&d, &id).await;
+    });
+}
+
+/// The claim (`orphan_terminals`): a daemon killed while it served a terminal leaves the terminal's
+/// process to nobody, so the daemon started after it ends that process; a terminal the new daemon
+/// opens meanwhile is its own and goes on.
+#[test]
+fn a_restarted_daemon_ends_the_terminals_the_one_before_it_served() {
+    e2e(|| async {
+        let mut d = Daemon::start().await;
+        let id = d.create_id().await;
+        let (_before, _) = tokio_tungstenite::connect_async(sleeper_terminal(&d, &id))
+            .await
+            .expect("open a terminal");
+        assert_eq!(running(&d, &id).await, "1", "the terminal's process runs");
+        d.kill9();
+        d.restart().await;
+        let (_after, _) = tokio_tungstenite::connect_async(sleep_terminal(&d, &id, 4343))
+            .await
+            .expect("open a terminal after the restart");
+        eventually(
+            || "the restart did not end the terminal of the daemon before it".into(),
+            Duration::from_secs(30),
+            || async { (running(&d, &id).await == "0").then_some(()) },
+        )
+        .await;
+        assert_eq!(
+            sleeping(&d, &id, 4343).await,
+            "1",
+            "the new daemon's terminal runs"
+        );
+    });
+}
+
+/// The claim (`orphan_terminals`): a terminal a pause cut off is ended at the resume even when the
+/// daemon that paused the sandbox was killed before it: the resume does not rely on what that
+/// daemon remembered.
+#[test]
+fn a_resume_after_a_restart_ends_the_terminals_the_pause_cut_off() {
+    e2e(|| async {
+        let mut d = Daemon::start().await;
+        let id = d.create_id().await;
+        let (socket, _) = tokio_tungstenite::connect_async(sleeper_terminal(&d, &id))
+            .await
+            .expect("open a terminal");
+        assert_eq!(running(&d, &id).await, "1", "the terminal's process runs");
+        let paused = d
+            .post_json(&format!("/v1/sandboxes/{id}/pause"), &serde_json::json!({}))
+            .await;
+        assert_eq!(paused.status(), 200);
+        drop(socket);
+        d.kill9();
+        d.restart().await;
         resume_and_wait_for_the_end(&d, &id).await;
     });
 }

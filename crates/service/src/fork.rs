@@ -144,7 +144,14 @@ impl Service {
         let mut results = Vec::with_capacity(made.len());
         for (row, made) in rows.iter().zip(made) {
             results.push(match made {
-                Ok(info) => self.mark_forked(&row.id, &info).await,
+                Ok(info) => {
+                    // Its copies of the source's terminals: their callers are the source's.
+                    let agent =
+                        sandboxd_envd::EnvdClient::new(&info.agent.socket, &info.agent.token);
+                    let all = crate::orphan_terminals::Which::All;
+                    self.end_terminals(&row.id, Some(agent), all).await;
+                    self.mark_forked(&row.id, &info).await
+                }
                 Err(e) => Err(self.undo_create(&row.id, e.into()).await),
             });
         }

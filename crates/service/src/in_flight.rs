@@ -22,7 +22,6 @@
 //!   and go on waiting; a request that subscribed after a resume is not ended by the pause before it.
 //! - Idle costs nothing: no task, no timer; a subscription is a channel receiver.
 
-use sandboxd_envd::process::ProcessSelector;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -34,16 +33,8 @@ pub struct InFlight(Arc<Shared>);
 struct Shared {
     /// The number of pauses announced; each announcement is one more.
     epoch: watch::Sender<u64>,
-    /// Sandboxes paused now, by id.
-    paused: Mutex<HashMap<String, Paused>>,
-}
-
-/// A sandbox paused now.
-struct Paused {
-    /// The epoch its pause was last announced at.
-    epoch: u64,
-    /// The processes to end when it resumes ([`InFlight::hang_up_at_resume`]).
-    hang_ups: Vec<ProcessSelector>,
+    /// Sandboxes paused now, each with the epoch its pause was announced at.
+    paused: Mutex<HashMap<String, u64>>,
 }
 
 impl Default for InFlight {
@@ -83,21 +74,7 @@ impl InFlight {
             *e += 1;
             epoch = *e;
         });
-        paused
-            .entry(id.to_string())
-            .and_modify(|p| p.epoch = epoch)
-            .or_insert(Paused {
-                epoch,
-                hang_ups: Vec::new(),
-            });
-    }
-
-    /// Has the process `which` selects in paused sandbox `id` ended when the sandbox resumes (its
-    /// frozen agent cannot end it now): a terminal whose client the pause cut off. False when the
-    /// sandbox is not paused.
-    pub fn hang_up_at_resume(&self, id: &str, which: ProcessSelector) -> bool {
-        let mut paused = self.0.paused.lock().unwrap_or_else(|p| p.into_inner());
-        paused.get_mut(id).map(|p| p.hang_ups.push(which)).is_some()
+        paused.insert(id.to_string(), epoch);
     }
 
     /// Whether sandbox `id` is paused now: its pause was announced and it has not resumed since.
@@ -110,15 +87,13 @@ impl InFlight {
     }
 
     /// Sandbox `id` runs again (or is gone): requests made from now on are not ended by its last
-    /// pause. The processes to end now that it runs ([`InFlight::hang_up_at_resume`]).
-    pub fn resumed(&self, id: &str) -> Vec<ProcessSelector> {
+    /// pause.
+    pub fn resumed(&self, id: &str) {
         self.0
             .paused
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(id)
-            .map(|p| p.hang_ups)
-            .unwrap_or_default()
+            .remove(id);
     }
 }
 
@@ -134,7 +109,7 @@ impl Subscription {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&id)
-                .is_some_and(|p| p.epoch > since);
+                .is_some_and(|at| *at > since);
             if hit {
                 return;
             }
@@ -190,22 +165,5 @@ mod tests {
         // Paused before the subscription: that pause is not this request's (it read the state
         // after, and found the sandbox paused).
         assert!(!ends(in_flight.subscribe().until_paused("sb-1".into())).await);
-    }
-
-    /// The processes to hang up are handed over once, at the resume of their sandbox, and only
-    /// while it is paused.
-    #[test]
-    fn hang_ups_wait_for_the_resume_of_their_sandbox() {
-        let in_flight = InFlight::default();
-        let pid = ProcessSelector::Pid;
-        assert!(!in_flight.hang_up_at_resume("sb-1", pid(7)), "not paused");
-        in_flight.paused("sb-1");
-        assert!(in_flight.hang_up_at_resume("sb-1", pid(7)));
-        in_flight.paused("sb-1");
-        let tag = ProcessSelector::Tag("terminal:x".into());
-        assert!(in_flight.hang_up_at_resume("sb-1", tag.clone()));
-        assert!(in_flight.resumed("sb-2").is_empty());
-        assert_eq!(in_flight.resumed("sb-1"), [pid(7), tag]);
-        assert!(in_flight.resumed("sb-1").is_empty());
     }
 }

@@ -42,6 +42,7 @@ mod listen_probes;
 pub mod lsp;
 pub mod network;
 pub mod network_update;
+mod orphan_terminals;
 pub mod pause;
 pub mod pending;
 pub mod per_key;

@@ -245,7 +245,10 @@ impl Service {
             }
         }
         self.runtime().resume(&id).await?;
-        let hang_ups = self.inner.in_flight.resumed(&id);
+        self.inner.in_flight.resumed(&id);
+        // Before the row says running, so no terminal opened since is among them.
+        self.end_terminals(&id, None, crate::orphan_terminals::Which::All)
+            .await;
         // An auto-paused sandbox has no deadline: it gets its create's timeout again.
         let lifecycle = sandbox.lifecycle;
         let deadline =
@@ -261,7 +264,6 @@ impl Service {
             )
             .await?
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
-        self.hang_up_after_resume(&id, hang_ups).await;
         tracing::info!(sandbox_id = %id, "sandbox resumed");
         Ok((resumed, true))
     }

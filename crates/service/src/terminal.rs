@@ -8,11 +8,11 @@
 //! turns into SIGINT there. Dropping a [`TerminalInput`] does nothing to the process; a caller that
 //! leaves calls [`TerminalInput::hang_up`]. A pause of the sandbox ends the output with a
 //! [`TerminalEnd::Failed`] naming the pause, as it ends a command's request ([`crate::in_flight`]):
-//! the process is paused with the sandbox and goes on when it resumes, unless its caller hangs it
-//! up, which then ends it at the resume. A pause before the terminal is attached (its pid read)
-//! refuses the open with a conflict; a terminal opened without a tag has one of its own
-//! (`terminal:<random>`), by which its process is then ended at the resume, as is one whose open
-//! failed otherwise after its start.
+//! the process is paused with the sandbox; its caller cannot come back to it, so the resume ends it
+//! ([`crate::orphan_terminals`]), as it ends a terminal whose open a pause refused. A pause before
+//! the terminal is attached (its pid read) refuses the open with a conflict. A terminal opened
+//! without a tag has one of its own ([`Service::terminal_tag`]), by which its process is ended
+//! if its open fails after its start, and by which a resume, a fork or a later daemon finds it.
 
 use crate::exec::{agent_error, exit_code};
 use crate::in_flight::{InFlight, Subscription};
@@ -177,10 +177,7 @@ impl Service {
             .or_insert_with(|| "xterm-256color".into());
         // A terminal nobody named gets a tag of its own, by which it is ended if it cannot be
         // attached to (its pid unknown).
-        let own_tag = req
-            .tag
-            .is_none()
-            .then(|| crate::sandboxes::random_id("terminal:", 16));
+        let own_tag = req.tag.is_none().then(|| self.terminal_tag());
         let in_flight = self.inner.in_flight.subscribe();
         let (id, client) = self.agent(key, req.user.as_deref()).await?;
         let start = StartRequest {
@@ -219,26 +216,6 @@ impl Service {
         self.attached(id, client, events, in_flight).await
     }
 
-    /// Ends the processes `which` selects in sandbox `id`, which runs again: terminals whose
-    /// callers left while it was paused ([`TerminalInput::hang_up`]), or that a pause cut off
-    /// before they were attached.
-    pub(crate) async fn hang_up_after_resume(&self, id: &str, which: Vec<ProcessSelector>) {
-        if which.is_empty() {
-            return;
-        }
-        // Not through `agent`, which may resume the sandbox: this is part of its resume.
-        let client = match self.endpoint(id).await {
-            Ok(endpoint) => EnvdClient::new(&endpoint.socket, &endpoint.token),
-            Err(e) => {
-                tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "terminals left at a pause not hung up");
-                return;
-            }
-        };
-        for selector in which {
-            kill(&client, selector).await;
-        }
-    }
-
     /// The terminal of sandbox `id` whose event stream is `events`, once the stream names its pid;
     /// a conflict when the sandbox is paused first (after `in_flight` was taken).
     async fn attached(
@@ -265,16 +242,12 @@ impl Service {
     }
 }
 
-/// Ends the process `which` selects in sandbox `id` now, or when the sandbox resumes if it is
-/// paused (its agent is frozen with it).
+/// Ends the process `which` selects in sandbox `id` (a terminal's), if it has not ended already;
+/// in a paused sandbox the resume ends it ([`crate::orphan_terminals`]): its agent is frozen.
 async fn hang_up(in_flight: &InFlight, id: &str, client: &EnvdClient, which: ProcessSelector) {
-    if !in_flight.hang_up_at_resume(id, which.clone()) {
-        kill(client, which).await;
+    if in_flight.is_paused(id) {
+        return;
     }
-}
-
-/// Ends the process `which` selects (a terminal's), if it has not ended already.
-async fn kill(client: &EnvdClient, which: ProcessSelector) {
     if let Err(e) = client.send_signal(which.clone(), Signal::Sigkill).await {
         tracing::debug!(process = ?which, error = %e, "hang-up of a terminal that already ended");
     }
