@@ -480,7 +480,7 @@ impl Service {
         let token = token.to_string();
         let sandbox = self
             .reader()
-            .read(move |tx| tx.get_sandbox_by_agent_token(&token))
+            .read_by_key(move |tx| tx.get_sandbox_by_agent_token(&token))
             .await
             .ok()??;
         let routable = match sandbox.state {

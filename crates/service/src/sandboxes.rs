@@ -521,7 +521,7 @@ impl Service {
     pub async fn get(&self, key: &str) -> Result<Sandbox, ServiceError> {
         let k = key.to_string();
         self.reader()
-            .read(move |tx| tx.get_sandbox(&k))
+            .read_by_key(move |tx| tx.get_sandbox(&k))
             .await?
             .filter(|s| s.state != SandboxState::Deleting)
             .ok_or_else(|| ServiceError::NotFound(self.not_found(key)))
@@ -534,7 +534,7 @@ impl Service {
     ) -> Result<(Sandbox, Option<StoredEndpoint>), ServiceError> {
         let k = key.to_string();
         self.reader()
-            .read(move |tx| {
+            .read_by_key(move |tx| {
                 let Some(sandbox) = tx.get_sandbox(&k)? else {
                     return Ok(None);
                 };

@@ -2,7 +2,9 @@
 //!
 //! Contract: [`StoreReader::read`] runs its closure on a blocking thread with a connection opened
 //! `SQLITE_OPEN_READ_ONLY` (and `query_only`), inside one deferred transaction, so every query in the
-//! closure sees the same committed snapshot (WAL lets this run beside the writer). The closure receives a
+//! closure sees the same committed snapshot (WAL lets this run beside the writer, never waiting on
+//! it). [`StoreReader::read_by_key`] is the same on the caller's thread, for reads of a few rows by
+//! key, while a connection is idle. The closure receives a
 //! [`ReadTx`], which exposes query methods only: there is no way to reach the raw connection or a write
 //! method from it. That is a compile-time property:
 //!
@@ -112,6 +114,21 @@ impl StoreReader {
         })
         .await
         .map_err(|_| StoreError::ReaderGone)?
+    }
+
+    /// Runs `f` as [`StoreReader::read`] does, but on the calling thread while a connection is
+    /// idle (else as `read`): for a read of a few rows by key, which takes microseconds from the
+    /// page cache, less than the hop to a blocking thread and back. A read that may scan, sort or
+    /// return many rows goes through `read`.
+    pub async fn read_by_key<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&ReadTx<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.pool.permits.clone().try_acquire_owned() {
+            Ok(_permit) => run_read(self.pool.checkout().conn(), f),
+            Err(_) => self.read(f).await,
+        }
     }
 
     #[cfg(test)]
@@ -234,6 +251,58 @@ mod tests {
             .await
             .unwrap();
         assert!(seen);
+    }
+
+    /// A read by key runs on the caller's thread while a connection is idle, and waits its turn
+    /// on a blocking thread when every connection is busy; both see committed writes, and a
+    /// panic in either leaves the pool whole.
+    #[tokio::test]
+    async fn a_read_by_key_runs_here_while_a_connection_is_idle() {
+        let (_dir, store, _thread) = open_temp();
+        store
+            .writer()
+            .write(|tx| tx.record_delivery("d-1", "ready", None, 5))
+            .await
+            .unwrap();
+        let reader = store.reader();
+        let here = std::thread::current().id();
+        let (seen, on) = reader
+            .read_by_key(|tx| Ok((tx.delivery_seen("d-1")?, std::thread::current().id())))
+            .await
+            .unwrap();
+        assert!(seen);
+        assert_eq!(on, here, "ran on the caller's thread");
+
+        let held = reader
+            .pool
+            .permits
+            .clone()
+            .acquire_many_owned(reader.pool.permits.available_permits() as u32);
+        let held = held.await.unwrap();
+        let waiting = tokio::spawn({
+            let reader = reader.clone();
+            async move {
+                reader
+                    .read_by_key(|tx| Ok((tx.delivery_seen("d-1")?, std::thread::current().id())))
+                    .await
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "it waits for a connection");
+        drop(held);
+        let (seen, on) = waiting.await.unwrap().unwrap();
+        assert!(seen);
+        assert_ne!(on, here, "ran on a blocking thread");
+
+        let err = reader
+            .read_by_key(|_tx| -> crate::Result<()> { panic!("boom") })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, crate::StoreError::Panicked(_)), "{err:?}");
+        assert!(reader
+            .read_by_key(|tx| tx.delivery_seen("d-1"))
+            .await
+            .unwrap());
     }
 
     #[tokio::test]
