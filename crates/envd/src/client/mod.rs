@@ -551,12 +551,10 @@ impl EnvdClient {
     }
 
     async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, Error> {
-        let stream = UnixStream::connect(&*self.socket)
-            .await
-            .map_err(|source| Error::Connect {
-                path: (*self.socket).clone(),
-                source,
-            })?;
+        let stream = connect(&self.socket).map_err(|source| Error::Connect {
+            path: (*self.socket).clone(),
+            source,
+        })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(Error::Http)?;
@@ -567,4 +565,16 @@ impl EnvdClient {
         });
         sender.send_request(req).await.map_err(Error::Http)
     }
+}
+
+/// Connects to the unix socket at `path`. A unix socket's connect completes at once or fails at
+/// once (`EAGAIN` when its listener's backlog is full, a frozen agent's, say), so the stream goes
+/// to the reactor connected, without a round of it to learn that it is writable.
+fn connect(path: &std::path::Path) -> std::io::Result<UnixStream> {
+    use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
+    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+    let fd = socket::socket(AddressFamily::Unix, SockType::Stream, flags, None)?;
+    socket::connect(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))
 }
