@@ -165,6 +165,11 @@ pub struct HttpReport {
     pub api_delete_back_to_back: Option<Latency>,
     /// Where the deletes' time went, one at a time, then back to back.
     pub delete_breakdown: Vec<StepBreakdown>,
+    /// API create→first-exec, each right after the delete of the sandbox before it was answered:
+    /// with that sandbox's teardown running behind, as when an agent replaces its sandbox.
+    pub api_create_after_delete: Latency,
+    /// Where its time went: the create's steps, then the first exec's.
+    pub after_delete_breakdown: Vec<StepBreakdown>,
     /// API create→first-exec taking a sandbox from a full warm pool ([`crate::warm_pool`]).
     pub pool_create_to_first_exec: Latency,
     /// Where its time went: the create's steps, then the first exec's.
@@ -226,6 +231,19 @@ impl HttpReport {
             }
             None => println!("floor: bwrap not installed (apt install bubblewrap)"),
         }
+        println!(
+            "{}",
+            self.api_create_after_delete
+                .line("API create→first-exec after a delete")
+        );
+        for b in &self.after_delete_breakdown {
+            println!("{}", b.line());
+        }
+        println!(
+            "  after a delete / alone p50 ratio {:.2}",
+            self.api_create_after_delete.summary.p50_ms
+                / self.api_create_to_first_exec.summary.p50_ms
+        );
         println!(
             "{}",
             self.pool_create_to_first_exec
@@ -359,6 +377,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let ratio = proxy.result.req_per_sec / direct.result.req_per_sec;
     let (create, (delete, back_to_back), api_breakdown, delete_breakdown) =
         api_create_first_exec(&fleet, args.creates).await?;
+    let (after_delete, after_delete_breakdown) = create_after_delete(&fleet, args.creates).await?;
     // Its peer, in the same run: a bare sandbox of a well-known tool.
     let bwrap = crate::runtime::bwrap_floor(args.creates).await?;
     let (pooled, pool_breakdown) =
@@ -380,6 +399,12 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         api_delete: Latency::new("API delete", &delete, Some(DELETE_TARGET)).ok(),
         api_delete_back_to_back: Latency::new("API delete", &back_to_back, None).ok(),
         delete_breakdown,
+        api_create_after_delete: Latency::new(
+            "API create→first-exec after a delete",
+            &after_delete,
+            None,
+        )?,
+        after_delete_breakdown,
         pool_create_to_first_exec: pooled,
         volume_files,
     })
@@ -440,6 +465,27 @@ async fn api_create_first_exec(
     let breakdown = samples.iter().filter_map(StepSamples::summary).collect();
     let delete_breakdown = deletes.iter().filter_map(StepSamples::summary).collect();
     Ok((took, (deleted, back_to_back), breakdown, delete_breakdown))
+}
+
+/// `n` times: delete the sandbox made last (once answered), then at once create one and run
+/// `true` in it, timed; the last one is deleted too. Returns the latencies and the create's and
+/// first exec's breakdowns.
+async fn create_after_delete(
+    fleet: &ApiFleet,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<StepBreakdown>)> {
+    let mut samples = create_exec_samples();
+    let (mut last, _) = fleet.create_then_true(&mut create_exec_samples()).await?;
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        fleet.delete(&last).await?;
+        let (id, t) = fleet.create_then_true(&mut samples).await?;
+        took.push(t);
+        last = id;
+    }
+    fleet.delete(&last).await?;
+    let breakdown = samples.iter().filter_map(StepSamples::summary).collect();
+    Ok((took, breakdown))
 }
 
 /// Waits, polling every `every`, until template `name` is `ready` (an error when it failed or is

@@ -13,6 +13,11 @@
 //! Without egress the sandbox has no default route (with it, see [`super::egress`]): it reaches its own loopback and the host end of its
 //! pair only, and the host's loopback services are out of reach (127.0.0.1 inside is the sandbox's own).
 //! The daemon reaches the sandbox's ports over the pair; the agent itself is reached over a unix socket.
+//!
+//! Deleting a pair blocks in the kernel for 15–30 ms (the device's unregistration waits out RCU),
+//! and a netlink request runs inside its `sendto`: deletions go through a connection of their own,
+//! driven by a thread of its own ([`Network::detach`]), so that they stall neither a worker of the
+//! caller's runtime nor the requests behind them on the shared connection (a create's slot check).
 
 use crate::{NetAddrs, RuntimeError};
 use futures::TryStreamExt;
@@ -28,6 +33,8 @@ const PREFIX: u8 = 30;
 /// The host side of sandbox networking.
 pub struct Network {
     handle: Handle,
+    /// For deletions alone, its connection on a thread of its own (see the module docs).
+    deleter: Handle,
     base: Ipv4Addr,
     slots: u32,
     prefix: String,
@@ -54,6 +61,7 @@ impl Network {
         tokio::spawn(conn);
         Ok(Self {
             handle,
+            deleter: connection_on_its_own_thread()?,
             base,
             slots,
             prefix: prefix.to_string(),
@@ -226,8 +234,7 @@ impl Network {
         let Ok(index) = link_index(&self.handle, &name).await else {
             return Ok(());
         };
-        let handle = self.handle.clone();
-        match handle.link().del(index).execute().await {
+        match self.deleter.link().del(index).execute().await {
             Ok(()) => Ok(()),
             Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(()),
             Err(e) => Err(RuntimeError::Network(format!("delete {name}: {e}"))),
@@ -242,6 +249,41 @@ fn slot_of(prefix: &str, name: &str) -> Option<u32> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// A netlink connection in the host namespace driven by a thread of its own (a current-thread
+/// runtime that lives until every clone of the handle is dropped), and its handle.
+fn connection_on_its_own_thread() -> Result<Handle, RuntimeError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("sandboxd-netlink".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("its runtime: {e}")));
+                    return;
+                }
+            };
+            // Made inside the runtime that drives it: its socket registers with that reactor.
+            let made = runtime.block_on(async { rtnetlink::new_connection() });
+            match made {
+                Ok((conn, handle, _)) => {
+                    let _ = tx.send(Ok(handle));
+                    runtime.block_on(conn);
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(format!("its socket: {e}")));
+                }
+            }
+        })
+        .map_err(|e| RuntimeError::Network(format!("netlink thread: {e}")))?;
+    rx.recv()
+        .map_err(|_| RuntimeError::Network("netlink thread died".into()))?
+        .map_err(|e| RuntimeError::Network(format!("netlink connection for deletions: {e}")))
 }
 
 async fn link_index(handle: &Handle, name: &str) -> Result<u32, RuntimeError> {
