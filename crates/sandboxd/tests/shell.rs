@@ -271,10 +271,7 @@ fn a_pause_ends_a_terminal_and_the_resume_hangs_it_up() {
     e2e(|| async {
         let d = Daemon::start().await;
         let id = d.create_id().await;
-        let (mut socket, _) = tokio_tungstenite::connect_async(sleeper_terminal(&d, &id))
-            .await
-            .expect("open a terminal");
-        assert_eq!(running(&d, &id).await, "1", "the terminal's process runs");
+        let mut socket = open_sleeper(&d, &id).await;
 
         let paused = d
             .post_json(&format!("/v1/sandboxes/{id}/pause"), &serde_json::json!({}))
@@ -302,6 +299,18 @@ fn a_pause_ends_a_terminal_and_the_resume_hangs_it_up() {
         // the terminal's end does, ends it at once.
         resume_and_wait_for_the_end(&d, &id).await;
     });
+}
+
+/// Opens a terminal of sandbox `id` running `sleep 4242`, and checks that it runs.
+async fn open_sleeper(
+    d: &Daemon,
+    id: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    let (socket, _) = tokio_tungstenite::connect_async(sleeper_terminal(d, id))
+        .await
+        .expect("open a terminal");
+    assert_eq!(running(d, id).await, "1", "the terminal's process runs");
+    socket
 }
 
 /// A request for a terminal of sandbox `id` running `sleep 4242`.
@@ -369,10 +378,7 @@ fn a_restarted_daemon_ends_the_terminals_the_one_before_it_served() {
     e2e(|| async {
         let mut d = Daemon::start().await;
         let id = d.create_id().await;
-        let (_before, _) = tokio_tungstenite::connect_async(sleeper_terminal(&d, &id))
-            .await
-            .expect("open a terminal");
-        assert_eq!(running(&d, &id).await, "1", "the terminal's process runs");
+        let _before = open_sleeper(&d, &id).await;
         d.kill9();
         d.restart().await;
         let (_after, _) = tokio_tungstenite::connect_async(sleep_terminal(&d, &id, 4343))
@@ -400,10 +406,7 @@ fn a_resume_after_a_restart_ends_the_terminals_the_pause_cut_off() {
     e2e(|| async {
         let mut d = Daemon::start().await;
         let id = d.create_id().await;
-        let (socket, _) = tokio_tungstenite::connect_async(sleeper_terminal(&d, &id))
-            .await
-            .expect("open a terminal");
-        assert_eq!(running(&d, &id).await, "1", "the terminal's process runs");
+        let socket = open_sleeper(&d, &id).await;
         let paused = d
             .post_json(&format!("/v1/sandboxes/{id}/pause"), &serde_json::json!({}))
             .await;

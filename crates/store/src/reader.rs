@@ -237,14 +237,20 @@ mod tests {
         assert_eq!(code, Some(rusqlite::ffi::SQLITE_READONLY), "{err:?}");
     }
 
-    #[tokio::test]
-    async fn reads_see_committed_writes() {
-        let (_dir, store, _thread) = open_temp();
+    /// A store in which delivery `d-1` is recorded.
+    async fn with_delivery() -> (tempfile::TempDir, crate::Store, crate::WriterThread) {
+        let (dir, store, thread) = open_temp();
         store
             .writer()
             .write(|tx| tx.record_delivery("d-1", "ready", None, 5))
             .await
             .unwrap();
+        (dir, store, thread)
+    }
+
+    #[tokio::test]
+    async fn reads_see_committed_writes() {
+        let (_dir, store, _thread) = with_delivery().await;
         let seen = store
             .reader()
             .read(|tx| tx.delivery_seen("d-1"))
@@ -258,12 +264,7 @@ mod tests {
     /// panic in either leaves the pool whole.
     #[tokio::test]
     async fn a_read_by_key_runs_here_while_a_connection_is_idle() {
-        let (_dir, store, _thread) = open_temp();
-        store
-            .writer()
-            .write(|tx| tx.record_delivery("d-1", "ready", None, 5))
-            .await
-            .unwrap();
+        let (_dir, store, _thread) = with_delivery().await;
         let reader = store.reader();
         let here = std::thread::current().id();
         let (seen, on) = reader
