@@ -15,7 +15,8 @@
 //!   background ([`Service::end_terminals_of_earlier_daemons`]): their callers' connections died
 //!   with that daemon. Terminals opened meanwhile carry this daemon's name and are kept.
 //! - Best effort, never in the way: an agent that cannot be reached, or does not answer within
-//!   [`DEADLINE`], is logged and left; a process that has ended already is no error.
+//!   [`DEADLINE`], is logged and left; a process that has ended already is no error. The agent is
+//!   found through the runtime, so the store is never written (no endpoint is read-repaired).
 
 use crate::{Service, ServiceError};
 use futures::StreamExt;
@@ -79,9 +80,12 @@ impl Service {
         let ended = tokio::time::timeout(DEADLINE, async {
             let client = match client {
                 Some(client) => client,
+                // The runtime's word, not the endpoint's: nothing is read-repaired from here.
                 None => {
-                    let endpoint = self.endpoint(id).await?;
-                    EnvdClient::new(&endpoint.socket, &endpoint.token)
+                    let info = self.runtime().inspect(id).await?.ok_or_else(|| {
+                        ServiceError::Conflict(format!("sandbox {id} has no runtime"))
+                    })?;
+                    EnvdClient::new(&info.agent.socket, &info.agent.token)
                 }
             };
             let mut ended = 0;
