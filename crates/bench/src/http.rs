@@ -213,13 +213,11 @@ impl HttpReport {
             self.ratio_target,
             verdict(self.ratio_met)
         );
-        println!(
-            "{}",
-            self.api_create_to_first_exec.line("API create→first-exec")
+        print_with_breakdown(
+            &self.api_create_to_first_exec,
+            "API create→first-exec",
+            &self.api_breakdown,
         );
-        for b in &self.api_breakdown {
-            println!("{}", b.line());
-        }
         match &self.bwrap_floor {
             Some(bwrap) => {
                 println!("{}", bwrap.line("floor: bwrap … true"));
@@ -231,27 +229,21 @@ impl HttpReport {
             }
             None => println!("floor: bwrap not installed (apt install bubblewrap)"),
         }
-        println!(
-            "{}",
-            self.api_create_after_delete
-                .line("API create→first-exec after a delete")
+        print_with_breakdown(
+            &self.api_create_after_delete,
+            "API create→first-exec after a delete",
+            &self.after_delete_breakdown,
         );
-        for b in &self.after_delete_breakdown {
-            println!("{}", b.line());
-        }
         println!(
             "  after a delete / alone p50 ratio {:.2}",
             self.api_create_after_delete.summary.p50_ms
                 / self.api_create_to_first_exec.summary.p50_ms
         );
-        println!(
-            "{}",
-            self.pool_create_to_first_exec
-                .line("API create→first-exec (warm pool)")
+        print_with_breakdown(
+            &self.pool_create_to_first_exec,
+            "API create→first-exec (warm pool)",
+            &self.pool_breakdown,
         );
-        for b in &self.pool_breakdown {
-            println!("{}", b.line());
-        }
         if let Some(d) = &self.api_delete {
             println!("{}", d.line("API delete"));
         }
@@ -262,6 +254,14 @@ impl HttpReport {
             println!("{}", b.line());
         }
         self.volume_files.print();
+    }
+}
+
+/// Prints figure `latency` as `label`, then where its time went.
+fn print_with_breakdown(latency: &Latency, label: &str, breakdown: &[StepBreakdown]) {
+    println!("{}", latency.line(label));
+    for b in breakdown {
+        println!("{}", b.line());
     }
 }
 

@@ -139,7 +139,6 @@ async fn sleepers(daemon: &Daemon, id: &str) -> String {
 /// alone; a fork does not keep its copy, whose caller is attached to the source.
 #[test]
 fn sbx_forks_a_gvisor_sandbox_and_refuses_a_namespace_one() {
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     if !require_gvisor() {
         return;
     }
@@ -149,13 +148,7 @@ fn sbx_forks_a_gvisor_sandbox_and_refuses_a_namespace_one() {
         daemon
             .put_file(&source, "/home/user/mark", b"source".to_vec())
             .await;
-        let url = format!(
-            "ws://{}/v1/sandboxes/{source}/terminal?cmd=sleep&cmd=4242",
-            daemon.addr()
-        );
-        let mut terminal = url.into_client_request().unwrap();
-        let bearer = format!("Bearer {}", daemon.token()).parse().unwrap();
-        terminal.headers_mut().insert("authorization", bearer);
+        let terminal = daemon.terminal_request(&source, "cmd=sleep&cmd=4242");
         let (_terminal, _) = tokio_tungstenite::connect_async(terminal)
             .await
             .expect("open a terminal in the source");

@@ -7,7 +7,6 @@ mod common;
 use common::{e2e, eventually, sbx_binary, Daemon};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 /// A tmux server of this test's own, with one window running a command.
 struct Tmux {
@@ -216,13 +215,7 @@ fn terminal_errors_and_hang_up() {
         let plain = d.http().get(d.endpoint(&path)).send().await.unwrap();
         assert_eq!(plain.status(), 400, "not a WebSocket");
 
-        let ws = |query: &str| {
-            let url = format!("ws://{}{path}?{query}", d.addr());
-            let mut req = url.into_client_request().unwrap();
-            let bearer = format!("Bearer {}", d.token()).parse().unwrap();
-            req.headers_mut().insert("authorization", bearer);
-            req
-        };
+        let ws = |query: &str| d.terminal_request(&id, query);
         for (query, status) in [
             ("cols=0", 400),
             ("rows=5000", 400),
@@ -327,14 +320,7 @@ fn sleep_terminal(
     id: &str,
     seconds: u32,
 ) -> tokio_tungstenite::tungstenite::handshake::client::Request {
-    let url = format!(
-        "ws://{}/v1/sandboxes/{id}/terminal?cmd=sleep&cmd={seconds}",
-        d.addr()
-    );
-    let mut req = url.into_client_request().unwrap();
-    let bearer = format!("Bearer {}", d.token()).parse().unwrap();
-    req.headers_mut().insert("authorization", bearer);
-    req
+    d.terminal_request(id, &format!("cmd=sleep&cmd={seconds}"))
 }
 
 /// The claim: a pause that comes after a terminal's process started but before the terminal was

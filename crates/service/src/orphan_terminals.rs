@@ -69,14 +69,9 @@ impl Service {
         crate::sandboxes::random_id(&format!("{PREFIX}{}:", daemon_name()), 16)
     }
 
-    /// Ends the terminals `which` selects in sandbox `id`, whose agent is `client` (or the one its
-    /// endpoint names); returns how many it ended. Best effort: see the module's contract.
-    pub(crate) async fn end_terminals(
-        &self,
-        id: &str,
-        client: Option<EnvdClient>,
-        which: Which,
-    ) -> usize {
+    /// Ends the terminals `which` selects in sandbox `id`, whose agent is `client` (or the one the
+    /// runtime names). Best effort, logged: see the module's contract.
+    pub(crate) async fn end_terminals(&self, id: &str, client: Option<EnvdClient>, which: Which) {
         let ended = tokio::time::timeout(DEADLINE, async {
             let client = match client {
                 Some(client) => client,
@@ -105,26 +100,22 @@ impl Service {
         })
         .await;
         match ended {
+            Ok(Ok(0)) => {}
             Ok(Ok(n)) => {
-                if n > 0 {
-                    tracing::info!(sandbox_id = %id, ended = n, "ended terminals nobody can reach");
-                }
-                n
+                tracing::info!(sandbox_id = %id, ended = n, "ended terminals nobody can reach")
             }
             Ok(Err(e)) => {
-                tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "terminals nobody can reach not ended");
-                0
+                tracing::warn!(sandbox_id = %id, error = %crate::error::chain(&e), "terminals nobody can reach not ended")
             }
             Err(_) => {
-                tracing::warn!(sandbox_id = %id, "terminals nobody can reach not ended: the agent did not answer in time");
-                0
+                tracing::warn!(sandbox_id = %id, "terminals nobody can reach not ended: the agent did not answer in time")
             }
         }
     }
 
     /// Ends, in every running sandbox, the terminals earlier daemons opened (see the module's
-    /// contract); returns how many it ended. Run once, at start-up, behind the adoption.
-    pub async fn end_terminals_of_earlier_daemons(&self) -> usize {
+    /// contract). Run once, at start-up, behind the adoption.
+    pub async fn end_terminals_of_earlier_daemons(&self) {
         let running = match self
             .reader()
             .read(|tx| tx.sandboxes_in_states(&[SandboxState::Running]))
@@ -133,14 +124,14 @@ impl Service {
             Ok(running) => running,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list the running sandboxes to end the terminals of earlier daemons");
-                return 0;
+                return;
             }
         };
         let which = Which::NotOf(daemon_name());
         futures::stream::iter(running)
-            .map(|sandbox| async move { self.end_terminals(&sandbox.id, None, which).await })
-            .buffer_unordered(SWEEP_CONCURRENCY)
-            .fold(0, |sum, n| async move { sum + n })
+            .for_each_concurrent(SWEEP_CONCURRENCY, |sandbox| async move {
+                self.end_terminals(&sandbox.id, None, which).await
+            })
             .await
     }
 }

@@ -81,7 +81,7 @@ pub enum TerminalOutput {
 pub struct TerminalInput {
     client: EnvdClient,
     pid: u32,
-    /// The sandbox's id, and its pauses: a hang-up waits for a paused sandbox to resume.
+    /// The sandbox's id, and its pauses: a hang-up in a paused sandbox is left to its resume.
     sandbox: String,
     in_flight: InFlight,
 }

@@ -320,6 +320,23 @@ impl Daemon {
         &self.token
     }
 
+    /// The WebSocket request of a terminal of sandbox `id` with `query` (`cmd=sleep&cmd=9`),
+    /// sending the admin token.
+    pub fn terminal_request(
+        &self,
+        id: &str,
+        query: &str,
+    ) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let url = format!("ws://{}/v1/sandboxes/{id}/terminal?{query}", self.addr());
+        let mut req = url.into_client_request().expect("a terminal's URL");
+        let bearer = format!("Bearer {}", self.token)
+            .parse()
+            .expect("a header value");
+        req.headers_mut().insert("authorization", bearer);
+        req
+    }
+
     /// A client sending the admin token (as [`Setup::auth`] says).
     pub fn http(&self) -> &reqwest::Client {
         &self.http
