@@ -9,7 +9,8 @@
 //!
 //! PID 1 then restarts small: [`RESTART_AFTER`] after the fork, once the server's start (which a
 //! create waits for) has had the cores, it re-executes its own binary as `sandboxd-agent supervise
-//! PID NAME` ([`resume`]), keeping its pid, its name in `/proc/1/comm`, its blocked signals and
+//! PID NAME` ([`resume`]) through `/.sandboxd/NAME` (`/proc/self/exe` when the sandbox's root has
+//! no such link), keeping its pid, its name in `/proc/1/comm`, its blocked signals and
 //! whatever is pending (execve keeps both, and a blocked signal is never dropped, even by a PID 1
 //! without a handler). What the boot left in its memory (its heap, stack and data) would otherwise
 //! stay the sandbox's for its whole life: PID 1 goes from about 160 KiB of anonymous memory to 64,
@@ -22,6 +23,10 @@ use std::time::{Duration, Instant};
 
 /// The subcommand PID 1 re-executes itself with ([`resume`]).
 pub const SUPERVISE: &CStr = c"supervise";
+
+/// The directory every sandbox binds the agent into, with a link to it carrying each tier's name for
+/// the agent (`agent`, `sandboxd-agent`).
+const AGENT_DIR: &CStr = c"/.sandboxd/";
 
 /// How long after the fork PID 1 restarts small.
 const RESTART_AFTER: Duration = Duration::from_millis(200);
@@ -71,9 +76,17 @@ fn restart_small(server: libc::pid_t) {
         name.as_ptr(),
         std::ptr::null(),
     ];
-    // SAFETY: every pointer in `argv` is a NUL-terminated string alive across the call, and the
-    // array ends with a null pointer; execv returns only on failure.
-    unsafe { libc::execv(c"/proc/self/exe".as_ptr(), argv.as_ptr()) };
+    // The kernel names an image after the last part of the path it was executed through, and
+    // `resume` restores the name only once it runs: through `/proc/self/exe` the sandbox would see
+    // its PID 1 named `exe` meanwhile.
+    let by_name = CString::new([AGENT_DIR.to_bytes(), name.to_bytes()].concat())
+        .ok()
+        // SAFETY: a NUL-terminated path; access only reads it.
+        .filter(|path| unsafe { libc::access(path.as_ptr(), libc::X_OK) } == 0);
+    let program = by_name.as_deref().unwrap_or(c"/proc/self/exe");
+    // SAFETY: `program` and every pointer in `argv` are NUL-terminated strings alive across the
+    // call, and the array ends with a null pointer; execv returns only on failure.
+    unsafe { libc::execv(program.as_ptr(), argv.as_ptr()) };
     tracing::warn!(error = %std::io::Error::last_os_error(), "init: cannot restart small; supervising as it is");
 }
 

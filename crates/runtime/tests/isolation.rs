@@ -375,6 +375,27 @@ async fn own_group(tier: Isolation) {
 async fn small_init(tier: Isolation) {
     let fx = TieredFixture::new().await;
     let sb = fx.sandbox(tier, ResourceLimits::default()).await;
+    // Every name PID 1 shows from now until 50 ms after its restart, read as fast as bash can: the
+    // restart re-executes it under its own name, so no other one is ever seen.
+    let watch = sb
+        .sh(r#"exec bash -c '
+            seen=" "; until=$(( ${EPOCHREALTIME/./} + 10000000 )); restarted=
+            while (( ${EPOCHREALTIME/./} < until )); do
+                read -r name < /proc/1/comm
+                [[ $seen == *" $name "* ]] || seen="$seen$name "
+                if [[ -z $restarted ]]; then
+                    mapfile -d "" argv < /proc/1/cmdline
+                    [[ ${argv[1]} == supervise ]] && restarted=1 until=$(( ${EPOCHREALTIME/./} + 50000 ))
+                fi
+            done
+            echo "${restarted:-never restarted}:$seen"'"#)
+        .await;
+    assert_eq!(
+        text(&watch.stdout),
+        "1: sandboxd-agent \n",
+        "stderr: {}",
+        text(&watch.stderr)
+    );
     let cmdline = wait_for("PID 1 restarted small", Duration::from_secs(10), || async {
         let line = text(&sb.sh("tr '\\0' ' ' < /proc/1/cmdline").await.stdout);
         line.contains("supervise").then_some(line)

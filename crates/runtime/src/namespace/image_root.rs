@@ -18,7 +18,7 @@
 //! The image's files are read, never followed out of their layer: only regular files at paths whose
 //! every component is a real directory count.
 
-use super::rootfs::{AGENT_PATH, USER_ID};
+use super::rootfs::USER_ID;
 use crate::{ImageRoot, RuntimeError};
 use sandboxd_envd::callback;
 use std::os::unix::fs::{lchown, PermissionsExt};
@@ -183,8 +183,7 @@ fn build(root: &Path, layers: &[PathBuf], id_base: u32) -> Result<(), RuntimeErr
         mk(dir, mode, id_base)?;
     }
     mk("home/user", 0o750, user_id)?;
-    let agent = root.join(AGENT_PATH.trim_start_matches('/'));
-    write_file(&agent, b"", 0o755, id_base)?;
+    super::rootfs::write_agent_mount_point(root, id_base)?;
     let passwd = read_from_layers(layers, "etc/passwd").unwrap_or_default();
     let group = read_from_layers(layers, "etc/group").unwrap_or_default();
     let shell = if ["bin/bash", "usr/bin/bash"]
@@ -372,6 +371,8 @@ mod tests {
             assert!(m.is_dir(), "{mount_point}");
         }
         assert!(top.join(".sandboxd/agent").is_file());
+        let link = std::fs::read_link(top.join(".sandboxd/sandboxd-agent")).unwrap();
+        assert_eq!(link, Path::new("agent"));
         // Built once.
         assert_eq!(
             ensure_top(&dir.path().join("tops"), &image, uid).unwrap(),

@@ -19,8 +19,12 @@ use std::path::{Path, PathBuf};
 pub const USER_ID: u32 = 1000;
 /// Where the agent binary appears inside every sandbox.
 pub const AGENT_PATH: &str = "/.sandboxd/agent";
+/// A link to [`AGENT_PATH`] beside it, named as the namespace tier's agent is named in
+/// `/proc/1/comm`: the agent's PID 1 re-executes itself through `/.sandboxd/<its name>` when it
+/// restarts small, so the kernel gives the new image that name from its first instruction.
+const AGENT_NAME_LINK: &str = "/.sandboxd/sandboxd-agent";
 /// Bumped whenever the layout below changes, so old templates are rebuilt.
-const LAYOUT_VERSION: u32 = 2;
+const LAYOUT_VERSION: u32 = 3;
 
 /// Environment every `base` sandbox starts with (a create's own wins). The host's Python refuses
 /// `pip install` outside a virtualenv (PEP 668, "externally managed"); with the system read-only
@@ -204,9 +208,23 @@ fn build(root: &Path, id_base: u32, binds: &[BindMount]) -> Result<(), RuntimeEr
             mk(rel, 0o755, root_id)?;
         }
     }
-    let agent = root.join(AGENT_PATH.trim_start_matches('/'));
-    write_file(&agent, b"", 0o755, root_id)?;
+    write_agent_mount_point(root, root_id)?;
     curate_etc(root, root_id)
+}
+
+/// Writes the empty file the agent is bound onto ([`AGENT_PATH`]) and the link to it that carries
+/// the agent's name ([`AGENT_NAME_LINK`]) into the tree at `root`.
+pub(crate) fn write_agent_mount_point(root: &Path, owner: u32) -> Result<(), RuntimeError> {
+    let agent = root.join(AGENT_PATH.trim_start_matches('/'));
+    write_file(&agent, b"", 0o755, owner)?;
+    let link = root.join(AGENT_NAME_LINK.trim_start_matches('/'));
+    match symlink("agent", &link) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(RuntimeError::io("link", &link)(e))
+        }
+        _ => {}
+    }
+    lchown(&link, Some(owner), Some(owner)).map_err(RuntimeError::io("chown", &link))
 }
 
 fn write_file(path: &Path, data: &[u8], mode: u32, owner: u32) -> Result<(), RuntimeError> {
