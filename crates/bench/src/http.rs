@@ -21,7 +21,7 @@ use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
 use futures::StreamExt;
 use sandboxd_client::timing::Timed;
-use sandboxd_client::types::{CreateSandbox, ExecRequest};
+use sandboxd_client::types::{CreateSandbox, ExecRequest, ExecResult};
 use sandboxd_client::{Client, ClientError, ListQuery};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -174,6 +174,8 @@ pub struct HttpReport {
     pub pool_create_to_first_exec: Latency,
     /// Where its time went: the create's steps, then the first exec's.
     pub pool_breakdown: Vec<StepBreakdown>,
+    /// API pause, and resume→first exec, of one sandbox.
+    pub resume: crate::resume::ResumeFigure,
     /// The volume file API against the same bytes through a sandbox.
     pub volume_files: crate::volume_files::VolumeFilesFigure,
 }
@@ -253,12 +255,13 @@ impl HttpReport {
         for b in &self.delete_breakdown {
             println!("{}", b.line());
         }
+        self.resume.print();
         self.volume_files.print();
     }
 }
 
 /// Prints figure `latency` as `label`, then where its time went.
-fn print_with_breakdown(latency: &Latency, label: &str, breakdown: &[StepBreakdown]) {
+pub(crate) fn print_with_breakdown(latency: &Latency, label: &str, breakdown: &[StepBreakdown]) {
     println!("{}", latency.line(label));
     for b in breakdown {
         println!("{}", b.line());
@@ -382,6 +385,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let bwrap = crate::runtime::bwrap_floor(args.creates).await?;
     let (pooled, pool_breakdown) =
         crate::warm_pool::create_first_exec(&fleet, args.creates).await?;
+    let resume = crate::resume::measure(&fleet, args.creates).await?;
     let volume_files = crate::volume_files::measure(&fleet).await?;
     Ok(HttpReport {
         server: args.server,
@@ -406,6 +410,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         )?,
         after_delete_breakdown,
         pool_create_to_first_exec: pooled,
+        resume,
         volume_files,
     })
 }
@@ -677,22 +682,28 @@ impl ApiFleet {
         let created = self.create_timed().await?;
         let created_in = t.elapsed();
         let id = created.value.id;
+        let ran = self.run_true(&id).await?;
+        let took = t.elapsed();
+        samples[0].add(created_in, &created.steps);
+        samples[1].add(took - created_in, &ran.steps);
+        Ok((id, took))
+    }
+
+    /// Runs `true` in sandbox `id`; an error unless it exits 0.
+    pub(crate) async fn run_true(&self, id: &str) -> anyhow::Result<Timed<ExecResult>> {
         let req = ExecRequest {
             cmd: vec!["true".into()],
             ..ExecRequest::default()
         };
         let ran = self
             .client
-            .exec_timed(&id, &req)
+            .exec_timed(id, &req)
             .await
             .with_context(|| format!("exec true in {id}"))?;
-        let took = t.elapsed();
         if ran.value.exit_code != 0 {
             bail!("true in {id} exited {}", ran.value.exit_code);
         }
-        samples[0].add(created_in, &created.steps);
-        samples[1].add(took - created_in, &ran.steps);
-        Ok((id, took))
+        Ok(ran)
     }
 
     /// Deletes sandbox `id` and forgets it.

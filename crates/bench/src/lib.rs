@@ -3,8 +3,8 @@
 //! - `bench runtime` ([`runtime`]): create→first-exec and exec round trip through the namespace
 //!   runtime library, next to the bare `unshare` floor.
 //! - `bench http` ([`http`]): the proxy's throughput and latency against the same server reached
-//!   directly, and API create→first-exec, cold and from a warm pool ([`warm_pool`]), against a
-//!   running daemon.
+//!   directly, API create→first-exec, cold and from a warm pool ([`warm_pool`]), delete, and
+//!   pause and resume→first exec ([`resume`]), against a running daemon.
 //! - `bench images` ([`images`], its quota figure in [`quota`]): create→first-exec from a cached
 //!   image vs `base`, a cold pull vs `skopeo copy`, and create with the disk quota on vs off; with a
 //!   daemon and a registry of its own.
@@ -34,6 +34,7 @@ pub mod interpreter;
 pub mod load;
 pub mod quota;
 pub mod report;
+pub mod resume;
 pub mod runtime;
 pub mod stats;
 pub mod steps;

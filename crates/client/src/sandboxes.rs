@@ -142,6 +142,16 @@ impl Client {
             .await
     }
 
+    /// [`Client::resume`], with the steps the daemon's resume took.
+    pub async fn resume_timed(
+        &self,
+        id_or_name: &str,
+    ) -> Result<crate::timing::Timed<Sandbox>, ClientError> {
+        let url = self.sandbox_endpoint(id_or_name, &["resume"])?;
+        self.send_json_timed(self.request(Method::POST, url), "sandbox")
+            .await
+    }
+
     /// `POST /v1/sandboxes/{idOrName}/stop`.
     pub async fn stop(&self, id_or_name: &str) -> Result<Sandbox, ClientError> {
         let url = self.sandbox_endpoint(id_or_name, &["stop"])?;

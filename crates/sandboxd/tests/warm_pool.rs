@@ -544,9 +544,11 @@ fn server_timing(response: &reqwest::Response) -> Vec<String> {
 /// A create names its steps in `Server-Timing` (`sandboxd_service::timing`): a cold one boots a
 /// sandbox (`runtime-create`, `start`, `ready`), one from the pool adopts one (`adopt`) while it
 /// writes once (`admit`), and gives its agent its environment (`init`) only when it has one the
-/// pool's agents were not booted with; an exec names its lookup and its agent call.
+/// pool's agents were not booted with; an exec names its lookup and its agent call, a resume its
+/// thaw, the end of the terminals its pause cut off and its write, a delete its lookup, claim and
+/// halt.
 #[test]
-fn creates_and_execs_name_their_steps_in_server_timing() {
+fn creates_execs_resumes_and_deletes_name_their_steps_in_server_timing() {
     e2e(|| async {
         let d = Daemon::start().await;
         let cold = d.post_json("/v1/sandboxes", &json!({})).await;
@@ -589,6 +591,23 @@ fn creates_and_execs_name_their_steps_in_server_timing() {
             .await;
         assert_eq!(exec.status(), 200);
         assert_eq!(server_timing(&exec), ["resolve", "agent"]);
+        let paused = d
+            .post_json(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+            .await;
+        assert_eq!(paused.status(), 200);
+        let resumed = d
+            .post_json(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+            .await;
+        assert_eq!(resumed.status(), 200);
+        assert_eq!(server_timing(&resumed), ["thaw", "terminals", "record"]);
+        let deleted = d
+            .http()
+            .delete(d.endpoint(&format!("/v1/sandboxes/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status(), 204);
+        assert_eq!(server_timing(&deleted), ["resolve", "claim", "halt"]);
         let missing = d
             .http()
             .get(d.endpoint("/v1/sandboxes"))

@@ -29,6 +29,7 @@
 //! deletes it like any other. Requests to a paused sandbox without auto-resume answer a conflict.
 
 use crate::events::{emit, sandbox_data, SANDBOX_PAUSED, SANDBOX_RESUMED};
+use crate::timing::step;
 use crate::{Service, ServiceError};
 use sandboxd_runtime::cgroup::CgroupStats;
 use sandboxd_runtime::{DiskUsage, RuntimeError};
@@ -244,24 +245,27 @@ impl Service {
                 )))
             }
         }
-        self.runtime().resume(&id).await?;
+        step("thaw", self.runtime().resume(&id)).await?;
         self.inner.in_flight.resumed(&id);
         // Before the row says running, so no terminal opened since is among them.
-        self.end_terminals(&id, None, crate::orphan_terminals::Which::All)
-            .await;
+        step(
+            "terminals",
+            self.end_terminals(&id, None, crate::orphan_terminals::Which::All),
+        )
+        .await;
         // An auto-paused sandbox has no deadline: it gets its create's timeout again.
         let lifecycle = sandbox.lifecycle;
         let deadline =
             (lifecycle.auto_pause && sandbox.expires_at.is_none() && lifecycle.timeout_ms > 0)
                 .then(|| unix_millis_now().saturating_add(lifecycle.timeout_ms));
-        let resumed = self
-            .transition(
-                &id,
-                SandboxState::Paused,
-                SandboxState::Running,
-                SANDBOX_RESUMED,
-                deadline,
-            )
+        let record = self.transition(
+            &id,
+            SandboxState::Paused,
+            SandboxState::Running,
+            SANDBOX_RESUMED,
+            deadline,
+        );
+        let resumed = step("record", record)
             .await?
             .ok_or_else(|| ServiceError::Conflict(format!("sandbox {id} is being deleted")))?;
         tracing::info!(sandbox_id = %id, "sandbox resumed");
