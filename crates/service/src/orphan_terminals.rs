@@ -128,11 +128,17 @@ impl Service {
             }
         };
         let which = Which::NotOf(daemon_name());
+        let (count, started) = (running.len(), std::time::Instant::now());
         futures::stream::iter(running)
             .for_each_concurrent(SWEEP_CONCURRENCY, |sandbox| async move {
                 self.end_terminals(&sandbox.id, None, which).await
             })
-            .await
+            .await;
+        tracing::info!(
+            sandboxes = count,
+            ms = started.elapsed().as_millis() as u64,
+            "swept the running sandboxes for the terminals of earlier daemons"
+        );
     }
 }
 

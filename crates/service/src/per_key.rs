@@ -25,6 +25,12 @@ const RETRY_AFTER_CREATES_SECS: u64 = 1;
 const RETRY_AFTER_SANDBOXES_SECS: u64 = 10;
 
 impl KeyLimits {
+    /// Whether a create of key `owner` is checked against these limits: a key's (the empty owner
+    /// is no key's) where any limit is set. When none is, a create reads no key's usage.
+    pub fn apply_to(&self, owner: &str) -> bool {
+        !owner.is_empty() && (self.max_sandboxes > 0 || self.max_concurrent_creates > 0)
+    }
+
     /// Whether a key holding `usage` may create one more sandbox.
     pub fn admit(&self, usage: KeyUsage) -> Result<(), ServiceError> {
         if self.max_sandboxes > 0 && usage.sandboxes >= self.max_sandboxes {
@@ -87,5 +93,16 @@ mod tests {
             "{busy:?}"
         );
         assert!(KeyLimits::default().admit(usage(10_000, 10_000)).is_ok());
+    }
+
+    #[test]
+    fn limits_apply_to_a_keys_creates_only_when_one_is_set() {
+        let some = KeyLimits {
+            max_sandboxes: 0,
+            max_concurrent_creates: 1,
+        };
+        assert!(some.apply_to("k1"));
+        assert!(!some.apply_to(""));
+        assert!(!KeyLimits::default().apply_to("k1"));
     }
 }

@@ -639,7 +639,7 @@ pub(crate) fn insert_admitted(
     new: NewSandbox,
     now: UnixMillis,
 ) -> Result<Result<(), ServiceError>, StoreError> {
-    if !new.owner.is_empty() {
+    if limits.apply_to(&new.owner) {
         if let Err(refused) = limits.admit(tx.key_usage(&new.owner)?) {
             return Ok(Err(refused));
         }

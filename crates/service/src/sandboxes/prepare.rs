@@ -55,8 +55,9 @@ impl Service {
             .check_secret_uses(&plan.env, &plan.network.rules)
             .await?;
         let limits = self.config().key_limits;
-        if !plan.owner.is_empty() {
-            // Early, so a key past its limits pulls or builds nothing; the insert checks again.
+        if limits.apply_to(&plan.owner) {
+            // Early, so a key past its limits pulls, builds or takes from a warm pool nothing; the
+            // insert checks again.
             let owner = plan.owner.clone();
             limits.admit(self.reader().read(move |tx| tx.key_usage(&owner)).await?)?;
         }

@@ -38,14 +38,8 @@ impl Service {
         plan: &CreatePlan,
         prepared: &Prepared,
     ) -> Result<Option<Sandbox>, ServiceError> {
+        // A create past its key's limit was refused by its `prepare`, before it took anything.
         let limits = self.config().key_limits;
-        // A create past its key's limit is refused before it takes a pooled sandbox.
-        if !new.owner.is_empty() {
-            let owner = new.owner.clone();
-            self.reader()
-                .read(move |tx| Ok(limits.admit(tx.key_usage(&owner)?)))
-                .await??;
-        }
         let _adopting = self.pools().adopting.read().await;
         let Some(entry) = self.pools().take(template) else {
             return Ok(None);
