@@ -132,7 +132,7 @@ impl Service {
             let n = name.clone();
             let in_store = self
                 .reader()
-                .read(move |tx| tx.get_sandbox_by_name(&n))
+                .read_by_key(move |tx| tx.get_sandbox_by_name(&n))
                 .await;
             if !matches!(in_store, Ok(None)) {
                 self.inner.pending.with(|map| map.remove(&pending.id));

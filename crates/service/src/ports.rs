@@ -53,7 +53,7 @@ impl Service {
         let rid = id.to_string();
         let stored = self
             .reader()
-            .read(move |tx| {
+            .read_by_key(move |tx| {
                 let Some(endpoint) = tx.get_endpoint(&rid)? else {
                     return Ok(None);
                 };
@@ -73,7 +73,7 @@ impl Service {
         let rid = id.to_string();
         let public = self
             .reader()
-            .read(move |tx| tx.get_sandbox_by_id(&rid))
+            .read_by_key(move |tx| tx.get_sandbox_by_id(&rid))
             .await?
             .is_none_or(|s| crate::previews::is_public(&s.network));
         let endpoint = Arc::new(Endpoint {
@@ -195,7 +195,7 @@ impl Service {
         let existing = {
             let (id, port) = (sandbox.id.clone(), req.port);
             self.reader()
-                .read(move |tx| tx.get_exposed_port(&id, port))
+                .read_by_key(move |tx| tx.get_exposed_port(&id, port))
                 .await?
         };
         let endpoint = self.endpoint(&sandbox.id).await?;
@@ -542,7 +542,7 @@ impl Resolver for Service {
         let id = target.sandbox_id.clone();
         let sandbox = self
             .reader()
-            .read(move |tx| tx.get_sandbox_by_id(&id))
+            .read_by_key(move |tx| tx.get_sandbox_by_id(&id))
             .await
             .map_err(|e| RouteError::Unavailable(e.to_string()))?
             .ok_or_else(not_found)?;

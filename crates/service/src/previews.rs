@@ -213,7 +213,7 @@ impl Service {
                 let id = target.sandbox_id.clone();
                 let row = self
                     .reader()
-                    .read(move |tx| tx.get_sandbox_by_id(&id))
+                    .read_by_key(move |tx| tx.get_sandbox_by_id(&id))
                     .await
                     .map_err(unavailable)?;
                 match row {

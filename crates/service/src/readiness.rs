@@ -324,7 +324,7 @@ impl Service {
             let rid = id.to_string();
             let row = self
                 .reader()
-                .read(move |tx| tx.get_sandbox_by_id(&rid))
+                .read_by_key(move |tx| tx.get_sandbox_by_id(&rid))
                 .await?;
             let row = match row {
                 None => {

@@ -184,7 +184,7 @@ impl Service {
         self.secrets_key()?;
         let k = key.to_string();
         self.reader()
-            .read(move |tx| tx.get_secret(&k))
+            .read_by_key(move |tx| tx.get_secret(&k))
             .await?
             .ok_or_else(|| not_found(key))
     }

@@ -323,7 +323,7 @@ impl Service {
     pub async fn get_template(&self, name: &str) -> Result<TemplateRecord, ServiceError> {
         let n = name.to_string();
         self.reader()
-            .read(move |tx| tx.get_template(&n))
+            .read_by_key(move |tx| tx.get_template(&n))
             .await?
             .ok_or_else(|| ServiceError::NotFound(format!("template {name:?} not found")))
     }

@@ -169,7 +169,7 @@ impl Service {
         let name = req.name.clone();
         if self
             .reader()
-            .read(move |tx| tx.get_volume(&name))
+            .read_by_key(move |tx| tx.get_volume(&name))
             .await?
             .is_some_and(|v| v.name == req.name)
         {
@@ -232,7 +232,7 @@ impl Service {
     pub async fn get_volume(&self, key: &str) -> Result<VolumeRecord, ServiceError> {
         let k = key.to_string();
         self.reader()
-            .read(move |tx| tx.get_volume(&k))
+            .read_by_key(move |tx| tx.get_volume(&k))
             .await?
             .ok_or_else(|| not_found(key))
     }

@@ -292,7 +292,7 @@ impl Service {
         let hid = hook_id.clone();
         let Some(hook) = self
             .reader()
-            .read(move |tx| tx.get_webhook_registration(&hid))
+            .read_by_key(move |tx| tx.get_webhook_registration(&hid))
             .await?
         else {
             let id = row.id;

@@ -437,7 +437,7 @@ impl Service {
         let fp = fingerprint.to_string();
         Ok(self
             .reader()
-            .read(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
+            .read_by_key(move |tx| tx.get_claim(CREATE_SCOPE, &fp))
             .await?)
     }
 
@@ -456,7 +456,7 @@ impl Service {
         let id = id.to_string();
         let sandbox = self
             .reader()
-            .read(move |tx| tx.get_sandbox_by_id(&id))
+            .read_by_key(move |tx| tx.get_sandbox_by_id(&id))
             .await?;
         Ok(sandbox.filter(|s| matches!(s.state, SandboxState::Running | SandboxState::Paused)))
     }
