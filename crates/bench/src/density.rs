@@ -12,6 +12,7 @@
 use crate::daemon::{daemon_binary, Daemon, Node};
 use crate::http::{run_ok, with_fleet, ApiFleet};
 use crate::report::ms;
+use crate::slabs::Slabs;
 use crate::stats::Summary;
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
@@ -90,6 +91,9 @@ pub struct DensityReport {
     /// The kernel's share of that drop, KiB per sandbox, by `/proc/meminfo` field
     /// ([`KERNEL_FIELDS`]): where the memory beyond the processes' goes.
     pub kernel_kib_per_sandbox: Vec<(String, f64)>,
+    /// The slab caches that grew most, KiB per sandbox ([`SLABS_SHOWN`] of them); empty where
+    /// `/proc/slabinfo` cannot be read.
+    pub slab_kib_per_sandbox: Vec<(String, f64)>,
     /// The daemon's own resident memory at the top, MiB.
     pub daemon_rss_mib: f64,
     /// Tasks (processes and threads) on the host per live sandbox.
@@ -134,6 +138,17 @@ impl DensityReport {
             .map(|(field, kib)| format!("{field} {kib:.0}"))
             .collect();
         println!("  the kernel's, KiB per sandbox: {}", kernel.join(", "));
+        if !self.slab_kib_per_sandbox.is_empty() {
+            let slabs: Vec<String> = self
+                .slab_kib_per_sandbox
+                .iter()
+                .map(|(cache, kib)| format!("{cache} {kib:.0}"))
+                .collect();
+            println!(
+                "  its slab caches that grew most, KiB per sandbox: {}",
+                slabs.join(", ")
+            );
+        }
         println!(
             "at the top: exec p50 {} ms p99 {} ms; list (one page) p50 {} ms p99 {} ms",
             ms(self.exec_at_top.p50_ms),
@@ -197,6 +212,7 @@ async fn measure(
     interrupt: Interrupt,
 ) -> anyhow::Result<DensityReport> {
     let before = Host::read()?;
+    let slabs_before = Slabs::read();
     let floor_kib = (before.mem_total_kib / MEMORY_FLOOR_SHARE).max(MEMORY_FLOOR_MIN_KIB);
     let live = Arc::new(Mutex::new(Vec::<String>::with_capacity(args.count)));
     let took = Arc::new(Mutex::new(Vec::<(Instant, Duration)>::with_capacity(
@@ -300,6 +316,10 @@ async fn measure(
             (field.trim_end_matches(':').to_string(), each)
         })
         .collect();
+    let slab_kib_per_sandbox = match (&slabs_before, Slabs::read()) {
+        (Ok(then), Ok(now)) => now.grown_since(then, reached, SLABS_SHOWN),
+        _ => Vec::new(),
+    };
     let sandbox_pss_mib = sandbox_pss_mib(&runtime_dir, &live)?;
     let daemon_rss_mib = daemon_pid.map_or(Ok(0.0), rss_mib)?;
     let (exec_at_top, list_page_at_top) = at_the_top(&fleet, &live).await?;
@@ -314,6 +334,7 @@ async fn measure(
         target_mib_per_sandbox: TARGET_MIB_PER_SANDBOX,
         sandbox_pss_mib,
         kernel_kib_per_sandbox,
+        slab_kib_per_sandbox,
         daemon_rss_mib,
         tasks_per_sandbox,
         exec_at_top,
@@ -401,6 +422,9 @@ const KERNEL_FIELDS: [&str; 5] = [
     "KernelStack:",
     "Percpu:",
 ];
+
+/// How many of the slab caches that grew most the report names.
+const SLABS_SHOWN: usize = 6;
 
 /// The host figures read before and at the top.
 struct Host {

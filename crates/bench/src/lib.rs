@@ -36,6 +36,7 @@ pub mod quota;
 pub mod report;
 pub mod resume;
 pub mod runtime;
+pub mod slabs;
 pub mod stats;
 pub mod steps;
 pub mod volume_files;

@@ -493,6 +493,25 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
+    /// The host limit this failure ran into, when it ran into one rather than a fault: the
+    /// process's or the system's open files (`EMFILE`, `ENFILE`), or, starting a sandbox, the
+    /// host's processes (`EAGAIN` from `clone`).
+    pub fn host_limit(&self) -> Option<&'static str> {
+        let (source, spawning) = match self {
+            RuntimeError::Spawn(source) => (source, true),
+            RuntimeError::Io { source, .. } | RuntimeError::IdMapNamespace { source, .. } => {
+                (source, false)
+            }
+            _ => return None,
+        };
+        match source.raw_os_error() {
+            Some(libc::EMFILE) => Some("the daemon's open files (its LimitNOFILE)"),
+            Some(libc::ENFILE) => Some("the host's open files (fs.file-max)"),
+            Some(libc::EAGAIN) if spawning => Some("the host's processes (kernel.pid_max)"),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(
         what: &'static str,
         path: impl Into<PathBuf>,
@@ -523,6 +542,25 @@ mod tests {
 
     fn net(text: &str) -> Ipv4Net {
         text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn running_out_of_files_or_processes_names_the_host_limit() {
+        let os = std::io::Error::from_raw_os_error;
+        let spawn = |errno| RuntimeError::Spawn(os(errno));
+        assert!(spawn(libc::EMFILE)
+            .host_limit()
+            .unwrap()
+            .contains("LimitNOFILE"));
+        assert!(spawn(libc::EAGAIN)
+            .host_limit()
+            .unwrap()
+            .contains("pid_max"));
+        let io = RuntimeError::io("open", "/x")(os(libc::ENFILE));
+        assert!(io.host_limit().unwrap().contains("file-max"));
+        let not_spawning = RuntimeError::io("open", "/x")(os(libc::EAGAIN));
+        assert_eq!(not_spawning.host_limit(), None);
+        assert_eq!(spawn(libc::EPERM).host_limit(), None);
     }
 
     #[test]

@@ -132,7 +132,14 @@ impl From<RuntimeError> for ServiceError {
             // Its row is there but the sandbox went (a delete racing this request): it is gone for
             // the caller too, never the daemon's failure.
             RuntimeError::NotFound(id) => ServiceError::NotFound(format!("sandbox {id} not found")),
-            other => ServiceError::Runtime(other),
+            // The host is full, not broken: a 503 that says which limit, never a 500.
+            other => match other.host_limit() {
+                Some(limit) => ServiceError::Exhausted(format!(
+                    "{}: the host ran out of {limit}; `sandboxd doctor` says how to raise it",
+                    chain(&other)
+                )),
+                None => ServiceError::Runtime(other),
+            },
         }
     }
 }
@@ -149,6 +156,20 @@ mod tests {
         let e = ServiceError::from(RuntimeError::NotFound("bld1".into()));
         assert!(
             matches!(&e, ServiceError::NotFound(m) if m == "sandbox bld1 not found"),
+            "{e:?}"
+        );
+    }
+
+    /// A create that ran into a host limit (here, the daemon's open files) is the host being full
+    /// (a 503 naming the limit), not a runtime failure (a 500).
+    #[test]
+    fn host_limits_are_exhaustion_not_failure() {
+        // EMFILE on Linux.
+        let emfile = std::io::Error::from_raw_os_error(24);
+        let e = ServiceError::from(RuntimeError::Spawn(emfile));
+        assert!(
+            matches!(&e, ServiceError::Exhausted(m)
+                if m.starts_with("spawning the sandbox init: ") && m.contains("LimitNOFILE")),
             "{e:?}"
         );
     }

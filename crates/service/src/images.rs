@@ -240,7 +240,10 @@ impl Service {
 
     async fn ready_image(&self, digest: &str) -> Result<Option<ImageRecord>, ServiceError> {
         let d = digest.to_string();
-        let found = self.reader().read_by_key(move |tx| tx.get_image(&d)).await?;
+        let found = self
+            .reader()
+            .read_by_key(move |tx| tx.get_image(&d))
+            .await?;
         Ok(found.filter(|i| i.state == ImageState::Ready))
     }
 
@@ -366,7 +369,9 @@ impl Service {
         let found = match sandboxd_images::digest_hex(key) {
             Some(_) => {
                 let d = key.to_string();
-                self.reader().read_by_key(move |tx| tx.get_image(&d)).await?
+                self.reader()
+                    .read_by_key(move |tx| tx.get_image(&d))
+                    .await?
             }
             None => {
                 let parsed: ImageRef = key.parse().map_err(ImageError::from)?;
