@@ -78,16 +78,28 @@ fn restart_small(server: libc::pid_t) {
     ];
     // The kernel names an image after the last part of the path it was executed through, and
     // `resume` restores the name only once it runs: through `/proc/self/exe` the sandbox would see
-    // its PID 1 named `exe` meanwhile.
+    // its PID 1 named `exe` meanwhile. The link by name is taken only while it is this very binary;
+    // a sandbox's root that swapped it for another after the check would run that as PID 1, under
+    // the confinement every process of the sandbox has (`crate::confine`): nothing it lacked.
     let by_name = CString::new([AGENT_DIR.to_bytes(), name.to_bytes()].concat())
         .ok()
-        // SAFETY: a NUL-terminated path; access only reads it.
-        .filter(|path| unsafe { libc::access(path.as_ptr(), libc::X_OK) } == 0);
-    let program = by_name.as_deref().unwrap_or(c"/proc/self/exe");
-    // SAFETY: `program` and every pointer in `argv` are NUL-terminated strings alive across the
-    // call, and the array ends with a null pointer; execv returns only on failure.
-    unsafe { libc::execv(program.as_ptr(), argv.as_ptr()) };
+        .filter(|path| same_file(path, c"/proc/self/exe"));
+    for program in by_name.as_deref().into_iter().chain([c"/proc/self/exe"]) {
+        // SAFETY: `program` and every pointer in `argv` are NUL-terminated strings alive across
+        // the call, and the array ends with a null pointer; execv returns only on failure.
+        unsafe { libc::execv(program.as_ptr(), argv.as_ptr()) };
+    }
     tracing::warn!(error = %std::io::Error::last_os_error(), "init: cannot restart small; supervising as it is");
+}
+
+/// Whether paths `a` and `b` lead to one file (device and inode), following links.
+fn same_file(a: &CStr, b: &CStr) -> bool {
+    let id = |path: &CStr| {
+        // SAFETY: a zeroed `stat` is a valid buffer, and `path` is NUL-terminated.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        (unsafe { libc::stat(path.as_ptr(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    };
+    matches!((id(a), id(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// PID 1 after [`restart_small`]: `server` is the server's pid and `name` this process's name
@@ -242,5 +254,21 @@ mod tests {
         assert_eq!(exit_code(0), 0);
         assert_eq!(exit_code(libc::SIGKILL), 128 + 9);
         assert_eq!(exit_code(libc::SIGTERM), 128 + 15);
+    }
+
+    /// A link is its target's file, another file is not, and a path that leads nowhere is no one's.
+    #[test]
+    fn same_file_follows_links_and_tells_files_apart() {
+        use std::os::unix::ffi::OsStringExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| CString::new(dir.path().join(name).into_os_string().into_vec());
+        std::fs::write(dir.path().join("agent"), b"a").unwrap();
+        std::fs::write(dir.path().join("other"), b"a").unwrap();
+        std::os::unix::fs::symlink("agent", dir.path().join("sandboxd-agent")).unwrap();
+        let [agent, other, link, none] =
+            ["agent", "other", "sandboxd-agent", "none"].map(|n| path(n).unwrap());
+        assert!(same_file(&link, &agent));
+        assert!(!same_file(&other, &agent));
+        assert!(!same_file(&none, &none));
     }
 }
