@@ -600,12 +600,7 @@ fn creates_execs_resumes_and_deletes_name_their_steps_in_server_timing() {
             .await;
         assert_eq!(resumed.status(), 200);
         assert_eq!(server_timing(&resumed), ["thaw", "terminals", "record"]);
-        let deleted = d
-            .http()
-            .delete(d.endpoint(&format!("/v1/sandboxes/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let deleted = d.delete(&format!("/v1/sandboxes/{id}")).await;
         assert_eq!(deleted.status(), 204);
         assert_eq!(server_timing(&deleted), ["resolve", "claim", "halt"]);
         let missing = d
