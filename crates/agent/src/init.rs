@@ -9,8 +9,8 @@
 //!
 //! PID 1 then restarts small: [`RESTART_AFTER`] after the fork, once the server's start (which a
 //! create waits for) has had the cores, it re-executes its own binary as `sandboxd-agent supervise
-//! PID NAME` ([`resume`]) through `/.sandboxd/NAME` (`/proc/self/exe` when the sandbox's root has
-//! no such link), keeping its pid, its name in `/proc/1/comm`, its blocked signals and
+//! PID NAME` ([`resume`]) through `/.sandboxd/NAME` (through `/proc/self/exe` when that is not its
+//! own binary), keeping its pid, its name in `/proc/1/comm`, its blocked signals and
 //! whatever is pending (execve keeps both, and a blocked signal is never dropped, even by a PID 1
 //! without a handler). What the boot left in its memory (its heap, stack and data) would otherwise
 //! stay the sandbox's for its whole life: PID 1 goes from about 160 KiB of anonymous memory to 64,
