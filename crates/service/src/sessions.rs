@@ -19,7 +19,8 @@
 //!   agent's file API, and the FIFO, the exit code and the input are the agent's own binary's work
 //!   (`/.sandboxd/agent tool`, `sandboxd_agent::tool`), the script around a command uses only bash's
 //!   builtins besides it. No wait outlives the session: a shell that is gone ends the wait at once.
-//! - Deleting a session kills its shell (and what it runs) and removes its files.
+//! - Deleting a session kills its shell (and what it runs), answers once the agent has reaped it
+//!   (so a list right after no longer names the session), and removes its files.
 
 use crate::exec::agent_error;
 use crate::{Service, ServiceError};
@@ -31,6 +32,8 @@ use std::time::Duration;
 pub const SESSIONS_DIR: &str = "/tmp/.sandboxd-sessions";
 /// How often a waiter looks for a command's end.
 const POLL: Duration = Duration::from_millis(20);
+/// How long a deleted session's shell may take to be gone once killed.
+const SHELL_GONE_WITHIN: Duration = Duration::from_secs(5);
 /// How long writing a command's input may take (a FIFO whose command just ended has no reader, and
 /// the writer would wait for one).
 const INPUT_DEADLINE: Duration = Duration::from_secs(5);
@@ -445,6 +448,16 @@ impl Service {
             .send_signal(ProcessSelector::Tag(tag(session)), Signal::Sigkill)
             .await
             .map_err(agent_error)?;
+        // Answered once the agent has reaped the shell, so a list right after no longer names it.
+        let deadline = tokio::time::Instant::now() + SHELL_GONE_WITHIN;
+        while self.session_exists(&client, session).await? {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ServiceError::Conflict(format!(
+                    "session {session:?}'s shell was killed but is still there after {SHELL_GONE_WITHIN:?}"
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
         match client.remove(&dir(session)).await {
             Ok(()) => Ok(()),
             Err(e) => match agent_error(e) {
