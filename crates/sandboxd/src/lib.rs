@@ -316,7 +316,6 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         &callback_dir,
         config.egress_gateway_port,
         config.egress_roots.as_deref(),
-        config.host_ports()?,
     )
     .await?;
     runtime_config.slots = config
