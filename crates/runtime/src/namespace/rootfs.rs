@@ -213,17 +213,13 @@ fn build(root: &Path, id_base: u32, binds: &[BindMount]) -> Result<(), RuntimeEr
 }
 
 /// Writes the empty file the agent is bound onto ([`AGENT_PATH`]) and the link to it that carries
-/// the agent's name ([`AGENT_NAME_LINK`]) into the tree at `root`.
+/// the agent's name ([`AGENT_NAME_LINK`]) into the tree at `root`, a fresh staging tree of
+/// [`build_once`].
 pub(crate) fn write_agent_mount_point(root: &Path, owner: u32) -> Result<(), RuntimeError> {
     let agent = root.join(AGENT_PATH.trim_start_matches('/'));
     write_file(&agent, b"", 0o755, owner)?;
     let link = root.join(AGENT_NAME_LINK.trim_start_matches('/'));
-    match symlink("agent", &link) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-            return Err(RuntimeError::io("link", &link)(e))
-        }
-        _ => {}
-    }
+    symlink("agent", &link).map_err(RuntimeError::io("link", &link))?;
     lchown(&link, Some(owner), Some(owner)).map_err(RuntimeError::io("chown", &link))
 }
 
