@@ -220,7 +220,8 @@ pub struct ServeConfig {
     pub default_isolation: sandboxd_runtime::Isolation,
     /// The port of the egress gateway, which the HTTP and HTTPS of sandboxes that use secrets or
     /// network rules go through (on every address; it answers only those sandboxes). Default: the
-    /// port this data dir's gateway had, else one the system picks (kept in the data dir).
+    /// port this data dir's gateway had, else a free one above the kernel's ephemeral ports and
+    /// outside --host-ports (kept in the data dir).
     #[arg(long, env = "SB_EGRESS_GATEWAY_PORT")]
     pub egress_gateway_port: Option<u16>,
     /// A PEM file of roots the egress gateway trusts for upstream hosts, besides the host's system

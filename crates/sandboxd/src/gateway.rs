@@ -8,9 +8,14 @@
 //!   daemon's directory they all share read-only ([`sandboxd_envd::callback::SANDBOX_DIR`]), as
 //!   [`CA_FILE`] and [`BUNDLE_FILE`], written at every start.
 //! - The port is `--egress-gateway-port`, else the one this data dir used before (so sandboxes that
-//!   outlive a restart keep reaching it), else one the system picks, then kept. The gateway listens
-//!   on every address of the host and answers only connections that come from a sandbox behind it
-//!   (`sandboxd_egress::gateway`); a port it cannot have stops the start, saying which.
+//!   outlive a restart keep reaching it), else a free one above the kernel's ephemeral range
+//!   (`net.ipv4.ip_local_port_range`) and outside `--host-ports`, then kept ([`fresh_ports`]). Not
+//!   one the system picks: that is an ephemeral port, which any outgoing connection may hold as its
+//!   own local port while the daemon is down, and the restart would then fail. Only when the
+//!   ephemeral range leaves no port above it does the system pick. The gateway listens on every
+//!   address of the host and answers only connections that come from a sandbox behind it
+//!   (`sandboxd_egress::gateway`); a configured or kept port it cannot have stops the start, saying
+//!   which.
 //! - Upstream hosts are checked against the host's system bundle and `--egress-roots`.
 
 use anyhow::Context;
@@ -47,11 +52,13 @@ fn pem_certs(
         .with_context(|| format!("reading the certificates of {}", path.display()))
 }
 
-/// Makes or loads the CA, writes what sandboxes trust into `shared`, and binds the port.
+/// Makes or loads the CA, writes what sandboxes trust into `shared`, and binds the port (one
+/// outside `host_ports` when it picks one).
 pub async fn prepare(
     data_dir: &Path,
     shared: &Path,
     port: Option<u16>,
+    host_ports: &std::ops::RangeInclusive<u16>,
     extra_roots: Option<&Path>,
 ) -> anyhow::Result<Prepared> {
     let ca = Arc::new(EgressCa::load_or_create(data_dir).context("loading the egress CA")?);
@@ -79,18 +86,20 @@ pub async fn prepare(
         &format!("{system}\n{}", ca.cert_pem()),
     )?;
     let saved = data_dir.join(PORT_FILE);
-    let port = match port {
-        Some(port) => port,
-        None => std::fs::read_to_string(&saved)
+    let port = port.or_else(|| {
+        std::fs::read_to_string(&saved)
             .ok()
             .and_then(|p| p.trim().parse().ok())
-            .unwrap_or(0),
+            .filter(|p| *p != 0)
+    });
+    let listener = match port {
+        Some(port) => tokio::net::TcpListener::bind(("0.0.0.0", port))
+            .await
+            .with_context(|| {
+                format!("the egress gateway cannot listen on port {port} (give another with --egress-gateway-port)")
+            })?,
+        None => bind_fresh(host_ports).await?,
     };
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
-        .await
-        .with_context(|| {
-            format!("the egress gateway cannot listen on port {port} (give another with --egress-gateway-port)")
-        })?;
     let port = listener.local_addr()?.port();
     std::fs::write(&saved, format!("{port}\n"))
         .with_context(|| format!("writing {}", saved.display()))?;
@@ -106,6 +115,46 @@ pub async fn prepare(
         roots,
         settings,
     })
+}
+
+/// The ports a first start may take for the gateway: those above the kernel's ephemeral range
+/// (`ephemeral_high`, its last port) and outside `host_ports`, starting at `offset` into them and
+/// wrapping around.
+fn fresh_ports(
+    ephemeral_high: u16,
+    host_ports: &std::ops::RangeInclusive<u16>,
+    offset: u16,
+) -> Vec<u16> {
+    let Some(first) = ephemeral_high.checked_add(1) else {
+        return Vec::new();
+    };
+    let mut ports: Vec<u16> = (first..=u16::MAX)
+        .filter(|p| !host_ports.contains(p))
+        .collect();
+    if !ports.is_empty() {
+        let at = usize::from(offset) % ports.len();
+        ports.rotate_left(at);
+    }
+    ports
+}
+
+/// Binds a free port of [`fresh_ports`], tried from a random one on; one the system picks when
+/// none is free (or the ephemeral range reaches the last port).
+async fn bind_fresh(
+    host_ports: &std::ops::RangeInclusive<u16>,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let ephemeral_high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(60999);
+    for port in fresh_ports(ephemeral_high, host_ports, rand::random()) {
+        if let Ok(listener) = tokio::net::TcpListener::bind(("0.0.0.0", port)).await {
+            return Ok(listener);
+        }
+    }
+    tokio::net::TcpListener::bind(("0.0.0.0", 0))
+        .await
+        .context("the egress gateway cannot listen on any port")
 }
 
 fn write_shared(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -128,4 +177,27 @@ pub fn serve(
         Arc::new(sandboxd_egress::gateway::so_original_dst),
     ));
     tokio::spawn(gateway.serve(prepared.listener))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A first start's port comes from above the ephemeral range, never from it (where an outgoing
+    /// connection may hold it while the daemon is down), nor from `--host-ports`; every such port is
+    /// offered once, from the offset on.
+    #[test]
+    fn fresh_ports_sit_above_the_ephemeral_range_outside_the_host_ports() {
+        let ports = fresh_ports(60999, &(62000..=62999), 5);
+        assert_eq!(ports.len(), 65535 - 60999 - 1000);
+        assert!(ports.iter().all(|p| *p > 60999));
+        assert!(!ports.iter().any(|p| (62000..=62999).contains(p)));
+        assert_eq!(ports[0], 61000 + 5);
+        let mut sorted = ports.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ports.len());
+        assert!(fresh_ports(u16::MAX, &(1..=1), 0).is_empty());
+        assert_eq!(fresh_ports(65533, &(1..=1), 7), vec![65535, 65534]);
+    }
 }

@@ -315,6 +315,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         &data_dir,
         &callback_dir,
         config.egress_gateway_port,
+        &config.host_ports()?,
         config.egress_roots.as_deref(),
     )
     .await?;
