@@ -11,6 +11,9 @@
 //! - [`CgroupManager::create`] is idempotent and *applies* the limits: a `None` limit is written as
 //!   "unlimited", so calling it again with other limits converges the group to them.
 //! - [`SandboxCgroup::remove`] is idempotent: directories that are already gone are fine.
+//! - With [`CgroupManager::with_spares`] on v1, a create renames an empty group made ahead of need
+//!   ([`spares`]) instead of making one; what it yields is the same group `<parent>/<id>`. Spares
+//!   are never listed as sandboxes.
 //! - Ids are validated (no `/`, no `..`, not empty): a sandbox id can never name a path outside
 //!   `<parent>`. [`CgroupManager::open`] cannot fail, so an invalid id there fails on first use.
 //!
@@ -22,6 +25,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod spares;
 mod v1;
 mod v2;
 
@@ -189,6 +193,8 @@ pub struct CgroupManager {
     root: PathBuf,
     parent: String,
     backend: Backend,
+    /// Groups made ahead of need ([`CgroupManager::with_spares`]; cgroup v1 only).
+    spares: Option<spares::Spares>,
 }
 
 impl std::fmt::Debug for CgroupManager {
@@ -221,7 +227,18 @@ impl CgroupManager {
             root: root.to_path_buf(),
             parent: parent.to_string(),
             backend,
+            spares: None,
         })
+    }
+
+    /// Keeps `wanted` empty groups made ahead of need, which creates rename instead of making their
+    /// own (see [`spares`]); on cgroup v2, which cannot rename a group, this changes nothing.
+    pub fn with_spares(mut self, wanted: usize) -> Self {
+        if let (Backend::V1(h), true) = (&self.backend, wanted > 0) {
+            let parents = h.dirs().map(|d| d.join(&self.parent)).collect();
+            self.spares = Some(spares::Spares::start(parents, wanted));
+        }
+        self
     }
 
     /// The backend chosen at detection.
@@ -256,7 +273,9 @@ impl CgroupManager {
         validate_id(id)?;
         validate_limits(limits)?;
         let group = match &self.backend {
-            Backend::V1(h) => Group::V1(h.create(&self.parent, id, limits)?),
+            Backend::V1(h) => {
+                Group::V1(h.create(&self.parent, id, limits, self.spares.as_ref())?)
+            }
             Backend::V2 => Group::V2(v2::create(&self.root, &self.parent, id, limits)?),
         };
         tracing::debug!(sandbox_id = id, ?limits, "cgroup created");
@@ -265,6 +284,14 @@ impl CgroupManager {
             group,
             invalid: None,
         })
+    }
+
+    /// Makes the spare groups creates took since the last call (see [`spares`]), behind the caller:
+    /// call it once a boot that created a group is done with the kernel's cgroup lock.
+    pub fn replenish_spares(&self) {
+        if let Some(spares) = &self.spares {
+            spares.replenish();
+        }
     }
 
     /// The group of sandbox `id`, whether or not it exists (to re-adopt a sandbox after a restart).
@@ -312,7 +339,9 @@ impl CgroupManager {
                 })?;
                 let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
                 if let (true, Some(name)) = (is_dir, entry.file_name().to_str()) {
-                    ids.push(name.to_string());
+                    if !spares::is_spare(name) {
+                        ids.push(name.to_string());
+                    }
                 }
             }
         }

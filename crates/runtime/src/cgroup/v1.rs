@@ -89,7 +89,15 @@ impl Hierarchies {
         }
     }
 
-    pub(super) fn create(&self, parent: &str, id: &str, limits: &Limits) -> Result<Group> {
+    /// Makes group `id` under `parent` (renaming a spare of `spares` when one is ready) and applies
+    /// `limits` to it.
+    pub(super) fn create(
+        &self,
+        parent: &str,
+        id: &str,
+        limits: &Limits,
+        spares: Option<&super::spares::Spares>,
+    ) -> Result<Group> {
         if limits.cpu_millis.is_some() && self.cpu.is_none() {
             return Err(CgroupError::ControllerMissing {
                 controller: "cpu",
@@ -97,8 +105,10 @@ impl Hierarchies {
             });
         }
         let group = self.group(parent, id);
-        for dir in &group.dirs {
-            create_dir(dir)?;
+        if !spares.is_some_and(|s| s.take_as(id)) {
+            for dir in &group.dirs {
+                create_dir(dir)?;
+            }
         }
         group.apply(limits)?;
         Ok(group)
@@ -598,6 +608,8 @@ mod tests {
                 let _ = group.kill_all();
                 let _ = group.remove();
             }
+            // Its spares go with the pool.
+            self.manager.spares.take();
             let Backend::V1(h) = &self.manager.backend else {
                 return;
             };
@@ -709,6 +721,88 @@ mod tests {
             assert!(
                 !root.join(format!("{c}/{parent}")).exists(),
                 "{c} parent left behind"
+            );
+        }
+    }
+
+    /// On the real v1 hierarchies: a create takes a ready spare (renamed in every hierarchy, the
+    /// limits applied), none is made again until asked, a create onto an existing group with a
+    /// spare ready keeps the group and drops the spare, and nothing is left once the pool goes.
+    #[test]
+    fn real_host_v1_spares_become_groups_and_leave_nothing() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root to write /sys/fs/cgroup");
+            return;
+        }
+        let parent = format!("sandboxd-test-spares-{}", std::process::id());
+        let manager = match CgroupManager::detect(&parent) {
+            Ok(m) if m.version() == CgroupVersion::V1 => m.with_spares(1),
+            other => {
+                eprintln!("skipped: this host is not cgroup v1 ({other:?})");
+                return;
+            }
+        };
+        let guard = RealGuard {
+            manager,
+            parent: parent.clone(),
+            children: Vec::new(),
+        };
+        let m = &guard.manager;
+        let root = Path::new(super::super::DEFAULT_ROOT);
+        let hierarchies = ["memory", "cpu", "cpuacct", "pids", "freezer"];
+        let spares = |c: &str| -> usize {
+            std::fs::read_dir(root.join(c).join(&parent))
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| {
+                            super::super::spares::is_spare(&e.file_name().to_string_lossy())
+                        })
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        let until_spares = |n: usize| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while hierarchies.iter().any(|c| spares(c) != n) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no {n} spares in time"
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        until_spares(1);
+        let group = m.create("sb", &limits()).expect("create");
+        for c in hierarchies {
+            assert!(root.join(format!("{c}/{parent}/sb")).is_dir(), "{c}");
+            assert_eq!(spares(c), 0, "the spare became the group in {c}");
+        }
+        let read = |rel: String| std::fs::read_to_string(root.join(rel)).expect("read back");
+        assert_eq!(
+            read(format!("memory/{parent}/sb/memory.limit_in_bytes")).trim(),
+            "67108864"
+        );
+        assert_eq!(read(format!("pids/{parent}/sb/pids.max")).trim(), "20");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            spares("memory"),
+            0,
+            "no spare is made before one is asked for"
+        );
+        m.replenish_spares();
+        until_spares(1);
+        m.create("sb", &limits())
+            .expect("a create onto the existing group still succeeds");
+        until_spares(0);
+        assert_eq!(m.list().unwrap(), vec!["sb"]);
+        group.remove().expect("remove");
+        m.replenish_spares();
+        until_spares(1);
+        drop(guard);
+        for c in hierarchies {
+            assert!(
+                !root.join(format!("{c}/{parent}")).exists(),
+                "{c}: the parent (and every spare in it) is gone"
             );
         }
     }

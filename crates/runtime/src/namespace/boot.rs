@@ -72,6 +72,7 @@ impl NamespaceRuntime {
             Ok(pid) => pid,
             Err(e) => {
                 let _ = cgroup.remove();
+                self.cgroups.replenish_spares();
                 return Err(RuntimeError::Spawn(e));
             }
         };
@@ -91,6 +92,8 @@ impl NamespaceRuntime {
                 message: format!("no ready signal within {BOOT_TIMEOUT:?}"),
             })
         });
+        // Done with the kernel's cgroup lock (the init is in its group): spares are made behind.
+        self.cgroups.replenish_spares();
         if let Err(e) = outcome {
             if let Ok(fd) = PidFd::open(pid) {
                 let _ = fd.signal(libc::SIGKILL);

@@ -85,6 +85,9 @@ pub struct NamespaceConfig {
     /// order ([`dns`]); empty (the default): the nameservers of the host's resolver configuration
     /// as each forwarder starts ([`dns::host_upstreams`]).
     pub dns_upstreams: Vec<std::net::SocketAddr>,
+    /// Empty cgroups kept made ahead of need, which a boot renames instead of making its own (on
+    /// cgroup v1; v2 cannot rename a group). Default 2; 0: every boot makes its own.
+    pub cgroup_spares: usize,
 }
 
 /// The host-interface prefix of daemon `id`: `sbh` followed by the id's letters. Ids are letters and
@@ -107,6 +110,7 @@ impl NamespaceConfig {
             disk: DiskConfig::default(),
             ifname_prefix: "sbh".into(),
             dns_upstreams: Vec::new(),
+            cgroup_spares: 2,
         }
     }
 }
@@ -139,7 +143,8 @@ impl NamespaceRuntime {
                 config.agent_binary.display()
             )));
         }
-        let cgroups = CgroupManager::detect(&config.cgroup_parent)?;
+        let cgroups =
+            CgroupManager::detect(&config.cgroup_parent)?.with_spares(config.cgroup_spares);
         for dir in [config.state_dir.clone(), config.state_dir.join("sandboxes")] {
             std::fs::DirBuilder::new()
                 .recursive(true)
