@@ -1,7 +1,8 @@
 //! `bench`: how fast sandboxd is, measured rather than asserted in timed tests.
 //!
 //! - `bench runtime` ([`runtime`]): create→first-exec and exec round trip through the namespace
-//!   runtime library, next to the bare `unshare` floor.
+//!   runtime library, next to the bare `unshare` floor, and a sandbox's cgroup made vs a spare
+//!   renamed ([`cgroups`]).
 //! - `bench http` ([`http`]): the proxy's throughput and latency against the same server reached
 //!   directly, API create→first-exec, cold and from a warm pool ([`warm_pool`]), delete, and
 //!   pause and resume→first exec ([`resume`]), against a running daemon.
@@ -21,6 +22,7 @@
 //! warnings go to stderr. Every bench cleans up what it created on success, error and Ctrl-C (a second
 //! Ctrl-C, a second or more later, exits at once and may leave sandboxes behind). Targets are printed with a verdict; an unmet target does not fail the run.
 
+pub mod cgroups;
 pub mod cluster;
 pub mod conn;
 pub mod daemon;

@@ -129,6 +129,8 @@ pub struct RuntimeReport {
     pub gvisor: Option<crate::gvisor::GvisorFigures>,
     /// What one mounted volume adds to create→first exec; `None` when not asked for.
     pub volume: Option<crate::volumes::VolumeFigure>,
+    /// A sandbox's cgroup made at create vs a spare renamed; `None` on cgroup v2.
+    pub cgroups: Option<crate::cgroups::CgroupFigure>,
 }
 
 impl RuntimeReport {
@@ -186,6 +188,9 @@ impl RuntimeReport {
                 );
             }
             None => println!("floor: bwrap not installed (apt install bubblewrap)"),
+        }
+        if let Some(cgroups) = &self.cgroups {
+            cgroups.print();
         }
         if let Some(volume) = &self.volume {
             volume.print();
@@ -288,6 +293,10 @@ async fn measure(
     let floor = unshare_floor(args.sandboxes).await?;
     let bwrap = bwrap_floor(args.sandboxes).await?;
     let spawn = spawn_floor("/bin/true", &[], args.execs).await?;
+    let n = args.sandboxes;
+    let cgroups = tokio::task::spawn_blocking(move || crate::cgroups::measure(CGROUP_PARENT, n))
+        .await
+        .context("the cgroup measurement panicked")??;
     let volume = match args.volume_sandboxes {
         0 => None,
         n => Some(crate::volumes::measure(&fleet, n).await?),
@@ -328,6 +337,7 @@ async fn measure(
         bwrap_floor: bwrap.map(|b| Latency::new("bwrap", &b, None)).transpose()?,
         gvisor,
         volume,
+        cgroups,
     })
 }
 

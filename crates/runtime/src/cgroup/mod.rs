@@ -294,6 +294,11 @@ impl CgroupManager {
         }
     }
 
+    /// Whether every spare group the pool keeps is ready (true without a pool).
+    pub fn spares_ready(&self) -> bool {
+        self.spares.as_ref().is_none_or(|s| s.ready() >= s.wanted())
+    }
+
     /// The group of sandbox `id`, whether or not it exists (to re-adopt a sandbox after a restart).
     ///
     /// An invalid id yields a handle whose every operation fails with [`CgroupError::InvalidName`].

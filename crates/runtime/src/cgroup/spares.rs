@@ -54,6 +54,9 @@ struct Inner {
 struct State {
     ready: Vec<String>,
     made: u64,
+    /// Set by a start and by [`Spares::replenish`], cleared once `wanted` are ready: only then is a
+    /// spare made (a wakeup nobody asked for makes none).
+    asked: bool,
     stop: bool,
 }
 
@@ -73,7 +76,10 @@ impl Spares {
             parents,
             stem,
             wanted,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                asked: true,
+                ..State::default()
+            }),
             wake: Condvar::new(),
         });
         let worker = inner.clone();
@@ -87,7 +93,6 @@ impl Spares {
     }
 
     /// How many spares the pool keeps ready.
-    #[cfg(test)]
     pub(super) fn wanted(&self) -> usize {
         self.inner.wanted
     }
@@ -118,11 +123,11 @@ impl Spares {
 
     /// Wakes the thread to make the spares taken since it last ran.
     pub(super) fn replenish(&self) {
+        self.inner.lock().asked = true;
         self.inner.wake.notify_one();
     }
 
     /// How many spares are ready now.
-    #[cfg(test)]
     pub(super) fn ready(&self) -> usize {
         self.inner.lock().ready.len()
     }
@@ -154,7 +159,8 @@ impl Inner {
         let mut state = self.lock();
         loop {
             let name = {
-                while !state.stop && state.ready.len() >= self.wanted {
+                while !state.stop && (!state.asked || state.ready.len() >= self.wanted) {
+                    state.asked = false;
                     state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
                 }
                 if state.stop {
