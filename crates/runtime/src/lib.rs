@@ -17,6 +17,7 @@ pub mod cgroup;
 pub mod gvisor;
 pub mod namespace;
 pub mod quota;
+mod spares;
 pub mod tiers;
 mod types;
 pub mod volumes;

@@ -7,22 +7,21 @@
 //!
 //! Contract:
 //! - A spare is an empty group `<parent>/.spare-<pid>-<pool>-<n>`, in every hierarchy the manager
-//!   uses. A thread of the pool makes them, up to [`Spares::wanted`], when the pool starts and when
-//!   [`Spares::replenish`] asks, and sleeps otherwise (nothing polls). Not at once after a take:
-//!   making a group holds the kernel's cgroup lock for milliseconds, which the boot that took the
-//!   spare needs to rename it and to move its init in; the runtime asks once the boot is done.
+//!   uses, made by a [`crate::spares`] pool (so only when the pool starts and when
+//!   [`Spares::replenish`] asks: making a group holds the kernel's cgroup lock for milliseconds,
+//!   which the boot that took the spare needs to rename it and to move its init in).
 //! - [`Spares::take_as`] renames one ready spare to `<parent>/<id>` in every hierarchy, or does
 //!   nothing and says so: when none is ready, or when a rename fails (those done are undone and
 //!   the spare is removed), the caller makes the group itself.
 //! - A spare holds no task and no limit; the caller applies the limits after the rename, as after
 //!   a `mkdir`.
-//! - Dropping the pool stops its thread and removes its ready spares. A pool that starts removes
-//!   the spares of processes no longer running (a daemon killed with its spares in place).
+//! - Dropping the pool removes its ready spares. A pool that starts removes the spares of
+//!   processes no longer running (a daemon killed with its spares in place).
 //! - Spares are never sandboxes: [`is_spare`] names them, and listings leave them out.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 /// The name every spare starts with (a sandbox id never does).
 const PREFIX: &str = ".spare-";
@@ -35,29 +34,11 @@ pub(super) fn is_spare(name: &str) -> bool {
 /// Tells the pools of one process apart.
 static POOLS: AtomicU64 = AtomicU64::new(0);
 
-/// A pool of spare groups under one parent, with the thread that refills it.
+/// A pool of spare groups under one parent.
 pub(super) struct Spares {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
     /// `<hierarchy>/<parent>` for every hierarchy the groups live in.
-    parents: Vec<PathBuf>,
-    /// What each spare's name starts with: [`PREFIX`], this process, this pool.
-    stem: String,
-    wanted: usize,
-    state: Mutex<State>,
-    wake: Condvar,
-}
-
-#[derive(Default)]
-struct State {
-    ready: Vec<String>,
-    made: u64,
-    /// Set by a start and by [`Spares::replenish`], cleared once `wanted` are ready: only then is a
-    /// spare made (a wakeup nobody asked for makes none).
-    asked: bool,
-    stop: bool,
+    parents: Arc<Vec<PathBuf>>,
+    pool: crate::spares::Spares<String>,
 }
 
 impl Spares {
@@ -72,124 +53,61 @@ impl Spares {
             std::process::id(),
             POOLS.fetch_add(1, Ordering::Relaxed)
         );
-        let inner = Arc::new(Inner {
-            parents,
-            stem,
+        let parents = Arc::new(parents);
+        let (made_in, removed_from) = (parents.clone(), parents.clone());
+        let pool = crate::spares::Spares::start(
+            "cgroup",
             wanted,
-            state: Mutex::new(State {
-                asked: true,
-                ..State::default()
-            }),
-            wake: Condvar::new(),
-        });
-        let worker = inner.clone();
-        let spawned = std::thread::Builder::new()
-            .name("cgroup-spares".into())
-            .spawn(move || worker.refill());
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "no thread to make cgroups ahead of need; each create makes its own");
-        }
-        Spares { inner }
+            move |n| {
+                let name = format!("{stem}{n}");
+                let made = made_in
+                    .iter()
+                    .try_for_each(|parent| std::fs::create_dir_all(parent.join(&name)));
+                match made {
+                    Ok(()) => Ok(name),
+                    Err(e) => {
+                        remove(&made_in, &name);
+                        Err(e)
+                    }
+                }
+            },
+            move |name: String| remove(&removed_from, &name),
+        );
+        Spares { parents, pool }
     }
 
     /// How many spares the pool keeps ready.
     pub(super) fn wanted(&self) -> usize {
-        self.inner.wanted
+        self.pool.wanted()
+    }
+
+    /// How many spares are ready now.
+    pub(super) fn ready(&self) -> usize {
+        self.pool.ready()
     }
 
     /// Renames a ready spare to `id` in every hierarchy; false when there was none or a rename
     /// failed (then nothing of the spare is left, and no group `id` was made).
     pub(super) fn take_as(&self, id: &str) -> bool {
-        let name = {
-            let mut state = self.inner.lock();
-            let Some(name) = state.ready.pop() else {
-                return false;
-            };
-            name
+        let Some(name) = self.pool.take() else {
+            return false;
         };
-        let parents = &self.inner.parents;
-        for (done, parent) in parents.iter().enumerate() {
+        for (done, parent) in self.parents.iter().enumerate() {
             if let Err(e) = std::fs::rename(parent.join(&name), parent.join(id)) {
                 tracing::debug!(sandbox_id = id, spare = %name, error = %e, "a spare cgroup could not be renamed; making the group instead");
-                for parent in &parents[..done] {
+                for parent in &self.parents[..done] {
                     let _ = std::fs::rename(parent.join(id), parent.join(&name));
                 }
-                remove(parents, &name);
+                remove(&self.parents, &name);
                 return false;
             }
         }
         true
     }
 
-    /// Wakes the thread to make the spares taken since it last ran.
+    /// Wakes the pool to make the spares taken since it last ran.
     pub(super) fn replenish(&self) {
-        self.inner.lock().asked = true;
-        self.inner.wake.notify_one();
-    }
-
-    /// How many spares are ready now.
-    pub(super) fn ready(&self) -> usize {
-        self.inner.lock().ready.len()
-    }
-}
-
-impl Drop for Spares {
-    fn drop(&mut self) {
-        let ready = {
-            let mut state = self.inner.lock();
-            state.stop = true;
-            std::mem::take(&mut state.ready)
-        };
-        self.inner.wake.notify_all();
-        for name in ready {
-            remove(&self.inner.parents, &name);
-        }
-    }
-}
-
-impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The refilling thread: makes spares until `wanted` are ready, then sleeps until woken
-    /// ([`Spares::replenish`]), until stopped or a spare cannot be made (then creates make their
-    /// own groups, as without a pool).
-    fn refill(&self) {
-        let mut state = self.lock();
-        loop {
-            let name = {
-                while !state.stop && (!state.asked || state.ready.len() >= self.wanted) {
-                    state.asked = false;
-                    state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
-                }
-                if state.stop {
-                    return;
-                }
-                state.made += 1;
-                format!("{}{}", self.stem, state.made)
-            };
-            drop(state);
-            if let Err(e) = self.make(&name) {
-                remove(&self.parents, &name);
-                tracing::warn!(error = %e, "cannot make a spare cgroup; each create makes its own");
-                return;
-            }
-            state = self.lock();
-            if state.stop {
-                drop(state);
-                remove(&self.parents, &name);
-                return;
-            }
-            state.ready.push(name);
-        }
-    }
-
-    fn make(&self, name: &str) -> std::io::Result<()> {
-        for parent in &self.parents {
-            std::fs::create_dir_all(parent.join(name))?;
-        }
-        Ok(())
+        self.pool.replenish();
     }
 }
 

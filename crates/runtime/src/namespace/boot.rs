@@ -57,6 +57,7 @@ impl NamespaceRuntime {
         let (ours, theirs) = UnixStream::pair().map_err(RuntimeError::Spawn)?;
         let theirs: OwnedFd = theirs.into();
         let cgroup = self.cgroups.create(&spec.id, &limits(spec))?;
+        let netns = self.netns_spares.as_ref().and_then(|s| s.take());
         let pid = match CgroupJoin::prepare(&cgroup).and_then(|join| {
             clone_boot(
                 &self.config.agent_binary,
@@ -65,6 +66,7 @@ impl NamespaceRuntime {
                     sync: &theirs,
                     listener: listener.as_raw_fd(),
                     idmap: idmap.as_ref().map(|ns| ns.as_raw_fd()),
+                    netns: netns.as_ref().map(|ns| ns.as_raw_fd()),
                 },
                 &join,
             )
@@ -72,7 +74,7 @@ impl NamespaceRuntime {
             Ok(pid) => pid,
             Err(e) => {
                 let _ = cgroup.remove();
-                self.cgroups.replenish_spares();
+                self.replenish_spares();
                 return Err(RuntimeError::Spawn(e));
             }
         };
@@ -83,7 +85,14 @@ impl NamespaceRuntime {
         let attached = AtomicBool::new(false);
         let outcome = tokio::time::timeout(BOOT_TIMEOUT, async {
             let config = self.boot_config(paths, spec, id_base, idmap.is_some())?;
-            self.handshake(pid, ours, config, spec, &attached).await
+            // The init enters a spare namespace only after `clone` returns: its own path may
+            // still name the daemon's for a moment, the spare's descriptor never does.
+            let netns = match &netns {
+                Some(fd) => PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+                None => PathBuf::from(format!("/proc/{pid}/ns/net")),
+            };
+            self.handshake(pid, &netns, ours, config, spec, &attached)
+                .await
         })
         .await
         .unwrap_or_else(|_| {
@@ -92,8 +101,9 @@ impl NamespaceRuntime {
                 message: format!("no ready signal within {BOOT_TIMEOUT:?}"),
             })
         });
-        // Done with the kernel's cgroup lock (the init is in its group): spares are made behind.
-        self.cgroups.replenish_spares();
+        // Done with the kernel's cgroup and network locks: spares are made behind.
+        drop(netns);
+        self.replenish_spares();
         if let Err(e) = outcome {
             if let Ok(fd) = PidFd::open(pid) {
                 let _ = fd.signal(libc::SIGKILL);
@@ -111,9 +121,21 @@ impl NamespaceRuntime {
         Ok(pid)
     }
 
+    /// Makes the spares boots took since the last call, behind the caller (see
+    /// [`crate::spares`]): call it once a boot is done with the kernel's locks.
+    pub(crate) fn replenish_spares(&self) {
+        self.cgroups.replenish_spares();
+        if let Some(netns) = &self.netns_spares {
+            netns.replenish();
+        }
+    }
+
+    /// Runs the boot handshake with init `pid` over `sync`, wiring the network of the namespace
+    /// `netns` names (the init's) meanwhile.
     async fn handshake(
         &self,
         pid: i32,
+        netns: &Path,
         sync: UnixStream,
         config: BootConfig,
         spec: &SandboxSpec,
@@ -135,7 +157,7 @@ impl NamespaceRuntime {
             async {
                 let addrs = self
                     .net
-                    .attach(spec.net_slot, pid, spec.may_send_out())
+                    .attach_at(spec.net_slot, netns, spec.may_send_out())
                     .await?;
                 attached.store(true, Ordering::SeqCst);
                 if spec.needs_egress_rules() {

@@ -35,6 +35,7 @@ pub mod egress;
 pub mod ids;
 pub mod image_root;
 pub mod net;
+mod netns;
 pub mod process;
 pub mod rootfs;
 pub mod state;
@@ -85,9 +86,11 @@ pub struct NamespaceConfig {
     /// order ([`dns`]); empty (the default): the nameservers of the host's resolver configuration
     /// as each forwarder starts ([`dns::host_upstreams`]).
     pub dns_upstreams: Vec<std::net::SocketAddr>,
-    /// Empty cgroups kept made ahead of need, which a boot renames instead of making its own (on
-    /// cgroup v1; v2 cannot rename a group). Default 2; 0: every boot makes its own.
-    pub cgroup_spares: usize,
+    /// How many of each kernel object a boot needs are kept made ahead of need: empty cgroups,
+    /// which a boot renames instead of making its own (on cgroup v1; v2 cannot rename a group),
+    /// and network namespaces, which its init enters instead of having `clone` make one. Default
+    /// 2; 0: every boot makes its own.
+    pub spares: usize,
 }
 
 /// The host-interface prefix of daemon `id`: `sbh` followed by the id's letters. Ids are letters and
@@ -110,7 +113,7 @@ impl NamespaceConfig {
             disk: DiskConfig::default(),
             ifname_prefix: "sbh".into(),
             dns_upstreams: Vec::new(),
-            cgroup_spares: 2,
+            spares: 2,
         }
     }
 }
@@ -125,6 +128,8 @@ pub struct NamespaceRuntime {
     volumes: std::sync::Arc<crate::volumes::VolumeStore>,
     ids: ids::IdRanges,
     pub(crate) forwarders: dns::Forwarders,
+    /// Network namespaces made ahead of need ([`netns`]); `None` with `spares` 0.
+    pub(crate) netns_spares: Option<crate::spares::Spares<std::os::fd::OwnedFd>>,
 }
 
 impl NamespaceRuntime {
@@ -143,8 +148,13 @@ impl NamespaceRuntime {
                 config.agent_binary.display()
             )));
         }
-        let cgroups =
-            CgroupManager::detect(&config.cgroup_parent)?.with_spares(config.cgroup_spares);
+        let cgroups = CgroupManager::detect(&config.cgroup_parent)?.with_spares(config.spares);
+        let netns_spares = match config.spares {
+            0 => None,
+            n => netns::spares(n)
+                .inspect_err(|e| tracing::warn!(error = %e, "no spare network namespaces; each boot makes its own"))
+                .ok(),
+        };
         for dir in [config.state_dir.clone(), config.state_dir.join("sandboxes")] {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -180,6 +190,7 @@ impl NamespaceRuntime {
             volumes,
             ids,
             forwarders: dns::Forwarders::default(),
+            netns_spares,
         };
         runtime.restart_forwarders().await;
         Ok(runtime)

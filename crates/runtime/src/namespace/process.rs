@@ -30,6 +30,9 @@ pub struct ChildFds<'a> {
     pub listener: RawFd,
     /// Becomes fd 5 (`IDMAP_USERNS_FD`) when the lower layers are idmapped.
     pub idmap: Option<RawFd>,
+    /// A network namespace made ahead of need, which the child enters instead of having `clone`
+    /// make one; not passed on.
+    pub netns: Option<RawFd>,
 }
 
 fn dup_high(fd: RawFd) -> std::io::Result<OwnedFd> {
@@ -109,15 +112,23 @@ pub fn clone_boot(agent: &Path, fds: ChildFds<'_>, join: &CgroupJoin) -> std::io
     let [log, sync, listener, null] = high.each_ref().map(|fd| fd.as_raw_fd());
     let idmap_high = fds.idmap.map(dup_high).transpose()?;
     let idmap = idmap_high.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+    // Above the targets too, and close-on-exec: the agent never sees it.
+    let netns_high = fds.netns.map(dup_high).transpose()?;
+    let netns = netns_high.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+    let namespaces = if netns < 0 {
+        NAMESPACES
+    } else {
+        NAMESPACES & !libc::CLONE_NEWNET
+    };
     // SAFETY: a zeroed sigaction is SIG_DFL with no flags; the sigset is initialised by sigemptyset.
     let mut default_action: libc::sigaction = unsafe { std::mem::zeroed() };
     default_action.sa_sigaction = libc::SIG_DFL;
     let mut empty_set: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe { libc::sigemptyset(&mut empty_set) };
 
-    // SAFETY: the child only makes async-signal-safe calls (setsid, dup2, open, write, close,
-    // sigaction, sigprocmask, execve, _exit) on memory prepared above.
-    let (pid, born_in_group) = unsafe { fork_into(NAMESPACES, join) };
+    // SAFETY: the child only makes async-signal-safe calls (setsid, dup2, setns, open, write,
+    // close, sigaction, sigprocmask, execve, _exit) on memory prepared above.
+    let (pid, born_in_group) = unsafe { fork_into(namespaces, join) };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -133,6 +144,11 @@ pub fn clone_boot(agent: &Path, fds: ChildFds<'_>, join: &CgroupJoin) -> std::io
                 && (idmap < 0 || libc::dup2(idmap, sandboxd_envd::boot::IDMAP_USERNS_FD) >= 0);
             if !ok {
                 libc::_exit(126);
+            }
+            if netns >= 0 && libc::setns(netns, libc::CLONE_NEWNET) != 0 {
+                let why = b"sandboxd: the sandbox's init could not enter its network namespace\n";
+                libc::write(2, why.as_ptr().cast(), why.len());
+                libc::_exit(124);
             }
             if !born_in_group && !join_self(&join.files) {
                 let why = b"sandboxd: the sandbox's init could not join its cgroup\n";
