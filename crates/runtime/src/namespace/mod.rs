@@ -4,7 +4,9 @@
 //! pid, net, uts and ipc namespaces, builds its overlay root and pivots into it, then unshares a user
 //! namespace whose root maps to an unprivileged host id (see [`NamespaceConfig::id_map_base`]). The
 //! runtime drives the boot handshake (`sandboxd_envd::boot`) and meanwhile puts the init in its cgroup
-//! ([`crate::cgroup`]) and wires its veth pair ([`net`]); only then does the init run anything.
+//! ([`crate::cgroup`]) and wires its veth pair ([`net`]); only then does the init run anything. Its
+//! cgroup (on v1) and its network namespace are usually spares made ahead of need
+//! ([`NamespaceConfig::spares`]): the group renamed, the namespace entered right after the clone.
 //!
 //! The agent listens on a unix socket the runtime created in the sandbox's host directory and passed
 //! down as a descriptor: the daemon always reaches it, with or without network, and no other sandbox can.
