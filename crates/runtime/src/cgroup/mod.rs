@@ -12,7 +12,7 @@
 //!   "unlimited", so calling it again with other limits converges the group to them.
 //! - [`SandboxCgroup::remove`] is idempotent: directories that are already gone are fine.
 //! - With [`CgroupManager::with_spares`] on v1, a create renames an empty group made ahead of need
-//!   ([`spares`]) instead of making one; what it yields is the same group `<parent>/<id>`. Spares
+//!   (`spares`) instead of making one; what it yields is the same group `<parent>/<id>`. Spares
 //!   are never listed as sandboxes.
 //! - Ids are validated (no `/`, no `..`, not empty): a sandbox id can never name a path outside
 //!   `<parent>`. [`CgroupManager::open`] cannot fail, so an invalid id there fails on first use.
@@ -232,7 +232,7 @@ impl CgroupManager {
     }
 
     /// Keeps `wanted` empty groups made ahead of need, which creates rename instead of making their
-    /// own (see [`spares`]); on cgroup v2, which cannot rename a group, this changes nothing.
+    /// own (see `spares`); on cgroup v2, which cannot rename a group, this changes nothing.
     pub fn with_spares(mut self, wanted: usize) -> Self {
         if let (Backend::V1(h), true) = (&self.backend, wanted > 0) {
             let parents = h.dirs().map(|d| d.join(&self.parent)).collect();
@@ -286,7 +286,7 @@ impl CgroupManager {
         })
     }
 
-    /// Makes the spare groups creates took since the last call (see [`spares`]), behind the caller:
+    /// Makes the spare groups creates took since the last call (see `spares`), behind the caller:
     /// call it once a boot that created a group is done with the kernel's cgroup lock.
     pub fn replenish_spares(&self) {
         if let Some(spares) = &self.spares {
