@@ -25,9 +25,14 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod files;
 mod spares;
 mod v1;
 mod v2;
+
+use files::{
+    create_dir, keyed, kill, read, read_max, read_procs, read_u64, remove_dir, wait_until, write,
+};
 
 #[cfg(test)]
 mod fake;
@@ -629,130 +634,6 @@ fn validate_limits(limits: &Limits) -> Result<()> {
 /// The cpu quota for `millis` thousandths of a CPU per [`CPU_PERIOD_USEC`].
 fn cpu_quota_usec(millis: u32) -> u64 {
     u64::from(millis) * CPU_PERIOD_USEC / 1000
-}
-
-fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| CgroupError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Writes one value the way `echo value > file` does (one `write(2)`).
-fn write(path: &Path, value: &str) -> Result<()> {
-    std::fs::write(path, value).map_err(|source| CgroupError::Write {
-        path: path.to_path_buf(),
-        value: value.to_string(),
-        source,
-    })
-}
-
-fn create_dir(path: &Path) -> Result<()> {
-    std::fs::create_dir_all(path).map_err(|source| CgroupError::CreateDir {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// `rmdir`, retried while the kernel still reports the group busy; a missing directory is fine.
-fn remove_dir(path: &Path) -> Result<()> {
-    let started = Instant::now();
-    let mut backoff = Backoff::new();
-    loop {
-        match std::fs::remove_dir(path) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e)
-                if e.raw_os_error() == Some(libc::EBUSY) && started.elapsed() < REMOVE_TIMEOUT =>
-            {
-                backoff.sleep()
-            }
-            Err(source) => {
-                return Err(CgroupError::RemoveDir {
-                    path: path.to_path_buf(),
-                    source,
-                })
-            }
-        }
-    }
-}
-
-fn parse_u64(path: &Path, text: &str) -> Result<u64> {
-    text.trim().parse().map_err(|_| CgroupError::Parse {
-        path: path.to_path_buf(),
-        detail: format!("expected a number, got {:?}", text.trim()),
-    })
-}
-
-fn read_u64(path: &Path) -> Result<u64> {
-    parse_u64(path, &read(path)?)
-}
-
-/// A number, or `None` for "max" (v2, v1 `pids.max`).
-fn read_max(path: &Path) -> Result<Option<u64>> {
-    let text = read(path)?;
-    if text.trim() == "max" {
-        return Ok(None);
-    }
-    parse_u64(path, &text).map(Some)
-}
-
-/// The value of `key` in a flat-keyed file (`key value` per line, e.g. `memory.stat`).
-fn keyed(path: &Path, text: &str, key: &str) -> Result<u64> {
-    text.lines()
-        .find_map(|line| {
-            let (k, v) = line.split_once(' ')?;
-            (k == key).then_some(v)
-        })
-        .ok_or_else(|| CgroupError::Parse {
-            path: path.to_path_buf(),
-            detail: format!("no {key:?} line"),
-        })
-        .and_then(|v| parse_u64(path, v))
-}
-
-/// Pids listed in a `cgroup.procs` file.
-fn read_procs(path: &Path) -> Result<Vec<i32>> {
-    let text = read(path)?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            l.trim().parse().map_err(|_| CgroupError::Parse {
-                path: path.to_path_buf(),
-                detail: format!("expected a pid, got {l:?}"),
-            })
-        })
-        .collect()
-}
-
-fn kill(pid: i32) -> Result<()> {
-    use nix::sys::signal::{kill, Signal};
-    match kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL) {
-        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
-        Err(source) => Err(CgroupError::Kill { pid, source }),
-    }
-}
-
-/// Polls `done` until it holds or `timeout` passes.
-fn wait_until(
-    path: &Path,
-    what: &'static str,
-    timeout: Duration,
-    mut done: impl FnMut() -> Result<bool>,
-) -> Result<()> {
-    let started = Instant::now();
-    let mut backoff = Backoff::new();
-    while !done()? {
-        if started.elapsed() > timeout {
-            return Err(CgroupError::Timeout {
-                path: path.to_path_buf(),
-                what,
-                waited: started.elapsed(),
-            });
-        }
-        backoff.sleep();
-    }
-    Ok(())
 }
 
 #[cfg(test)]
