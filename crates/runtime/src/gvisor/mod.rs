@@ -174,7 +174,7 @@ impl GvisorRuntime {
                 message: format!("the agent did not listen within {BOOT_TIMEOUT:?}"),
             })
         });
-        self.host.cgroups.replenish_spares();
+        self.host.replenish_spares();
         if let Err(e) = booted {
             let _ = cgroup.kill_all();
             let _ = cgroup.remove();

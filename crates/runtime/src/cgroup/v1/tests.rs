@@ -491,6 +491,11 @@ fn real_host_v1_spares_become_groups_and_leave_nothing() {
     );
     m.replenish_spares();
     until_spares(1);
+    assert_eq!(
+        m.list().unwrap(),
+        vec!["sb"],
+        "a ready spare is not listed as a sandbox"
+    );
     m.create("sb", &limits())
         .expect("a create onto the existing group still succeeds");
     until_spares(0);
