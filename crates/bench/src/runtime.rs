@@ -13,6 +13,7 @@
 use crate::report::{Latency, Target};
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
+use sandboxd_envd::client::AgentConnections;
 use sandboxd_envd::{EnvdClient, ExecOptions};
 use sandboxd_runtime::gvisor::{GvisorConfig, GvisorRuntime};
 use sandboxd_runtime::namespace::{NamespaceConfig, NamespaceRuntime};
@@ -112,7 +113,11 @@ pub struct RuntimeReport {
     pub alone_bwrap_floor: Option<Latency>,
     /// `create_to_first_exec` p50 − `shared_range_create_to_first_exec` p50, ms (target ±1).
     pub id_range_cost_ms: f64,
+    /// Over a connection kept between calls, as the daemon's.
     pub exec_round_trip: Latency,
+    /// The same, interleaved, on a connection of each call's own: the peer that shows what keeping
+    /// connections saves.
+    pub exec_round_trip_fresh: Latency,
     /// Freezing a sandbox (with a process running in it).
     pub pause: Latency,
     /// Thawing it and running the first command: what an auto-resumed request pays over an exec.
@@ -175,6 +180,14 @@ impl RuntimeReport {
                 .unwrap_or_default()
         );
         println!("{}", self.exec_round_trip.line("exec round trip"));
+        println!(
+            "{}",
+            self.exec_round_trip_fresh.line("  … a connection per call")
+        );
+        println!(
+            "  kept/per-call connection p50 ratio {:.2}",
+            self.exec_round_trip.summary.p50_ms / self.exec_round_trip_fresh.summary.p50_ms
+        );
         println!("{}", self.spawn_floor.line("floor: spawn /bin/true"));
         println!("{}", self.pause.line("pause"));
         println!("{}", self.resume_to_exec.line("resume→exec"));
@@ -288,7 +301,7 @@ async fn measure(
     let alone_slot = FIRST_SLOT + (args.warmup + 2 * args.sandboxes) as u32;
     let (alone, alone_bwrap) = alone_creates(&fleet, &args, alone_slot).await?;
     let client = last.expect("at least one sandbox");
-    let rtt = exec_round_trips(&client, args.execs).await?;
+    let (rtt, rtt_fresh) = kept_vs_fresh_round_trips(&client, args.execs).await?;
     let (pause, resume_to_exec) = pause_cycles(&fleet, &client, args.resumes).await?;
     let floor = unshare_floor(args.sandboxes).await?;
     let bwrap = bwrap_floor(args.sandboxes).await?;
@@ -324,6 +337,11 @@ async fn measure(
             .transpose()?,
         id_range_cost_ms: p50(&whole) - p50(&shared),
         exec_round_trip: Latency::new("exec round trip", &rtt, Some(EXEC_RTT))?,
+        exec_round_trip_fresh: Latency::new(
+            "exec round trip, a connection per call",
+            &rtt_fresh,
+            None,
+        )?,
         pause: Latency::new("pause", &pause, None)?,
         resume_to_exec: Latency::new("resume→exec", &resume_to_exec, None)?,
         breakdown: Breakdown {
@@ -341,24 +359,50 @@ async fn measure(
     })
 }
 
-/// `n` timed round trips of `/bin/true` through `client`, after [`EXEC_WARMUP`] untimed ones.
+/// `n` timed round trips of `/bin/true` through `client`, after [`EXEC_WARMUP`] untimed ones; a
+/// client of [`Fleet::boot`]'s keeps its connection between calls, as the daemon's do.
 pub(crate) async fn exec_round_trips(
     client: &EnvdClient,
     n: usize,
 ) -> anyhow::Result<Vec<Duration>> {
-    let cmd = ["/bin/true".to_string()];
     let mut rtt = Vec::with_capacity(n);
     for i in 0..EXEC_WARMUP + n {
-        let t = Instant::now();
-        let out = client.exec(&cmd, ExecOptions::default()).await?;
-        if out.exit_code != 0 {
-            bail!("/bin/true exited {}", out.exit_code);
-        }
+        let took = round_trip(client).await?;
         if i >= EXEC_WARMUP {
-            rtt.push(t.elapsed());
+            rtt.push(took);
         }
     }
     Ok(rtt)
+}
+
+/// One `/bin/true` through `client`, timed.
+async fn round_trip(client: &EnvdClient) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    let out = client
+        .exec(&["/bin/true".to_string()], ExecOptions::default())
+        .await?;
+    if out.exit_code != 0 {
+        bail!("/bin/true exited {}", out.exit_code);
+    }
+    Ok(t.elapsed())
+}
+
+/// `n` timed round trips of `/bin/true` through `client` (its connections kept) and as many on a
+/// new connection each, alternating, after [`EXEC_WARMUP`] untimed ones of each.
+async fn kept_vs_fresh_round_trips(
+    client: &EnvdClient,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let fresh = client.connection_per_call();
+    let (mut kept_rtt, mut fresh_rtt) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..EXEC_WARMUP + n {
+        let (kept, new) = (round_trip(client).await?, round_trip(&fresh).await?);
+        if i >= EXEC_WARMUP {
+            kept_rtt.push(kept);
+            fresh_rtt.push(new);
+        }
+    }
+    Ok((kept_rtt, fresh_rtt))
 }
 
 /// `n` cycles on the sandbox of `client`, with a process looping in it: pause, then resume and run
@@ -545,6 +589,8 @@ pub(crate) struct Fleet {
     /// Both tiers (gVisor when the host has it) on one namespace runtime.
     pub(crate) rt: Tiers,
     state_dir: PathBuf,
+    /// The connections its clients keep to agents, as the daemon's do.
+    connections: AgentConnections,
     /// (id, init pid once started), in creation order.
     live: Mutex<Vec<(String, Option<i32>)>>,
 }
@@ -564,6 +610,7 @@ impl Fleet {
             Ok(rt) => Ok(Fleet {
                 rt: tiers(rt),
                 state_dir,
+                connections: AgentConnections::new(),
                 live: Mutex::new(Vec::new()),
             }),
             Err(e) => {
@@ -583,7 +630,8 @@ impl Fleet {
         let info = self.rt.start(&spec.id).await.context("start")?;
         let t2 = Instant::now();
         self.record(&spec.id, info.pid);
-        let client = EnvdClient::new(&info.agent.socket, &info.agent.token);
+        let client = EnvdClient::new(&info.agent.socket, &info.agent.token)
+            .with_connections(&self.connections);
         let out = client
             .exec(&["/bin/true".to_string()], ExecOptions::default())
             .await?;

@@ -15,6 +15,9 @@ pub enum Error {
     /// The HTTP exchange broke (connection reset, malformed HTTP).
     #[error("HTTP exchange with the agent failed")]
     Http(#[source] hyper::Error),
+    /// The HTTP exchange on a kept connection (`AgentConnections`) broke.
+    #[error("HTTP exchange with the agent failed")]
+    Exchange(#[source] hyper_util::client::legacy::Error),
     /// The agent answered an RPC with a Connect error.
     #[error("the agent refused the call ({0})")]
     Rpc(ConnectError),

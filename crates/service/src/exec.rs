@@ -115,7 +115,7 @@ impl Service {
             Some(stored) => self.endpoint_of(&sandbox, stored),
             None => self.endpoint(&sandbox.id).await?,
         };
-        let client = EnvdClient::new(&endpoint.socket, &endpoint.token);
+        let client = self.envd_client(&endpoint.socket, &endpoint.token);
         let client = match user {
             Some(u) => {
                 validate::user(u)?;
@@ -124,6 +124,11 @@ impl Service {
             None => client,
         };
         Ok((sandbox.id, client))
+    }
+
+    /// A client of the agent at `socket`, on the connections this daemon keeps to agents.
+    pub(crate) fn envd_client(&self, socket: &std::path::Path, token: &str) -> EnvdClient {
+        EnvdClient::new(socket, token).with_connections(&self.inner.agent_connections)
     }
 
     fn start_request(req: &api::ExecRequest) -> Result<StartRequest, ServiceError> {

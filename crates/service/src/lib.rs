@@ -188,6 +188,8 @@ struct Inner {
     reader: StoreReader,
     runtime: Arc<dyn Runtime>,
     endpoints: ports::EndpointCache,
+    /// Connections to agents kept between calls ([`Service::envd_client`]).
+    agent_connections: sandboxd_envd::client::AgentConnections,
     forwarders: forwarders::Forwarders,
     sandbox_locks: pause::KeyedLocks,
     in_flight: in_flight::InFlight,
@@ -222,6 +224,7 @@ impl Service {
                 reader,
                 runtime,
                 endpoints: Default::default(),
+                agent_connections: Default::default(),
                 forwarders: Default::default(),
                 sandbox_locks: Default::default(),
                 in_flight: Default::default(),

@@ -1,15 +1,19 @@
 //! [`EnvdClient`]: a Rust client for an agent's envd surface over its unix socket.
 //!
-//! Contract: every call opens its own HTTP/1.1 connection (no pool, so a broken call can never poison
-//! the next) and carries the access token; the client is an `Arc` inside, cheap to clone and share.
+//! Contract: every call carries the access token, over an HTTP/1.1 connection of its own, or one kept
+//! from an earlier call when the client was given [`AgentConnections`] (whose contract says when a
+//! connection may carry another call: never after one that broke off); the client is an `Arc` inside,
+//! cheap to clone and share.
 //! [`EnvdClient::as_user`] picks the user calls run as (sent as `Authorization: Basic user:` on RPCs
 //! and `username=` on `/files`, like the E2B SDK); without it the agent's default user applies.
 //! Server streams are read incrementally: a [`ProcessStream`] or [`WatchStream`] holds at most one
 //! envelope at a time; the `StreamInput` client stream sends each input as it comes.
 
+mod connections;
 mod stream;
 mod wire;
 
+pub use connections::{AgentConnections, IDLE_TIMEOUT, MAX_IDLE_PER_AGENT};
 pub use stream::{ProcessStream, WatchStream};
 
 use self::wire::{collect_limited, empty, files_error, full, percent_encode, rpc_error};
@@ -47,6 +51,8 @@ pub struct EnvdClient {
     token: Arc<str>,
     user: Option<Arc<str>>,
     keepalive_secs: Option<u64>,
+    /// Kept connections to use instead of one per call.
+    connections: Option<AgentConnections>,
 }
 
 /// Options of [`EnvdClient::exec`].
@@ -78,6 +84,23 @@ impl EnvdClient {
             token: Arc::from(token.into()),
             user: None,
             keepalive_secs: None,
+            connections: None,
+        }
+    }
+
+    /// The same client, opening a connection of each call's own.
+    pub fn connection_per_call(&self) -> Self {
+        EnvdClient {
+            connections: None,
+            ..self.clone()
+        }
+    }
+
+    /// The same client, sending its calls on `connections`' kept connections.
+    pub fn with_connections(&self, connections: &AgentConnections) -> Self {
+        EnvdClient {
+            connections: Some(connections.clone()),
+            ..self.clone()
         }
     }
 
@@ -192,6 +215,7 @@ impl EnvdClient {
                 ProcessEvent::End(end) => {
                     out.exit_code = end.exit_code;
                     out.end = end;
+                    stream.finish().await;
                     return Ok(out);
                 }
             }
@@ -551,6 +575,9 @@ impl EnvdClient {
     }
 
     async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, Error> {
+        if let Some(connections) = &self.connections {
+            return connections.send(&self.socket, req).await;
+        }
         let stream = connect(&self.socket).map_err(|source| Error::Connect {
             path: (*self.socket).clone(),
             source,

@@ -3,7 +3,9 @@
 //!
 //! The reader holds at most one partial envelope; it yields each message as its envelope completes,
 //! ends at the end-of-stream frame, and turns an error frame or a body that stops early into one final
-//! error.
+//! error. At the end-of-stream frame it also reads the body's own end, waiting at most
+//! [`BODY_END_WAIT`] for it (it follows at once from an agent), so that a kept connection
+//! ([`super::AgentConnections`]) is free for the next call.
 
 use crate::connect::{EndStream, EnvelopeDecoder};
 use crate::filesystem::WatchEvent;
@@ -31,6 +33,17 @@ impl ProcessStream {
         ProcessStream {
             inner: messages(body, |r: proc::StartResponse| r.event),
         }
+    }
+
+    /// Reads the rest of the stream after `end` (its end-of-stream frame and the body's end),
+    /// waiting at most [`BODY_END_WAIT`]: a caller done at `end` leaves its connection free for the
+    /// next call.
+    pub(super) async fn finish(&mut self) {
+        use futures::StreamExt;
+        let _ = tokio::time::timeout(BODY_END_WAIT, async {
+            while self.inner.next().await.is_some() {}
+        })
+        .await;
     }
 }
 
@@ -111,12 +124,22 @@ where
     }))
 }
 
+/// How long the end of a body may take to follow its end-of-stream frame before the reader stops
+/// waiting for it (and its connection is not kept).
+pub const BODY_END_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Reads `body` to its end.
+async fn to_end(body: &mut Incoming) {
+    while let Some(Ok(_)) = body.frame().await {}
+}
+
 async fn next_message<M: DeserializeOwned>(st: &mut StreamState) -> Option<Result<M, Error>> {
     loop {
         match EnvelopeDecoder.decode(&mut st.buf) {
             Err(e) => return Some(Err(e.into())),
             Ok(Some(env)) if env.is_end_stream() => {
                 st.done = true;
+                let _ = tokio::time::timeout(BODY_END_WAIT, to_end(&mut st.body)).await;
                 return match serde_json::from_slice::<EndStream>(&env.data) {
                     Ok(EndStream { error: Some(e) }) => Some(Err(Error::Rpc(e))),
                     Ok(EndStream { error: None }) => None,
