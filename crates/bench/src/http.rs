@@ -174,6 +174,8 @@ pub struct HttpReport {
     pub pool_create_to_first_exec: Latency,
     /// Where its time went: the create's steps, then the first exec's.
     pub pool_breakdown: Vec<StepBreakdown>,
+    /// API exec round trip beside the spawn floor.
+    pub api_exec: crate::api_exec::ApiExecFigure,
     /// API pause, and resume→first exec, of one sandbox.
     pub resume: crate::resume::ResumeFigure,
     /// The volume file API against the same bytes through a sandbox.
@@ -255,6 +257,7 @@ impl HttpReport {
         for b in &self.delete_breakdown {
             println!("{}", b.line());
         }
+        self.api_exec.print();
         self.resume.print();
         self.volume_files.print();
     }
@@ -385,6 +388,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
     let bwrap = crate::runtime::bwrap_floor(args.creates).await?;
     let (pooled, pool_breakdown) =
         crate::warm_pool::create_first_exec(&fleet, args.creates).await?;
+    let api_exec = crate::api_exec::measure(&fleet).await?;
     let resume = crate::resume::measure(&fleet, args.creates).await?;
     let volume_files = crate::volume_files::measure(&fleet).await?;
     Ok(HttpReport {
@@ -410,6 +414,7 @@ async fn measure(fleet: Arc<ApiFleet>, api: String, args: LoadArgs) -> anyhow::R
         )?,
         after_delete_breakdown,
         pool_create_to_first_exec: pooled,
+        api_exec,
         resume,
         volume_files,
     })

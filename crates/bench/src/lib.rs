@@ -4,8 +4,9 @@
 //!   runtime library, next to the bare `unshare` floor, and a sandbox's cgroup made vs a spare
 //!   renamed ([`cgroups`]).
 //! - `bench http` ([`http`]): the proxy's throughput and latency against the same server reached
-//!   directly, API create→first-exec, cold and from a warm pool ([`warm_pool`]), delete, and
-//!   pause and resume→first exec ([`resume`]), against a running daemon.
+//!   directly, API create→first-exec, cold and from a warm pool ([`warm_pool`]), delete, the
+//!   exec round trip ([`api_exec`]), and pause and resume→first exec ([`resume`]), against a
+//!   running daemon.
 //! - `bench images` ([`images`], its quota figure in [`quota`]): create→first-exec from a cached
 //!   image vs `base`, a cold pull vs `skopeo copy`, and create with the disk quota on vs off; with a
 //!   daemon and a registry of its own.
@@ -22,6 +23,7 @@
 //! warnings go to stderr. Every bench cleans up what it created on success, error and Ctrl-C (a second
 //! Ctrl-C, a second or more later, exits at once and may leave sandboxes behind). Targets are printed with a verdict; an unmet target does not fail the run.
 
+pub mod api_exec;
 pub mod cgroups;
 pub mod cluster;
 pub mod conn;

@@ -502,7 +502,11 @@ async fn alone_creates(
 }
 
 /// `n` timed spawns of `program args`, each of which must succeed.
-async fn spawn_floor(program: &str, args: &[&str], n: usize) -> anyhow::Result<Vec<Duration>> {
+pub(crate) async fn spawn_floor(
+    program: &str,
+    args: &[&str],
+    n: usize,
+) -> anyhow::Result<Vec<Duration>> {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
