@@ -1,4 +1,4 @@
-//! Running code in a real namespace sandbox through its agent.
+//! Running code in a real namespace sandbox through its agent, and ending it.
 
 mod common;
 
@@ -6,6 +6,7 @@ use common::{fixture, text};
 use futures::StreamExt;
 use sandboxd_envd::process::{DataEvent, ProcessConfig, ProcessEvent, StartRequest};
 use sandboxd_runtime::namespace::rootfs;
+use sandboxd_runtime::Runtime;
 use sandboxd_test_support::require_root;
 
 #[tokio::test]
@@ -108,4 +109,38 @@ async fn hundred_megabytes_stream_through() {
         );
     }
     fx.destroy(&sb).await;
+}
+
+/// A halt answers once the sandbox's processes are gone, its mount namespace still held by the
+/// runtime (the unmounts, with the sync of the writable layer, wait for the destroy); the destroy
+/// then lets it go.
+#[tokio::test]
+async fn a_halt_ends_the_processes_and_leaves_the_mounts_to_the_destroy() {
+    if !require_root() {
+        return;
+    }
+    let fx = fixture().await;
+    let sb = fx.sandbox().await;
+    let pid = sb.info.pid.expect("a started sandbox's init");
+    let mounts = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
+    fx.rt.halt(sb.info.id()).await.unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
+    assert!(status.is_err(), "init {pid} outlived the halt: {status:?}");
+    assert!(
+        held_here(&mounts),
+        "the halted sandbox's mount namespace {mounts:?} is not held"
+    );
+    fx.destroy(&sb).await;
+    assert!(
+        !held_here(&mounts),
+        "the destroyed sandbox's mount namespace {mounts:?} is still held"
+    );
+}
+
+/// Whether a descriptor of this process names namespace `ns` (as `/proc/<pid>/ns/*` links do).
+fn held_here(ns: &std::path::Path) -> bool {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == ns))
 }

@@ -34,6 +34,7 @@
 pub(crate) mod boot;
 pub mod dns;
 pub mod egress;
+mod halt;
 pub mod ids;
 pub mod image_root;
 pub mod net;
@@ -49,12 +50,10 @@ use crate::{
     SandboxInfo, SandboxSpec, WritableLayer,
 };
 use net::Network;
-use process::{reap, PidFd};
 use state::{Persisted, SandboxPaths};
 use std::net::Ipv4Addr;
 use std::os::unix::fs::{lchown, symlink, DirBuilderExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// How the namespace runtime is set up on this host.
 #[derive(Debug, Clone)]
@@ -132,6 +131,8 @@ pub struct NamespaceRuntime {
     pub(crate) forwarders: dns::Forwarders,
     /// Network namespaces made ahead of need ([`netns`]); `None` with `spares` 0.
     pub(crate) netns_spares: Option<crate::spares::Spares<std::os::fd::OwnedFd>>,
+    /// The mounts of halted sandboxes, held until their destroy ([`halt`]).
+    held_mounts: halt::HeldMounts,
 }
 
 impl NamespaceRuntime {
@@ -193,6 +194,7 @@ impl NamespaceRuntime {
             ids,
             forwarders: dns::Forwarders::default(),
             netns_spares,
+            held_mounts: Default::default(),
         };
         runtime.restart_forwarders().await;
         Ok(runtime)
@@ -378,44 +380,6 @@ impl NamespaceRuntime {
             Some(p) => Ok((paths, p)),
             None => Err(RuntimeError::NotFound(id.to_string())),
         }
-    }
-
-    /// Kills the init of `p` (and with it the whole pid namespace), then removes the cgroup and the
-    /// veth pair. Idempotent.
-    pub(crate) async fn kill(&self, p: &Persisted) -> Result<(), RuntimeError> {
-        self.kill_init(p).await?;
-        let cgroup = self.cgroups.open(p.key());
-        cgroup.kill_all()?;
-        cgroup.remove()?;
-        self.forwarders.stop(&p.spec.id);
-        if p.spec.needs_egress_rules() {
-            egress::revoke(self.net.addrs(p.spec.net_slot)?.sandbox).await;
-        }
-        self.net.detach(p.spec.net_slot).await
-    }
-
-    /// SIGKILLs the sandbox's init and waits for it to be gone. Init is the sandbox's PID namespace's
-    /// first process, so the kernel ends every other process of the sandbox before init's exit.
-    async fn kill_init(&self, p: &Persisted) -> Result<(), RuntimeError> {
-        // A paused (frozen) sandbox must be thawed to die: a cgroup v1 freezer holds even SIGKILL.
-        // Best effort: a sandbox that never ran has no group to thaw.
-        let _ = self.cgroups.open(p.key()).thaw();
-        if let Some(pid) = p.live_pid() {
-            if let Ok(fd) = PidFd::open(pid) {
-                // Re-check after opening: the pidfd now pins the process we verified.
-                if p.live_pid() == Some(pid) {
-                    fd.signal(libc::SIGKILL).map_err(RuntimeError::Spawn)?;
-                    if !fd.exited(Duration::from_secs(10)).await {
-                        return Err(RuntimeError::Host(format!(
-                            "sandbox {} init {pid} survived SIGKILL",
-                            p.spec.id
-                        )));
-                    }
-                }
-                reap(pid);
-            }
-        }
-        Ok(())
     }
 }
 
@@ -625,7 +589,7 @@ impl Runtime for NamespaceRuntime {
     async fn halt(&self, id: &str) -> Result<(), RuntimeError> {
         validate_id(id)?;
         match self.paths(id).load()? {
-            Some(p) => self.kill_init(&p).await,
+            Some(p) => self.halt_recorded(&p).await,
             None => Ok(()),
         }
     }
