@@ -27,7 +27,9 @@ async fn adopt_helper_creates_a_sandbox_and_waits() {
     let spec = spec(slot, ResourceLimits::default());
     rt.create(&spec).await.unwrap();
     rt.start(&spec.id).await.unwrap();
-    std::fs::write(dir.join("made"), &spec.id).unwrap();
+    // Written beside, then renamed: the test polls for the name and must never read it empty.
+    std::fs::write(dir.join("made.partial"), &spec.id).unwrap();
+    std::fs::rename(dir.join("made.partial"), dir.join("made")).unwrap();
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
