@@ -51,6 +51,13 @@ impl FakeTree {
         }
     }
 
+    /// A manager of the parent `sandboxd` on this tree, checked to detect `version`.
+    pub fn manager(&self, version: super::CgroupVersion) -> super::CgroupManager {
+        let m = super::CgroupManager::detect_at(self.root(), "sandboxd").expect("detect");
+        assert_eq!(m.version(), version);
+        m
+    }
+
     pub fn root(&self) -> &Path {
         self.dir.path()
     }
