@@ -1,9 +1,9 @@
 //! The daemon's limit on open files.
 //!
-//! Contract: every idle sandbox holds [`FDS_PER_IDLE_SANDBOX`] descriptors in the daemon (the user
-//! namespace of its id range, kept for its mounts, and a pidfd of its init, to reap it), so the
-//! soft limit most shells give (1024) stops a host at about 500 sandboxes with "Too many open
-//! files". `serve` therefore raises its soft limit to the hard one before it opens anything
+//! Contract: every idle sandbox holds [`FDS_PER_IDLE_SANDBOX`] descriptor in the daemon (a pidfd of
+//! its init, to reap it; the user namespaces of id ranges are kept only for the few bases booted
+//! last, `sandboxd_runtime`'s `KEPT_NAMESPACES`, counted in [`DAEMON_FDS`]), so the soft limit most
+//! shells give (1024) stops a host at about 1000 sandboxes with "Too many open files". `serve` therefore raises its soft limit to the hard one before it opens anything
 //! ([`raise`]; the package's unit sets both to 1048576), and `sandboxd doctor` judges the hard limit
 //! against `--net-slots` ([`judge`]). Sandboxes inherit the raised limit, as a service's children
 //! inherit its unit's `LimitNOFILE`.
@@ -12,8 +12,8 @@ use crate::doctor::{per_sandbox_limit, Check};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
 /// Descriptors the daemon holds for each idle sandbox.
-pub const FDS_PER_IDLE_SANDBOX: u64 = 2;
-/// Descriptors left for the daemon's own store, listeners, connections and pulls.
+pub const FDS_PER_IDLE_SANDBOX: u64 = 1;
+/// Descriptors left for the daemon's own store, listeners, connections, pulls and kept namespaces.
 pub const DAEMON_FDS: u64 = 4096;
 
 /// Raises this process's soft limit on open files to its hard limit. Returns the limit before and
@@ -62,15 +62,16 @@ mod tests {
     #[test]
     fn the_hard_limit_is_judged_by_the_descriptors_idle_sandboxes_hold() {
         assert_eq!(judge(8000, 1_048_576).status, Status::Ok);
-        assert_eq!(judge(8000, 20_096).status, Status::Ok);
-        // A hard limit of 20000 holds 7952 beside the daemon's own descriptors.
-        let short = judge(8000, 20_000);
+        assert_eq!(judge(8000, 12_096).status, Status::Ok);
+        assert_eq!(judge(16_384, 20_480).status, Status::Ok);
+        // A hard limit of 20000 holds 15904 beside the daemon's own descriptors.
+        let short = judge(16_384, 20_000);
         assert_eq!(short.status, Status::Degraded, "{short:?}");
         assert!(
-            short.detail.ends_with("past about 7952 sandboxes"),
+            short.detail.ends_with("past about 15904 sandboxes"),
             "{short:?}"
         );
-        assert!(short.fix.unwrap().contains("--net-slots to 7952"));
+        assert!(short.fix.unwrap().contains("--net-slots to 15904"));
         assert!(judge(8000, 1024).detail.ends_with("past about 0 sandboxes"));
     }
 

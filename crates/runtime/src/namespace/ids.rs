@@ -16,8 +16,10 @@
 //!   the storage range, as every sandbox had) all boot it as it was made.
 //! - A sandbox off the storage range sees each lower layer through an idmapped clone mapping
 //!   `storage + k` to `base + k` ([`IdRanges::namespace_for`]); its writable layer is its own and owned
-//!   by its base natively. One user namespace per base is made on first use and kept for the life of
-//!   the process (a descriptor each, no process).
+//!   by its base natively. A boot needs its base's user namespace only while it mounts (the mounts
+//!   hold it after), so one is made on first use and kept for reuse among the [`KEPT_NAMESPACES`]
+//!   most recently used (a descriptor each, no process); one evicted is made again, mapping the
+//!   same ids, when its base boots next. An idle sandbox thus holds no descriptor for its range.
 //! - When the host cannot idmap the layers (checked once at start on the template directory), every
 //!   sandbox gets the storage range, as before ranges existed, and the start says so in the log.
 
@@ -31,11 +33,50 @@ use std::sync::{Arc, Mutex};
 /// Ids in one range: a sandbox's user namespace maps 0..65536.
 pub const RANGE_SIZE: u32 = 65536;
 
+/// User namespaces kept for reuse, the most recently used first ([`Kept`]).
+pub const KEPT_NAMESPACES: usize = 64;
+
 /// The id ranges of one runtime.
 pub struct IdRanges {
     storage: u32,
     supported: bool,
-    namespaces: Mutex<HashMap<u32, Arc<OwnedFd>>>,
+    namespaces: Mutex<Kept>,
+}
+
+/// The user namespaces of the [`KEPT_NAMESPACES`] bases used last, each with when it was used.
+#[derive(Default)]
+struct Kept {
+    namespaces: HashMap<u32, (Arc<OwnedFd>, u64)>,
+    uses: u64,
+}
+
+impl Kept {
+    /// The namespace of `base`, kept or made now by `make` (and kept, evicting the one used least
+    /// recently when [`KEPT_NAMESPACES`] are).
+    fn get_or_make(
+        &mut self,
+        base: u32,
+        make: impl FnOnce() -> Result<OwnedFd, RuntimeError>,
+    ) -> Result<Arc<OwnedFd>, RuntimeError> {
+        self.uses += 1;
+        if let Some((ns, used)) = self.namespaces.get_mut(&base) {
+            *used = self.uses;
+            return Ok(ns.clone());
+        }
+        let ns = Arc::new(make()?);
+        if self.namespaces.len() >= KEPT_NAMESPACES {
+            let oldest = self
+                .namespaces
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(base, _)| *base);
+            if let Some(oldest) = oldest {
+                self.namespaces.remove(&oldest);
+            }
+        }
+        self.namespaces.insert(base, (ns.clone(), self.uses));
+        Ok(ns)
+    }
 }
 
 impl IdRanges {
@@ -44,7 +85,7 @@ impl IdRanges {
         let ranges = Self {
             storage,
             supported: true,
-            namespaces: Mutex::new(HashMap::new()),
+            namespaces: Mutex::default(),
         };
         match ranges.try_idmap(layers) {
             Ok(()) => ranges,
@@ -66,7 +107,7 @@ impl IdRanges {
         Self {
             storage,
             supported: true,
-            namespaces: Mutex::new(HashMap::new()),
+            namespaces: Mutex::default(),
         }
         .try_idmap(dir)
     }
@@ -103,20 +144,15 @@ impl IdRanges {
     }
 
     fn namespace(&self, base: u32) -> Result<Arc<OwnedFd>, RuntimeError> {
-        let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ns) = namespaces.get(&base) {
-            return Ok(ns.clone());
-        }
-        let ns = Arc::new(
+        let mut kept = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get_or_make(base, || {
             user_namespace(IdMapping {
                 inside: self.storage,
                 outside: base,
                 count: RANGE_SIZE,
             })
-            .map_err(|source| RuntimeError::IdMapNamespace { base, source })?,
-        );
-        namespaces.insert(base, ns.clone());
-        Ok(ns)
+            .map_err(|source| RuntimeError::IdMapNamespace { base, source })
+        })
     }
 }
 
@@ -166,11 +202,57 @@ mod tests {
         let ranges = IdRanges {
             storage: 100_000,
             supported: false,
-            namespaces: Mutex::new(HashMap::new()),
+            namespaces: Mutex::default(),
         };
         assert_eq!(ranges.base_of(Some(3)).unwrap(), 100_000);
         assert_eq!(ranges.base_of(None).unwrap(), 100_000);
         assert!(ranges.namespace_for(100_000).unwrap().is_none());
+    }
+
+    /// Invariant: the daemon holds at most [`KEPT_NAMESPACES`] range namespaces however many bases
+    /// booted, the ones used last; a base used again is served its kept namespace, not a new one.
+    #[test]
+    fn only_the_namespaces_used_last_are_kept() {
+        let mut kept = Kept::default();
+        let made = std::cell::Cell::new(0);
+        let mut get = |kept: &mut Kept, base: u32| {
+            kept.get_or_make(base, || {
+                made.set(made.get() + 1);
+                Ok(std::fs::File::open("/dev/null").unwrap().into())
+            })
+            .unwrap()
+        };
+        let first = get(&mut kept, 0);
+        for base in 1..KEPT_NAMESPACES as u32 {
+            get(&mut kept, base);
+        }
+        assert_eq!(made.get(), KEPT_NAMESPACES);
+        // Base 0 used again is the same descriptor, and now the most recent: base 1 goes next.
+        assert!(Arc::ptr_eq(&first, &get(&mut kept, 0)));
+        assert_eq!(made.get(), KEPT_NAMESPACES);
+        for base in 1000..1000 + 3 * KEPT_NAMESPACES as u32 {
+            get(&mut kept, base);
+            assert!(kept.namespaces.len() <= KEPT_NAMESPACES);
+        }
+        assert_eq!(kept.namespaces.len(), KEPT_NAMESPACES);
+        assert!(!kept.namespaces.contains_key(&0));
+        let last = 1000 + 3 * KEPT_NAMESPACES as u32 - 1;
+        assert!(kept.namespaces.contains_key(&last));
+        // One evicted is made again when its base boots next.
+        let before = made.get();
+        get(&mut kept, 1);
+        assert_eq!(made.get(), before + 1);
+    }
+
+    #[test]
+    fn a_namespace_used_again_stays_while_others_go() {
+        let mut kept = Kept::default();
+        let make = || Ok(std::fs::File::open("/dev/null").unwrap().into());
+        let hot = kept.get_or_make(7, make).unwrap();
+        for base in 100..100 + 4 * KEPT_NAMESPACES as u32 {
+            kept.get_or_make(base, make).unwrap();
+            assert!(Arc::ptr_eq(&hot, &kept.get_or_make(7, make).unwrap()));
+        }
     }
 
     #[test]
@@ -178,7 +260,7 @@ mod tests {
         let ranges = IdRanges {
             storage: 100_000,
             supported: true,
-            namespaces: Mutex::new(HashMap::new()),
+            namespaces: Mutex::default(),
         };
         assert_eq!(ranges.base_of(Some(0)).unwrap(), 165_536);
         assert_eq!(ranges.base_of(None).unwrap(), 100_000);
