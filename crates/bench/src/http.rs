@@ -653,11 +653,12 @@ impl ApiFleet {
         Ok(sandbox)
     }
 
-    /// [`ApiFleet::create`], with the steps the daemon's create took.
-    pub(crate) async fn create_timed(
+    /// [`ApiFleet::create_with`], with the steps the daemon's create took.
+    pub(crate) async fn create_timed_with(
         &self,
+        body: CreateSandbox,
     ) -> anyhow::Result<Timed<sandboxd_client::types::Sandbox>> {
-        let body = self.labelled(CreateSandbox::default());
+        let body = self.labelled(body);
         let timed = self.client.create_timed(&body).await?;
         self.record(&timed.value.id);
         Ok(timed)
@@ -683,8 +684,18 @@ impl ApiFleet {
         &self,
         samples: &mut [StepSamples; 2],
     ) -> anyhow::Result<(String, Duration)> {
+        self.create_then_true_with(CreateSandbox::default(), samples)
+            .await
+    }
+
+    /// [`ApiFleet::create_then_true`] of a sandbox as `body` says.
+    pub(crate) async fn create_then_true_with(
+        &self,
+        body: CreateSandbox,
+        samples: &mut [StepSamples; 2],
+    ) -> anyhow::Result<(String, Duration)> {
         let t = Instant::now();
-        let created = self.create_timed().await?;
+        let created = self.create_timed_with(body).await?;
         let created_in = t.elapsed();
         let id = created.value.id;
         let ran = self.run_true(&id).await?;

@@ -96,7 +96,7 @@ pub struct DaemonFigures {
     pub create_to_first_exec: Versus,
     /// Figure 1b: creates of a snapshot of the same image from its warm pool (`ours`) vs cold
     /// (`peer`) ([`crate::warm_pool::snapshot_cold_vs_pooled`]).
-    pub snapshot_pool: Versus,
+    pub snapshot_pool: crate::warm_pool::SnapshotPool,
     /// Figure 2: the daemon's cold pull (`ours`) vs `skopeo copy` to a directory (`peer`).
     pub cold_pull: Versus,
     /// Compressed size of the pulled image's layers, as the daemon reports it.
@@ -123,9 +123,10 @@ impl ImagesReport {
         println!("{}", c.ours.line("create→exec 5-layer img"));
         println!("{}", c.peer.line("create→exec base"));
         println!("{}", c.ratio_line("image/base p50 ratio"));
-        let w = &self.daemon.snapshot_pool;
-        println!("{}", w.peer.line("snapshot, cold"));
-        println!("{}", w.ours.line("snapshot, pooled"));
+        let s = &self.daemon.snapshot_pool;
+        let w = &s.versus;
+        crate::http::print_with_breakdown(&w.peer, "snapshot, cold", &s.cold_breakdown);
+        crate::http::print_with_breakdown(&w.ours, "snapshot, pooled", &s.pooled_breakdown);
         println!(
             "{} ({:.1}× faster)",
             w.ratio_line("pooled/cold p50 ratio"),

@@ -90,7 +90,7 @@ pub(crate) async fn snapshot_cold_vs_pooled(
     name: &str,
     image: &str,
     n: usize,
-) -> anyhow::Result<Versus> {
+) -> anyhow::Result<SnapshotPool> {
     let client = &fleet.client;
     let body = CreateTemplate {
         name: name.to_string(),
@@ -106,35 +106,56 @@ pub(crate) async fn snapshot_cold_vs_pooled(
         let size = u32::try_from(n).context("too many creates for a pool")?;
         // One untimed cold create first, as the other figures have.
         let mut cold = Vec::with_capacity(n);
-        for i in 0..=n {
-            let took = create_then_true(fleet, name).await?;
-            if i > 0 {
-                cold.push(took);
-            }
+        let mut cold_steps = create_exec_samples();
+        create_then_true(fleet, name, &mut create_exec_samples()).await?;
+        for _ in 0..n {
+            cold.push(create_then_true(fleet, name, &mut cold_steps).await?);
         }
         client.set_warm_pool(name, size).await?;
         full(fleet, name, size).await?;
         let mut pooled = Vec::with_capacity(n);
+        let mut pooled_steps = create_exec_samples();
         for _ in 0..n {
-            pooled.push(create_then_true(fleet, name).await?);
+            pooled.push(create_then_true(fleet, name, &mut pooled_steps).await?);
         }
         let hits = hits(fleet, name).await?;
         if hits < n as u64 {
             bail!("only {hits} of {n} creates of {name} took a pooled sandbox");
         }
-        Ok(Versus::new(
+        let versus = Versus::new(
             Latency::new("pooled snapshot create→first-exec", &pooled, None)?,
             Latency::new("cold snapshot create→first-exec", &cold, None)?,
             POOLED_OVER_COLD_TARGET,
-        ))
+        );
+        let breakdown = |samples: [StepSamples; 2]| {
+            samples
+                .iter()
+                .filter_map(StepSamples::summary)
+                .collect::<Vec<_>>()
+        };
+        Ok(SnapshotPool {
+            versus,
+            pooled_breakdown: breakdown(pooled_steps),
+            cold_breakdown: breakdown(cold_steps),
+        })
     }
     .await;
     let emptied = client.set_warm_pool(name, 0).await;
     let deleted = client.delete_template(name).await;
-    let versus = measured?;
+    let figure = measured?;
     emptied.context("emptying the snapshot's warm pool")?;
     deleted.with_context(|| format!("deleting the snapshot {name}"))?;
-    Ok(versus)
+    Ok(figure)
+}
+
+/// Creates of a snapshot from its warm pool against cold ones, with where each one's time went.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SnapshotPool {
+    /// The pooled creates (`ours`) against the cold ones (`peer`).
+    #[serde(flatten)]
+    pub versus: Versus,
+    pub pooled_breakdown: Vec<StepBreakdown>,
+    pub cold_breakdown: Vec<StepBreakdown>,
 }
 
 /// Creates of `template` that took a pooled sandbox since the daemon started.
@@ -147,12 +168,18 @@ async fn hits(fleet: &ApiFleet, template: &str) -> anyhow::Result<u64> {
         .map_or(0, |p| p.hits))
 }
 
-/// One sandbox of template `name`: create, run `true`, timed; then deleted, untimed.
-async fn create_then_true(fleet: &ApiFleet, name: &str) -> anyhow::Result<Duration> {
-    fleet
-        .create_exec_delete(CreateSandbox {
-            template: Some(name.to_string()),
-            ..CreateSandbox::default()
-        })
-        .await
+/// One sandbox of template `name`: create, run `true`, timed, its steps added to `samples`; then
+/// deleted, untimed.
+async fn create_then_true(
+    fleet: &ApiFleet,
+    name: &str,
+    samples: &mut [StepSamples; 2],
+) -> anyhow::Result<Duration> {
+    let body = CreateSandbox {
+        template: Some(name.to_string()),
+        ..CreateSandbox::default()
+    };
+    let (id, took) = fleet.create_then_true_with(body, samples).await?;
+    fleet.delete(&id).await?;
+    Ok(took)
 }

@@ -215,7 +215,7 @@ mod tests {
     fn only_the_namespaces_used_last_are_kept() {
         let mut kept = Kept::default();
         let made = std::cell::Cell::new(0);
-        let mut get = |kept: &mut Kept, base: u32| {
+        let get = |kept: &mut Kept, base: u32| {
             kept.get_or_make(base, || {
                 made.set(made.get() + 1);
                 Ok(std::fs::File::open("/dev/null").unwrap().into())
