@@ -8,7 +8,7 @@ use crate::http::{create_exec_samples, ApiFleet};
 use crate::report::{Latency, Target, Versus};
 use crate::steps::{StepBreakdown, StepSamples};
 use anyhow::{bail, Context};
-use sandboxd_client::types::{CreateSandbox, CreateTemplate};
+use sandboxd_client::types::{CreateSandbox, CreateTemplate, WarmPool};
 use std::time::{Duration, Instant};
 
 /// The goal: the work was done before the request, so below the bare-sandbox floor.
@@ -68,15 +68,39 @@ pub(crate) async fn create_first_exec(
 
 /// Waits until `template`'s pool holds `size` booted sandboxes.
 async fn full(fleet: &ApiFleet, template: &str, size: u32) -> anyhow::Result<()> {
+    settled(fleet, template, "fill", |pool| {
+        pool.is_some_and(|p| p.ready >= size)
+    })
+    .await
+}
+
+/// Sets `template`'s pool to 0 and waits until it holds no sandbox, booted or booting: only then
+/// can the template go.
+async fn empty(fleet: &ApiFleet, template: &str) -> anyhow::Result<()> {
+    fleet.client.set_warm_pool(template, 0).await?;
+    settled(fleet, template, "empty", |pool| {
+        pool.is_none_or(|p| p.ready + p.warming == 0)
+    })
+    .await
+}
+
+/// Waits until `done` holds of `template`'s pool (`None`: the daemon lists none), for at most
+/// [`FILL_DEADLINE`]; `what` names the wait in its error.
+async fn settled(
+    fleet: &ApiFleet,
+    template: &str,
+    what: &str,
+    done: impl Fn(Option<&WarmPool>) -> bool,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + FILL_DEADLINE;
     loop {
         let pools = fleet.client.warm_pools().await?;
         let pool = pools.warm_pools.iter().find(|p| p.template == template);
-        if pool.is_some_and(|p| p.ready >= size) {
+        if done(pool) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("the {template} warm pool did not fill within {FILL_DEADLINE:?}: {pool:?}");
+            bail!("the {template} warm pool did not {what} within {FILL_DEADLINE:?}: {pool:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -140,7 +164,8 @@ pub(crate) async fn snapshot_cold_vs_pooled(
         })
     }
     .await;
-    let emptied = client.set_warm_pool(name, 0).await;
+    // Its pooled sandboxes go first: a template with a pool cannot be deleted.
+    let emptied = empty(fleet, name).await;
     let deleted = client.delete_template(name).await;
     let figure = measured?;
     emptied.context("emptying the snapshot's warm pool")?;
