@@ -16,6 +16,7 @@ use crate::slabs::Slabs;
 use crate::stats::Summary;
 use crate::{interrupted, Interrupt};
 use anyhow::{bail, Context};
+use sandboxd_runtime::namespace::state::SandboxPaths;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -496,13 +497,13 @@ fn sandbox_pss_mib(runtime_dir: &std::path::Path, live: &[String]) -> anyhow::Re
     let mut total_kib = 0u64;
     let mut seen = 0u64;
     for id in live.iter().step_by(stride).take(PSS_SAMPLE) {
-        let Ok(record) = std::fs::read(runtime_dir.join("sandboxes").join(id).join("state.json"))
-        else {
-            continue;
-        };
-        let Some(init) = serde_json::from_slice::<serde_json::Value>(&record)
+        let paths = SandboxPaths::new(&runtime_dir.join("sandboxes"), id);
+        let Some(init) = paths
+            .load()
             .ok()
-            .and_then(|r| r["pid"].as_u64())
+            .flatten()
+            .and_then(|r| r.pid)
+            .map(|p| p as u64)
         else {
             continue;
         };

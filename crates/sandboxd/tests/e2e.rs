@@ -6,8 +6,8 @@
 mod common;
 
 use common::{
-    assert_success, authed_client, cgroup_dirs_of, e2e, expect_error, id_of, random_bytes, stderr,
-    stdout, Daemon, TOKEN,
+    assert_success, authed_client, cgroup_dirs_of, e2e, expect_error, id_of, random_bytes,
+    recorded_init, stderr, stdout, Daemon, TOKEN,
 };
 use futures::{SinkExt, StreamExt};
 use reqwest::StatusCode;
@@ -709,13 +709,8 @@ fn fixture_teardown_leaves_no_sandbox_behind_even_with_the_daemon_dead() {
     e2e(|| async {
         let mut daemon = Daemon::start().await;
         let id = daemon.create_id().await;
-        let state: Value = serde_json::from_slice(
-            &std::fs::read(daemon.sandbox_dir(&id).join("state.json")).unwrap(),
-        )
-        .unwrap();
-        let pid = state["pid"]
-            .as_i64()
-            .expect("state.json records the init pid") as i32;
+        let (pid, _) =
+            recorded_init(&daemon.sandbox_dir(&id)).expect("the runtime records the init pid");
         assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
         assert!(!cgroup_dirs_of(&id).is_empty(), "the sandbox has cgroups");
         daemon.kill9();

@@ -4,17 +4,14 @@
 
 mod common;
 
-use common::{e2e, id_of, Daemon};
+use common::{e2e, id_of, recorded_init, Daemon};
 use serde_json::{json, Value};
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 
 /// The host uids the user namespace of sandbox `id`'s init maps (from its `uid_map`).
 fn host_uids(d: &Daemon, id: &str) -> Range<u32> {
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(d.sandbox_dir(id).join("state.json")).unwrap())
-            .unwrap();
-    let pid = state["pid"].as_i64().expect("a running sandbox's pid");
+    let (pid, _) = recorded_init(&d.sandbox_dir(id)).expect("a running sandbox's pid");
     let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
     let f: Vec<u32> = map.split_whitespace().map(|x| x.parse().unwrap()).collect();
     assert_eq!((f.len(), f[0]), (3, 0), "{map:?}");

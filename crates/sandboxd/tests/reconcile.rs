@@ -15,7 +15,8 @@ mod common;
 
 use common::{
     assert_agree, create_in_background, e2e, get, id_of, in_background, query, reconcile,
-    restart_and_reconcile, runtime_ids, start_with_one_acked, tamper, wait_for_row, Daemon,
+    recorded_init, restart_and_reconcile, runtime_ids, start_with_one_acked, tamper, wait_for_row,
+    Daemon,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -135,11 +136,7 @@ fn kill9_during_a_teardown_behind_a_delete_finishes_it() {
             Daemon::start_with(&[], &[("FAILPOINTS", "delete.teardown=return(60000)")]).await;
         let kept = d.create_id().await;
         let doomed = id_of(&d.create(json!({"name": "doomed"})).await);
-        let state: Value = serde_json::from_slice(
-            &std::fs::read(d.sandbox_dir(&doomed).join("state.json")).unwrap(),
-        )
-        .unwrap();
-        let pid = state["pid"].as_i64().expect("init pid");
+        let (pid, _) = recorded_init(&d.sandbox_dir(&doomed)).expect("init pid");
         let path = format!("/v1/sandboxes/{doomed}");
         assert_eq!(d.delete(&path).await.status(), 204);
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -169,11 +166,7 @@ fn a_sandbox_whose_init_died_is_marked_lost_and_cleaned() {
         let d = Daemon::start_with(&["--reconcile-interval-secs", "0"], &[]).await;
         let kept = d.create_id().await;
         let victim = id_of(&d.create(json!({"name": "victim"})).await);
-        let state: Value = serde_json::from_slice(
-            &std::fs::read(d.sandbox_dir(&victim).join("state.json")).unwrap(),
-        )
-        .unwrap();
-        let pid = state["pid"].as_i64().expect("init pid") as i32;
+        let (pid, _) = recorded_init(&d.sandbox_dir(&victim)).expect("init pid");
         // SAFETY: kill of the init this test's daemon just started and recorded.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
         // The kernel takes a moment to tear the process down; the sweep is level-triggered, so poll.

@@ -569,7 +569,7 @@ impl Runtime for NamespaceRuntime {
         p.pid = Some(pid);
         p.start_time = process::start_time(pid);
         p.started = true;
-        if let Err(e) = paths.save(&p) {
+        if let Err(e) = paths.save_init(pid, p.start_time) {
             let _ = self.kill(&p).await;
             return Err(e);
         }

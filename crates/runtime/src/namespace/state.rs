@@ -2,8 +2,18 @@
 //! started: the spec, and the host pid of the sandbox's init with its kernel start time (a pid alone
 //! could have been recycled by an unrelated process).
 //!
+//! Two records, of two lifetimes. `state.json` holds what must outlive the host: the spec, written
+//! with `fsync` ([`SandboxPaths::save`]). `init` holds what a boot learns, its init's pid and start
+//! time ([`SandboxPaths::save_init`]), written without: a host that goes down takes the init with it,
+//! so an `init` file lost, garbled or left half-written by that is read as no init at all, which is
+//! the truth after such a crash; a daemon killed without the host keeps it in the page cache. A boot
+//! thus waits for no disk (its `fsync` queued behind the store's commit of `starting`, it cost the
+//! cold create most of a millisecond). An `init` file, when it parses, overrides the pid and start time
+//! `state.json` holds, and marks the sandbox started; every [`SandboxPaths::save`] rewrites it first, so
+//! the two never disagree.
+//!
 //! Layout under the runtime directory:
-//! `sandboxes/<id>/{state.json, agent.sock, boot.log, upper/, work/, rootfs/}`, and for a gVisor
+//! `sandboxes/<id>/{state.json, init, agent.sock, boot.log, upper/, work/, rootfs/}`, and for a gVisor
 //! sandbox ([`crate::gvisor`]) also `{bundle/, runsc/, netns, shared/agent.sock}`. The directory is mode
 //! 0700 and never mounted into any sandbox (a gVisor sandbox sees `shared/` alone). `upper` and `work` are directories, or, for a sandbox with
 //! a quota'd writable layer ([`crate::quota`]), symbolic links to `upper/` and `work/` in
@@ -114,6 +124,10 @@ impl SandboxPaths {
     pub fn state(&self) -> PathBuf {
         self.dir.join("state.json")
     }
+    /// The boot record: the pid and start time of the init of the current (or last) boot.
+    pub fn init(&self) -> PathBuf {
+        self.dir.join("init")
+    }
     /// The agent's socket.
     pub fn socket(&self) -> PathBuf {
         self.dir.join("agent.sock")
@@ -156,6 +170,9 @@ impl SandboxPaths {
                             p.key.get_or_insert(made_as);
                         }
                     }
+                    if let Some((pid, start_time)) = self.read_init() {
+                        (p.pid, p.start_time, p.started) = (Some(pid), start_time, true);
+                    }
                     Some(p)
                 })
                 .map_err(|e| RuntimeError::Io {
@@ -172,9 +189,43 @@ impl SandboxPaths {
         }
     }
 
-    /// Writes the state record atomically (write, fsync, rename).
+    /// Records the init of a boot ([`SandboxPaths::init`]): written and renamed into place, without
+    /// `fsync` (see the module's docs).
+    pub fn save_init(&self, pid: i32, start_time: Option<u64>) -> Result<(), RuntimeError> {
+        let line = match start_time {
+            Some(t) => format!("{pid} {t}\n"),
+            None => format!("{pid}\n"),
+        };
+        let (tmp, path) = (self.dir.join("init.tmp"), self.init());
+        std::fs::write(&tmp, line).map_err(RuntimeError::io("write", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(RuntimeError::io("rename", &path))
+    }
+
+    /// The boot record, if there is one and it parses: a pid, and its start time when it was read.
+    fn read_init(&self) -> Option<(i32, Option<u64>)> {
+        let text = std::fs::read_to_string(self.init()).ok()?;
+        let line = text.strip_suffix('\n')?;
+        let mut fields = line.split(' ');
+        let pid = fields.next()?.parse().ok().filter(|pid| *pid > 0)?;
+        let start_time = match fields.next() {
+            Some(t) => Some(t.parse().ok()?),
+            None => None,
+        };
+        fields.next().is_none().then_some((pid, start_time))
+    }
+
+    /// Writes the state record atomically (write, fsync, rename), its boot record first.
     pub fn save(&self, state: &Persisted) -> Result<(), RuntimeError> {
         use std::io::Write;
+        match state.pid {
+            Some(pid) => self.save_init(pid, state.start_time)?,
+            None => match std::fs::remove_file(self.init()) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(RuntimeError::io("remove", self.init())(e))
+                }
+                _ => {}
+            },
+        }
         let path = self.state();
         let tmp = self.dir.join("state.json.tmp");
         let bytes = serde_json::to_vec_pretty(state).map_err(|e| RuntimeError::Io {
@@ -238,6 +289,44 @@ mod tests {
         assert_eq!(back.spec, p.spec);
         assert_eq!(back.pid, Some(42));
         assert_eq!(back.id_base, Some(165_536));
+    }
+
+    /// Invariant: a boot's init is known from its `init` file alone, and a garbled or missing one
+    /// (a host crash took it, and the init with it) is no init, never an error or another pid.
+    #[test]
+    fn the_boot_record_overrides_the_state_and_a_bad_one_is_no_init() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = SandboxPaths::new(dir.path(), "sb");
+        std::fs::create_dir_all(&paths.dir).unwrap();
+        let created = Persisted {
+            spec: spec(),
+            pid: None,
+            start_time: None,
+            started: false,
+            id_base: None,
+            generation: 0,
+            key: None,
+        };
+        paths.save(&created).unwrap();
+        let me = std::process::id() as i32;
+        paths.save_init(me, start_time(me)).unwrap();
+        let booted = paths.load().unwrap().unwrap();
+        assert_eq!((booted.pid, booted.started), (Some(me), true));
+        assert_eq!(booted.observed_state(), RuntimeState::Running);
+        for garbled in ["", "12", "x 3\n", "12 y\n", "12 3 4\n", "-5 3\n", "0\n"] {
+            std::fs::write(paths.init(), garbled).unwrap();
+            let read = paths.load().unwrap().unwrap();
+            assert_eq!((read.pid, read.started), (None, false), "{garbled:?}");
+            assert_eq!(read.observed_state(), RuntimeState::Created);
+        }
+        std::fs::write(paths.init(), "12\n").unwrap();
+        assert_eq!(paths.load().unwrap().unwrap().pid, Some(12));
+        // A save rewrites the boot record with the state's pid, or removes it with none.
+        paths.save(&booted).unwrap();
+        assert_eq!(paths.load().unwrap().unwrap().pid, Some(me));
+        paths.save(&created).unwrap();
+        assert!(!paths.init().exists());
+        assert_eq!(paths.load().unwrap().unwrap().pid, None);
     }
 
     /// A record read under another directory's name (an adoption cut short between its rename and

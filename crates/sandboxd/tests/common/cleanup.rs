@@ -38,26 +38,28 @@ pub fn kill_leftover_sandboxes(sandboxes_dir: &Path, cgroup_parent: &str) {
             let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
             let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
         }
-        let state = std::fs::read(entry.path().join("state.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-        if let Some(state) = state {
-            let pid = state["pid"].as_i64().map(|p| p as i32);
-            let start = state["start_time"].as_u64();
-            if let (Some(pid), Some(start)) = (pid, start) {
-                if process_start_time(pid) == Some(start) {
-                    eprintln!("e2e cleanup: killing leftover sandbox {id} (init {pid})");
-                    // SAFETY: kill of a pid whose start time matches the sandbox init we recorded.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    let deadline = Instant::now() + Duration::from_secs(5);
-                    while process_start_time(pid) == Some(start) && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
+        if let Some((pid, Some(start))) = recorded_init(&entry.path()) {
+            if process_start_time(pid) == Some(start) {
+                eprintln!("e2e cleanup: killing leftover sandbox {id} (init {pid})");
+                // SAFETY: kill of a pid whose start time matches the sandbox init we recorded.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while process_start_time(pid) == Some(start) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
                 }
             }
         }
         remove_cgroups(cgroup_parent, &id);
     }
+}
+
+/// The init the runtime recorded for the sandbox whose directory is `dir`, with its start time.
+pub fn recorded_init(dir: &Path) -> Option<(i32, Option<u64>)> {
+    let paths = sandboxd_runtime::namespace::state::SandboxPaths {
+        dir: dir.to_path_buf(),
+    };
+    let record = paths.load().ok()??;
+    Some((record.pid?, record.start_time))
 }
 
 /// Field 22 of `/proc/<pid>/stat` (start time in clock ticks since boot) of a live, non-zombie process.

@@ -11,8 +11,8 @@
 //!
 //! Cleanup ([`Daemon`]'s `Drop`): `DELETE` every sandbox the daemon lists, kill the daemon, then — for
 //! whatever is left, e.g. when the daemon was down — thaw and kill each sandbox init recorded in
-//! `<data-dir>/runtime/sandboxes/*/state.json` (after checking its start time, so a recycled pid is never
-//! hit) and remove its cgroup directories. The veth pair of a killed sandbox goes with its namespace.
+//! `<data-dir>/runtime/sandboxes/*/` (its `init` record, read as the runtime reads it, after checking
+//! its start time, so a recycled pid is never hit) and remove its cgroup directories. The veth pair of a killed sandbox goes with its namespace.
 
 #![allow(dead_code)] // each test uses a different part
 
@@ -27,7 +27,7 @@ mod volumes;
 pub use checks::*;
 use cleanup::raw_http;
 #[allow(unused_imports)] // each test binary uses a different part
-pub use cleanup::{cgroup_dirs_of, cgroup_dirs_under, kill_leftover_sandboxes};
+pub use cleanup::{cgroup_dirs_of, cgroup_dirs_under, kill_leftover_sandboxes, recorded_init};
 #[allow(unused_imports)] // each test binary uses a different part
 pub use crash::*;
 #[allow(unused_imports)] // each test binary uses a different part
