@@ -3,8 +3,9 @@
 //! Contract: every idle sandbox holds [`FDS_PER_IDLE_SANDBOX`] descriptor in the daemon (a pidfd of
 //! its init, to reap it; the user namespaces of id ranges are kept only for the few bases booted
 //! last, `sandboxd_runtime`'s `KEPT_NAMESPACES`, counted in [`DAEMON_FDS`]), so the soft limit most
-//! shells give (1024) stops a host at about 1000 sandboxes with "Too many open files". `serve` therefore raises its soft limit to the hard one before it opens anything
-//! ([`raise`]; the package's unit sets both to 1048576), and `sandboxd doctor` judges the hard limit
+//! shells give (1024) stops a host at about 1000 sandboxes with "Too many open files". `serve`
+//! therefore raises its soft limit to the hard one before it opens anything ([`raise`]; the
+//! package's unit sets both to 1048576), and `sandboxd doctor` judges the hard limit
 //! against `--net-slots` ([`judge`]). Sandboxes inherit the raised limit, as a service's children
 //! inherit its unit's `LimitNOFILE`.
 

@@ -7,10 +7,10 @@
 //! time ([`SandboxPaths::save_init`]), written without: a host that goes down takes the init with it,
 //! so an `init` file lost, garbled or left half-written by that is read as no init at all, which is
 //! the truth after such a crash; a daemon killed without the host keeps it in the page cache. A boot
-//! thus waits for no disk (its `fsync` queued behind the store's commit of `starting`, it cost the
-//! cold create most of a millisecond). An `init` file, when it parses, overrides the pid and start time
-//! `state.json` holds, and marks the sandbox started; every [`SandboxPaths::save`] rewrites it first, so
-//! the two never disagree.
+//! thus waits for no disk: its `fsync`, queued behind the store's commit of `starting`, cost the
+//! cold create most of a millisecond. An `init` file, when it parses, overrides the pid and start
+//! time `state.json` holds, and marks the sandbox started; every [`SandboxPaths::save`] rewrites it
+//! first, so the two never disagree.
 //!
 //! Layout under the runtime directory:
 //! `sandboxes/<id>/{state.json, init, agent.sock, boot.log, upper/, work/, rootfs/}`, and for a gVisor
