@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 /// Ids in one range: a sandbox's user namespace maps 0..65536.
 pub const RANGE_SIZE: u32 = 65536;
 
-/// User namespaces kept for reuse, the most recently used first ([`Kept`]).
+/// How many user namespaces are kept for reuse: those of the bases used last ([`Kept`]).
 pub const KEPT_NAMESPACES: usize = 64;
 
 /// The id ranges of one runtime.
